@@ -1,0 +1,30 @@
+# Everything a fresh machine needs: `make demo` and `make test` create the virtualenv.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH ?= torch==2.13.0
+
+.PHONY: demo test install console clean-demo bench
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[pipeline,test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/eagle3 console configs/demo.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python bench/console.py
+
+clean-demo:
+	rm -rf configs/.eagle3-demo

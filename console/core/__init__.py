@@ -1,0 +1,1 @@
+"""The headless core: config, checks, runs, journal, telemetry. Never imports the UI."""

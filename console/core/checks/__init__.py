@@ -1,0 +1,1 @@
+"""Pre-flight and verification checks (DESIGN.md section 3)."""

@@ -1,0 +1,81 @@
+"""Typed, validated, fully interpolated config objects. Everything downstream of the
+loader (checks, runs, UI) reads these and never the raw YAML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Severity = Literal["error", "warning"]
+PhaseKind = Literal["task", "service"]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check entry: `kind` is the single kind key, `arg` its argument after ${var}
+    interpolation (a str/int/float/bool, or a dict of those). Relative paths inside
+    `arg` are NOT resolved here: checks resolve them with CheckContext.resolve()."""
+
+    kind: str
+    arg: Any
+    name: str
+    severity: Severity = "error"
+    file: str = ""
+    line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "arg": self.arg, "name": self.name, "severity": self.severity}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CheckSpec":
+        return cls(kind=d["kind"], arg=d["arg"], name=d["name"], severity=d.get("severity", "error"))
+
+
+@dataclass(frozen=True)
+class Phase:
+    id: str
+    title: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    checks: tuple[CheckSpec, ...] = ()
+    verify: tuple[CheckSpec, ...] = ()
+    ready: tuple[CheckSpec, ...] = ()
+    inputs: tuple[Path, ...] = ()
+    outputs: tuple[Path, ...] = ()
+    kind: PhaseKind = "task"
+    confirm: bool = False
+    description: str = ""
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path  # absolute path of the YAML file
+    name: str
+    vars: dict[str, str]
+    state_dir: Path  # absolute
+    volumes: tuple[Path, ...]
+    phases: tuple[Phase, ...]
+    fingerprint: str  # sha256 of the file text plus the --set overrides
+    overrides: dict[str, str] = field(default_factory=dict)
+    shm_dump: Path | None = None  # optional folder the shm panel counts
+
+    @property
+    def root(self) -> Path:
+        """Folder relative paths resolve against, and the phases' working directory."""
+        return self.path.parent
+
+    def resolve(self, p: str | Path) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else (self.root / q)
+
+    def phase(self, phase_id: str) -> Phase:
+        for ph in self.phases:
+            if ph.id == phase_id:
+                return ph
+        from console.core.errors import PhaseError
+
+        known = ", ".join(p.id for p in self.phases)
+        raise PhaseError(f"{self.path}: no phase '{phase_id}' (phases: {known})")

@@ -1,0 +1,1 @@
+"""Live machine readings for the panels: GPUs (NVML), disks, /dev/shm, host."""

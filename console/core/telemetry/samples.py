@@ -1,0 +1,73 @@
+"""Plain readings the sources produce and the panels draw. None means N/A: a query
+that failed, never a crash."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory: int | None  # bytes
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    name: str | None
+    uuid: str | None
+    utilization: float | None  # percent 0..100
+    memory_used: int | None  # bytes
+    memory_total: int | None
+    temperature: float | None  # Celsius
+    power: float | None  # watts
+    power_limit: float | None  # watts
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One poll of every GPU. `error` set (and gpus empty) when there is no driver."""
+
+    t: float
+    gpus: tuple[GpuSample, ...] = ()
+    error: str | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True)
+class VolumeSample:
+    path: str
+    total: int | None
+    used: int | None
+    free: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DiskReading:
+    t: float
+    volumes: tuple[VolumeSample, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShmReading:
+    t: float
+    total: int | None
+    used: int | None
+    free: int | None
+    dump_path: str | None = None
+    dump_files: int | None = None
+    dump_bytes: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class HostReading:
+    t: float
+    cpu_percent: float | None
+    mem_used: int | None
+    mem_total: int | None
+    load: tuple[float, float, float] | None = None
+    extra: dict[str, float] = field(default_factory=dict)

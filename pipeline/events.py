@@ -1,0 +1,113 @@
+"""The events protocol between a phase and the console (DESIGN.md section 5).
+
+A phase appends one JSON object per line to the file named by $EAGLE3_EVENTS; with the
+variable unset it writes nothing, so a stage run by hand pays nothing. Each line is
+written with a single write() on an O_APPEND descriptor so concurrent writers (ranks of
+a sharded run) never interleave within a line. The console imports this module to read
+the same format back; it is the only module of `pipeline` the console may import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+ENV_VAR = "EAGLE3_EVENTS"
+KINDS = ("progress", "metric", "artifact", "message")
+
+
+class EventWriter:
+    """Appends events to a file; a no-op when constructed with no path."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self._fd: int | None = None
+        if path:
+            self._fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @classmethod
+    def from_env(cls) -> "EventWriter":
+        return cls(os.environ.get(ENV_VAR) or None)
+
+    @property
+    def enabled(self) -> bool:
+        return self._fd is not None
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        if self._fd is None:
+            return
+        rec = {"t": round(time.time(), 3), "kind": kind, **fields}
+        os.write(self._fd, (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode())
+
+    def progress(self, done: int | float, total: int | float | None, unit: str = "samples", **extra: Any) -> None:
+        self.emit("progress", done=done, total=total, unit=unit, **extra)
+
+    def metric(self, name: str, value: float, step: int | None = None, **extra: Any) -> None:
+        self.emit("metric", name=name, value=value, step=step, **extra)
+
+    def artifact(self, path: str, bytes: int | None = None, **extra: Any) -> None:  # noqa: A002
+        self.emit("artifact", path=str(path), bytes=bytes, **extra)
+
+    def message(self, text: str, level: str = "info", **extra: Any) -> None:
+        self.emit("message", level=level, text=text, **extra)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "EventWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+
+def parse_line(line: str | bytes) -> Event | None:
+    """One line back into an Event; None for a torn, blank or foreign line (never raises)."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+        return None
+    t = obj.pop("t", 0.0)
+    kind = obj.pop("kind")
+    try:
+        t = float(t)
+    except (TypeError, ValueError):
+        t = 0.0
+    return Event(t=t, kind=kind, data=obj)
+
+
+def read_events(path: str | os.PathLike[str], offset: int = 0) -> tuple[list[Event], int]:
+    """Events from byte `offset` up to the last complete line, and the offset to resume
+    from: a line still being written is left for the next call."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    events = [e for e in (parse_line(ln) for ln in chunk[: end + 1].splitlines()) if e is not None]
+    return events, offset + end + 1
+
+
+def iter_events(path: str | os.PathLike[str]) -> Iterator[Event]:
+    events, _ = read_events(path)
+    yield from events
