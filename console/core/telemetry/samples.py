@@ -24,6 +24,7 @@ class GpuSample:
     power: float | None  # watts
     power_limit: float | None  # watts
     processes: tuple[GpuProcess, ...] = ()
+    processes_unknown: bool = False  # both process queries failed: "N/A", not "none"
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class VolumeSample:
     used: int | None
     free: int | None
     error: str | None = None
+    measured_path: str | None = None  # nearest existing parent when `path` does not exist yet
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class ShmReading:
     dump_files: int | None = None
     dump_bytes: int | None = None
     error: str | None = None
+    dump_truncated: bool = False  # the scan stopped at its entry budget: counts are lower bounds
+    dump_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,3 +75,4 @@ class HostReading:
     mem_total: int | None
     load: tuple[float, float, float] | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    cpu_count: int | None = None
