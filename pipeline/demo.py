@@ -1,0 +1,216 @@
+"""Build the demo's inputs offline from a seed: chat datasets, a tokenizer, a trained target.
+
+    python -m pipeline.demo --out DIR [--seed 0] [--train-steps N] [--quick]
+
+Writes DIR/raw/<source>.jsonl, DIR/tokenizer/, DIR/target/ and, last, DIR/assets.json:
+its presence means a complete build. Each folder is built under a temporary name and
+swapped in, so an interrupted rebuild never leaves half a target behind. Same seed, same
+bytes: data and tokenizer are seeded and the target trains on one thread with
+deterministic ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from pipeline.events import EventWriter
+
+QUICK_STEPS = 80
+DEFAULT_STEPS = 300
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.demo",
+        description="Build the demo's chat datasets, byte-level BPE tokenizer and small Llama target, "
+        "deterministically and offline.",
+    )
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="folder to build into (created if missing)")
+    p.add_argument("--seed", type=int, default=0, help="seed for data, tokenizer and weights (default 0)")
+    p.add_argument(
+        "--train-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"target training steps (default {DEFAULT_STEPS}, about two CPU minutes; {QUICK_STEPS} with --quick)",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny data and model for tests: seconds, not minutes")
+    return p
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Replace `final` by `tmp` with renames, so readers see the old or the new folder."""
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _fresh_tmp(out: Path, name: str) -> Path:
+    tmp = out / f".{name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: EventWriter) -> dict:
+    """Build everything under `out`; returns what assets.json records."""
+    import torch
+
+    from pipeline.chat_template import CHAT_TEMPLATE
+    from pipeline.demo_datasets import LONG_SOURCE, generate, write_jsonl
+    from pipeline.demo_target import TargetShape, TrainPlan, build_target, token_stream, train
+    from pipeline.tokenizer_build import build_tokenizer
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def say(text: str) -> None:
+        print(f"demo: {text}", flush=True)
+        events.message(text)
+
+    say(f"generating chat datasets (seed {seed}{', quick' if quick else ''})")
+    datasets = generate(seed, quick)
+    raw_tmp = _fresh_tmp(out, "raw")
+    for name, records in datasets.items():
+        write_jsonl(raw_tmp / f"{name}.jsonl", records)
+    _swap_in(raw_tmp, out / "raw")
+    for name, records in datasets.items():
+        print(f"demo:   raw/{name}.jsonl  {len(records)} records", flush=True)
+    events.artifact(str(out / "raw"), bytes=_dir_bytes(out / "raw"))
+
+    say("training byte-level BPE tokenizer")
+    texts = [m["content"] for records in datasets.values() for r in records for m in r["conversations"]]
+    tokenizer = build_tokenizer(texts, vocab_size=512 if quick else 1024, chat_template=CHAT_TEMPLATE)
+    tok_tmp = _fresh_tmp(out, "tokenizer")
+    tokenizer.save_pretrained(tok_tmp)
+    _swap_in(tok_tmp, out / "tokenizer")
+    print(f"demo:   tokenizer/  vocab {len(tokenizer)}", flush=True)
+    events.artifact(str(out / "tokenizer"), bytes=_dir_bytes(out / "tokenizer"))
+
+    if quick:
+        shape = TargetShape(hidden_size=64, intermediate_size=128)
+        plan = TrainPlan(steps=QUICK_STEPS if train_steps is None else train_steps, batch_size=4, seq_len=64, warmup=5)
+    else:
+        shape = TargetShape()
+        plan = TrainPlan(steps=DEFAULT_STEPS if train_steps is None else train_steps)
+    # The long source teaches long-range counting; the rest carries the short chat patterns.
+    conversations = [r["conversations"] for records in datasets.values() for r in records]
+    stream = token_stream(tokenizer, conversations, seed)
+    model = build_target(shape, tokenizer, seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    say(
+        f"training target: Llama {shape.num_hidden_layers} layers, hidden {shape.hidden_size}, "
+        f"{n_params / 1e6:.2f}M params, {plan.steps} steps on {len(stream)} tokens"
+    )
+    report_every = max(1, plan.steps // 10)
+
+    def on_step(step: int, loss: float, elapsed: float) -> None:
+        events.progress(step, plan.steps, unit="steps", loss=round(loss, 4))
+        events.metric("loss", round(loss, 5), step=step)
+        if step == 1 or step % report_every == 0 or step == plan.steps:
+            print(f"demo:   step {step}/{plan.steps}  loss {loss:.4f}  {elapsed:.1f}s", flush=True)
+
+    result = train(model, stream, plan, seed, on_step)
+    target_tmp = _fresh_tmp(out, "target")
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(target_tmp)
+    tokenizer.save_pretrained(target_tmp)
+    _swap_in(target_tmp, out / "target")
+    events.artifact(str(out / "target"), bytes=_dir_bytes(out / "target"))
+    say(f"target trained: loss {result.initial_loss:.3f} -> {result.final_loss:.3f}")
+    _show_sample(model, tokenizer)
+
+    assets = {
+        "seed": seed,
+        "quick": quick,
+        "sources": {
+            name: {"path": f"raw/{name}.jsonl", "records": len(records)} for name, records in datasets.items()
+        },
+        "long_source": LONG_SOURCE,
+        "tokenizer": {"path": "tokenizer", "vocab_size": len(tokenizer)},
+        "target": {
+            "path": "target",
+            "architecture": "LlamaForCausalLM",
+            "num_hidden_layers": shape.num_hidden_layers,
+            "hidden_size": shape.hidden_size,
+            "vocab_size": model.config.vocab_size,
+            "max_position_embeddings": shape.max_position_embeddings,
+            "params": n_params,
+            "dtype": "float32",
+            "train_steps": result.steps,
+            "train_tokens": result.tokens_seen,
+            "initial_loss": round(result.initial_loss, 5),
+            "final_loss": round(result.final_loss, 5),
+        },
+    }
+    _write_json_atomic(out / "assets.json", assets)
+    events.artifact(str(out / "assets.json"), bytes=(out / "assets.json").stat().st_size)
+    return assets
+
+
+def _show_sample(model, tokenizer) -> None:
+    """One greedy answer, so whoever watches the log sees the target learnt the patterns."""
+    import torch
+
+    prompt = [{"role": "user", "content": "What is 12 + 30?"}]
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=16, do_sample=False)
+    answer = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+    print(f"demo:   sample: {prompt[0]['content']!r} -> {answer.strip()!r}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.train_steps is not None and args.train_steps < 1:
+        print(f"demo: error: --train-steps must be at least 1, got {args.train_steps}", file=sys.stderr)
+        return 2
+    if args.out.exists() and not args.out.is_dir():
+        print(f"demo: error: --out {args.out} exists and is not a folder; pass a folder path", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        with EventWriter.from_env() as events:
+            build(args.out, args.seed, args.train_steps, args.quick, events)
+    except KeyboardInterrupt:
+        print("demo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the program's edge: one line, no traceback
+        print(f"demo: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"demo: done in {time.monotonic() - started:.1f}s -> {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
