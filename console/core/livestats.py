@@ -1,0 +1,263 @@
+"""Live progress of a running phase, derived from its events file (DESIGN.md section 5).
+
+Phases report raw counters (done/total, bytes, tokens, metrics); rates and ETAs are derived
+here over a sliding window of the events' own timestamps, so a console that attaches late or
+polls irregularly computes the same figures as one that watched from the start.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.events import Event, read_events
+
+from console.core.telemetry.history import Series
+
+METRIC_POINTS = 500
+
+
+@dataclass(frozen=True)
+class Message:
+    t: float
+    level: str
+    text: str
+
+
+@dataclass(frozen=True)
+class LiveSnapshot:
+    """Every figure at one instant, for a view refreshed from another thread."""
+
+    done: float | None
+    total: float | None
+    unit: str | None
+    fraction: float | None
+    rate: float | None
+    eta_s: float | None
+    bytes_written: int | None
+    tokens_per_s: float | None
+    remaining_bytes: int | None
+    last_progress_t: float | None
+    last_message: Message | None
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if x == x and x not in (float("inf"), float("-inf")) else None
+
+
+class LiveStats:
+    """Folds a phase's events into the figures of its progress line.
+
+    Contract (every property None when the events do not tell):
+    - `feed(events)`: progress, metric, artifact and message events; other kinds ignored;
+      malformed fields ignored, never raised. A progress `done` lower than the previous one
+      (a restarted run writing to the same file) restarts the rate window.
+    - `done`, `total`, `unit`, `fraction` (done/total clamped to 0..1): the latest progress.
+    - `rate`: units per second, least-squares over the last `window_s` seconds of progress
+      events' `t`; `eta_s`: (total - done) / rate when rate > 0.
+    - `bytes_written`: the latest progress extra `bytes_written` if the phase ever sent one,
+      else the sum of artifact `bytes`.
+    - `tokens_per_s`: the latest progress extra `tokens_per_s`, else the rate of the
+      cumulative progress extra `tokens` over the window.
+    - `remaining_bytes`: the latest progress extra `bytes_remaining`, else
+      bytes_written / done * (total - done) once done > 0.
+    - `metrics`: {name: Series of (t, value)} for metric events (loss, lr, ...), the last
+      500 points each; `last_message`: the newest `Message`; `messages`: the last 50.
+    - `last_progress_t`: the `t` of the newest progress event (a view can flag a stall).
+    - Thread-safe: one feeder and any readers; `snapshot()` gives a consistent copy.
+    """
+
+    def __init__(self, window_s: float = 30.0) -> None:
+        self.window_s = window_s
+        self._lock = threading.RLock()
+        self._done: float | None = None
+        self._total: float | None = None
+        self._unit: str | None = None
+        self._progress = Series(maxlen=4096, max_age=window_s)
+        self._tokens = Series(maxlen=4096, max_age=window_s)
+        self._last_progress_t: float | None = None
+        self._reported_bytes: float | None = None
+        self._artifact_bytes = 0
+        self._artifacts = 0
+        self._tokens_per_s: float | None = None
+        self._bytes_remaining: float | None = None
+        self.metrics: dict[str, Series] = {}
+        self.messages: deque[Message] = deque(maxlen=50)
+
+    def feed(self, events: Iterable[Event]) -> None:
+        with self._lock:
+            for ev in events:
+                try:
+                    handler = getattr(self, f"_on_{ev.kind}", None)
+                    if handler is not None:
+                        handler(ev)
+                except Exception:  # noqa: BLE001 - one odd event must not stop the view
+                    continue
+
+    def _on_progress(self, ev: Event) -> None:
+        done = _num(ev.get("done"))
+        if done is None:
+            return
+        if self._done is not None and done < self._done:
+            self._progress.clear()
+            self._tokens.clear()
+        self._done = done
+        total = _num(ev.get("total"))
+        self._total = total if total is not None and total > 0 else None
+        unit = ev.get("unit")
+        self._unit = str(unit) if unit is not None else self._unit
+        self._last_progress_t = ev.t
+        self._progress.append(ev.t, done)
+        if (b := _num(ev.get("bytes_written"))) is not None:
+            self._reported_bytes = b
+        if (tps := _num(ev.get("tokens_per_s"))) is not None:
+            self._tokens_per_s = tps
+        if (tok := _num(ev.get("tokens"))) is not None:
+            self._tokens.append(ev.t, tok)
+        rem = _num(ev.get("bytes_remaining"))
+        self._bytes_remaining = rem if rem is not None and rem >= 0 else None
+
+    def _on_metric(self, ev: Event) -> None:
+        name = ev.get("name")
+        value = _num(ev.get("value"))
+        if not isinstance(name, str) or value is None:
+            return
+        series = self.metrics.get(name)
+        if series is None:
+            series = self.metrics[name] = Series(maxlen=METRIC_POINTS)
+        series.append(ev.t, value)
+
+    def _on_artifact(self, ev: Event) -> None:
+        self._artifacts += 1
+        b = _num(ev.get("bytes"))
+        if b is not None and b > 0:
+            self._artifact_bytes += int(b)
+
+    def _on_message(self, ev: Event) -> None:
+        self.messages.append(Message(ev.t, str(ev.get("level", "info")), str(ev.get("text", ""))))
+
+    @property
+    def done(self) -> float | None:
+        return self._done
+
+    @property
+    def total(self) -> float | None:
+        return self._total
+
+    @property
+    def unit(self) -> str | None:
+        return self._unit
+
+    @property
+    def fraction(self) -> float | None:
+        with self._lock:
+            if self._done is None or not self._total:
+                return None
+            return max(0.0, min(1.0, self._done / self._total))
+
+    @property
+    def rate(self) -> float | None:
+        return self._progress.rate()
+
+    @property
+    def eta_s(self) -> float | None:
+        with self._lock:
+            rate = self.rate
+            if rate is None or rate <= 0 or self._total is None or self._done is None:
+                return None
+            return max(0.0, (self._total - self._done) / rate)
+
+    @property
+    def bytes_written(self) -> int | None:
+        with self._lock:
+            if self._reported_bytes is not None:
+                return int(self._reported_bytes)
+            return self._artifact_bytes if self._artifacts else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        with self._lock:
+            if self._tokens_per_s is not None:
+                return self._tokens_per_s
+            return self._tokens.rate()
+
+    @property
+    def remaining_bytes(self) -> int | None:
+        with self._lock:
+            if self._bytes_remaining is not None:
+                return int(self._bytes_remaining)
+            written = self.bytes_written
+            if written is None or not self._done or self._total is None:
+                return None
+            return int(max(0.0, written / self._done * (self._total - self._done)))
+
+    @property
+    def last_progress_t(self) -> float | None:
+        return self._last_progress_t
+
+    @property
+    def last_message(self) -> Message | None:
+        with self._lock:
+            return self.messages[-1] if self.messages else None
+
+    def snapshot(self) -> LiveSnapshot:
+        with self._lock:
+            return LiveSnapshot(
+                done=self.done,
+                total=self.total,
+                unit=self.unit,
+                fraction=self.fraction,
+                rate=self.rate,
+                eta_s=self.eta_s,
+                bytes_written=self.bytes_written,
+                tokens_per_s=self.tokens_per_s,
+                remaining_bytes=self.remaining_bytes,
+                last_progress_t=self.last_progress_t,
+                last_message=self.last_message,
+                metrics={k: s.values() for k, s in self.metrics.items()},
+            )
+
+
+class EventTail:
+    """Follows one events.jsonl and feeds a `LiveStats`.
+
+    Contract: `poll() -> list[Event]` returns the events appended since the last poll (a line
+    still being written waits for the next poll) and feeds them to `stats`. Never raises: a
+    missing file gives []. A file that shrank below the saved offset (a new run reusing the
+    path) is read again from the start into a fresh `stats`. Thread-safe for one poller.
+    Reads use `pipeline.events.read_events`, which reads from the offset to the end.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], stats: LiveStats | None = None, window_s: float = 30.0) -> None:
+        self.path = os.fspath(path)
+        self.window_s = window_s
+        self.stats = stats if stats is not None else LiveStats(window_s)
+        self.offset = 0
+        self._lock = threading.Lock()
+
+    def poll(self) -> list[Event]:
+        with self._lock:
+            try:
+                size = os.stat(self.path).st_size
+            except OSError:
+                return []
+            if size < self.offset:
+                self.offset = 0
+                self.stats = LiveStats(self.window_s)
+            try:
+                events, self.offset = read_events(self.path, self.offset)
+            except Exception:  # noqa: BLE001 - unreadable now; try again next poll
+                return []
+            self.stats.feed(events)
+            return events

@@ -1,0 +1,127 @@
+"""LiveStats from synthetic events files: progress, rates, ETA, bytes, tokens, metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from console.core.livestats import EventTail, LiveStats
+from pipeline.events import Event, EventWriter
+
+
+def write(path: Path, *records: dict) -> None:
+    with open(path, "a") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+
+
+def progress(t: float, done: float, total: float | None = 1000, **extra) -> dict:
+    return {"t": t, "kind": "progress", "done": done, "total": total, "unit": "samples", **extra}
+
+
+def test_progress_rate_eta_from_event_times(tmp_path):
+    ev = tmp_path / "events.jsonl"
+    write(ev, *(progress(100.0 + s, 10 * s) for s in range(0, 21)))  # 10 samples/s
+    tail = EventTail(ev)
+    assert len(tail.poll()) == 21
+    st = tail.stats
+    assert (st.done, st.total, st.unit) == (200, 1000, "samples")
+    assert st.fraction == pytest.approx(0.2)
+    assert st.rate == pytest.approx(10.0)
+    assert st.eta_s == pytest.approx(80.0)
+    assert st.last_progress_t == 120.0
+
+
+def test_rate_uses_only_the_window(tmp_path):
+    st = LiveStats(window_s=10)
+    events = [Event(float(t), "progress", {"done": t * 100, "total": 10_000}) for t in range(0, 50)]
+    events += [Event(float(t), "progress", {"done": 4900 + (t - 49) * 5, "total": 10_000}) for t in range(50, 71)]
+    st.feed(events)
+    assert st.rate == pytest.approx(5.0)  # the slowdown shows, not the old average
+
+
+def test_bytes_written_and_remaining_estimated_from_artifacts(tmp_path):
+    ev = tmp_path / "events.jsonl"
+    write(ev, progress(0, 0, 100))
+    for i in range(25):
+        write(ev, {"t": i + 1, "kind": "artifact", "path": f"rows_0/{i}.safetensors", "bytes": 4_000_000})
+    write(ev, progress(26, 25, 100))
+    tail = EventTail(ev)
+    tail.poll()
+    assert tail.stats.bytes_written == 100_000_000
+    assert tail.stats.remaining_bytes == 300_000_000  # 4 MB per sample, 75 to go
+
+
+def test_reported_bytes_and_remaining_win_over_estimates():
+    st = LiveStats()
+    st.feed([
+        Event(0, "artifact", {"path": "a", "bytes": 5}),
+        Event(1, "progress", {"done": 10, "total": 20, "bytes_written": 1000, "bytes_remaining": 7777}),
+    ])
+    assert st.bytes_written == 1000 and st.remaining_bytes == 7777
+
+
+def test_tokens_per_second_reported_or_derived():
+    st = LiveStats()
+    st.feed([Event(float(t), "progress", {"done": t, "total": 100, "tokens": t * 2048}) for t in range(10)])
+    assert st.tokens_per_s == pytest.approx(2048.0)
+    st.feed([Event(10.0, "progress", {"done": 10, "total": 100, "tokens_per_s": 999.5})])
+    assert st.tokens_per_s == 999.5
+
+
+def test_metrics_become_series_and_messages_are_kept():
+    st = LiveStats()
+    st.feed([Event(float(s), "metric", {"name": "loss", "value": 5.0 / (s + 1), "step": s}) for s in range(600)])
+    st.feed([Event(601.0, "metric", {"name": "lr", "value": 1e-4}),
+             Event(602.0, "message", {"level": "warning", "text": "disk is slow"})])
+    loss = st.metrics["loss"].values()
+    assert len(loss) == 500 and loss[-1] == pytest.approx(5.0 / 600)
+    assert st.metrics["lr"].values() == [1e-4]
+    assert (st.last_message.level, st.last_message.text) == ("warning", "disk is slow")
+    snap = st.snapshot()
+    assert snap.metrics["lr"] == [1e-4] and snap.last_message.text == "disk is slow"
+
+
+def test_nothing_known_reads_as_none_and_odd_events_are_ignored():
+    st = LiveStats()
+    assert (st.done, st.fraction, st.rate, st.eta_s, st.bytes_written, st.tokens_per_s, st.remaining_bytes) == (None,) * 7
+    st.feed([Event(0, "progress", {"done": "lots"}), Event(0, "metric", {"name": 3, "value": 1}),
+             Event(0, "artifact", {"bytes": "big"}), Event(0, "unknown-kind", {})])
+    assert st.done is None and st.metrics == {}
+    st.feed([Event(1, "progress", {"done": 5, "total": None})])
+    assert st.done == 5 and st.fraction is None and st.eta_s is None
+
+
+def test_restarted_counter_restarts_the_rate():
+    st = LiveStats()
+    st.feed([Event(float(t), "progress", {"done": 100 * t, "total": 10_000}) for t in range(10)])
+    st.feed([Event(10.0 + t, "progress", {"done": 2 * t, "total": 10_000}) for t in range(5)])
+    assert st.rate == pytest.approx(2.0)
+
+
+def test_event_tail_is_incremental_and_waits_for_a_torn_line(tmp_path):
+    ev = tmp_path / "events.jsonl"
+    tail = EventTail(ev)
+    assert tail.poll() == []  # not created yet
+    with EventWriter(ev) as w:
+        w.progress(1, 10)
+    assert [e.get("done") for e in tail.poll()] == [1]
+    with open(ev, "a") as f:
+        f.write('{"t": 5, "kind": "progress", "done": 2, "tot')
+    assert tail.poll() == []
+    with open(ev, "a") as f:
+        f.write('al": 10}\n')
+    assert [e.get("done") for e in tail.poll()] == [2]
+    assert tail.stats.done == 2
+
+
+def test_event_tail_starts_over_when_the_file_is_replaced(tmp_path):
+    ev = tmp_path / "events.jsonl"
+    write(ev, *(progress(t, 100 + t) for t in range(50)))
+    tail = EventTail(ev)
+    tail.poll()
+    ev.write_text(json.dumps(progress(0, 3, 10)) + "\n")
+    tail.poll()
+    assert tail.stats.done == 3 and tail.stats.total == 10
