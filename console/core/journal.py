@@ -1,0 +1,89 @@
+"""The record of what happened and who decided it: `<state>/journal.jsonl`.
+
+Several processes append to it (the console, the CLI, every launcher), and any of them
+may be killed mid-write. Each record is one line sent with a single write() on an
+O_APPEND descriptor and fsynced before `append` returns, so a record that was reported
+written survives a crash, records never interleave, and the worst a crash leaves is a
+torn last line, which readers skip.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+FILE = "journal.jsonl"
+
+# Events the core writes; others are allowed, these are the ones readers can rely on.
+EVENTS = ("run_started", "run_ended", "checks", "override", "stop", "confirm", "verify")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+class Journal:
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.state_dir = Path(state_dir)
+
+    @property
+    def path(self) -> Path:
+        return self.state_dir / FILE
+
+    def append(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Write one record durably and return it. `t` is set here; `user` and `host` are
+        filled in unless the caller names them (an override records who gave it)."""
+        rec: dict[str, Any] = {"t": round(time.time(), 3), "event": event}
+        rec.update((k, v) for k, v in fields.items() if k != "t")
+        rec.setdefault("user", _user())
+        rec.setdefault("host", socket.gethostname())
+        line = json.dumps(rec, separators=(",", ":"), default=str, ensure_ascii=False) + "\n"
+        data = line.encode("utf-8")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A writer died mid-line: start on a fresh line so this record stays whole.
+                data = b"\n" + data
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return rec
+
+    def read(self, phase: str | None = None, limit: int | None = None,
+             events: set[str] | None = None) -> list[dict[str, Any]]:
+        """Records oldest first, optionally only one phase's or some events', at most the
+        last `limit`. A line that does not parse (a torn write) is skipped."""
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return []
+        out: list[dict[str, Any]] = []
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if not isinstance(rec, dict):
+                continue
+            if phase is not None and rec.get("phase") != phase:
+                continue
+            if events is not None and rec.get("event") not in events:
+                continue
+            out.append(rec)
+        if limit is not None:
+            out = out[-limit:] if limit > 0 else []
+        return out

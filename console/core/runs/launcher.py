@@ -1,0 +1,258 @@
+"""The process that owns one run: `python -m console.core.runs.launcher RUN_DIR [--lock-fd N]`.
+
+It lives in its own session, started by `manager.start_run`, so that a phase outlives the
+console or CLI that started it (and the SSH session around them). It holds the phase lock
+it inherited, writes `pid` before the phase starts, runs the phase with its output in
+`output.log`, writes `exit` atomically, and then verifies, records provenance and journals
+the end: a run is finished properly whether or not anyone is watching.
+
+Everything it has to say goes to its stderr, which the spawner pointed at `output.log`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from console.core.checks.result import CheckResult
+from console.core.runs import procs
+from console.core.runs.rundir import EVENTS_ENV, RUN_DIR_ENV, VERIFYING, ExitInfo, PidInfo, RunDir
+
+
+def log(msg: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[eagle3 {stamp}] {msg}", file=sys.stderr, flush=True)
+
+
+def _journal(rd: RunDir, event: str, **fields: Any) -> None:
+    """Journal from the launcher; a full disk must not turn a finished run into a crash."""
+    from console.core.journal import Journal
+
+    try:
+        Journal(rd.state_dir).append(event, **fields)
+    except OSError as e:
+        log(f"could not write the journal {rd.state_dir / 'journal.jsonl'}: {e}")
+
+
+# The three seams to modules written elsewhere; imported lazily so a launcher starts fast
+# and a broken module fails one run's verification, not the launcher. Tests replace them.
+
+def load_phase_config(argv: dict[str, Any]) -> tuple[Any, Any]:
+    """The config as it is now (reloaded from its file with the run's --set overrides) and
+    the run's phase in it."""
+    from console.core.config.loader import load_config
+
+    config = load_config(argv["config_path"], argv.get("overrides") or {})
+    return config, config.phase(argv["phase"])
+
+
+def run_verify_checks(specs: list[Any], config: Any, phase: Any) -> list[CheckResult]:
+    from console.core.checks.context import CheckContext
+    from console.core.checks.registry import run_checks
+
+    return run_checks(specs, CheckContext(config, phase))
+
+
+def record_provenance(config: Any, phase: Any, run_id: str) -> None:
+    from console.core.provenance import record_phase
+
+    record_phase(config, phase, run_id)
+
+
+def _failed(name: str, kind: str, message: str) -> CheckResult:
+    return CheckResult(name=name, kind=kind, severity="error", status="fail", message=message)
+
+
+def finish(rd: RunDir, argv: dict[str, Any], stopping: Callable[[], bool] = lambda: False) -> str:
+    """After exit 0: run the phase's verify checks, write verify.json, and record
+    provenance when they pass. Returns "passed", "failed" or "none" (no verify checks)."""
+    from console.core.config.model import CheckSpec
+
+    specs = [CheckSpec.from_json(d) for d in argv.get("verify") or []]
+    config = phase = None
+    load_error = None
+    try:
+        config, phase = load_phase_config(argv)
+    except Exception as e:  # noqa: BLE001 - any failure to load is the verification's failure
+        load_error = f"cannot reload the config {argv.get('config_path')}: {e}"
+
+    outcome = "none"
+    if specs:
+        rd.mark(VERIFYING)
+        log(f"verifying: {', '.join(s.name for s in specs)}")
+        if load_error is not None:
+            results = [_failed("config", "config", load_error)]
+        else:
+            try:
+                results = list(run_verify_checks(specs, config, phase))
+            except Exception as e:  # noqa: BLE001
+                results = [_failed("verify", "verify", f"the verify checks crashed: {type(e).__name__}: {e}")]
+        rd.write_verify(results)
+        passed = not any(r.blocking for r in results)
+        outcome = "passed" if passed else "failed"
+        for r in results:
+            log(f"  {r.status:4} {r.name}: {r.message}")
+        log(f"verify {outcome}")
+        _journal(rd, "verify", phase=rd.phase_id, run_id=rd.run_id, passed=passed,
+                 results=[r.to_json() for r in results])
+
+    if outcome == "failed":
+        return outcome
+    if stopping():
+        log("stopped during verification: provenance not recorded")
+    elif load_error is not None:
+        log(f"provenance not recorded: {load_error}")
+    else:
+        try:
+            record_provenance(config, phase, rd.run_id)
+        except Exception as e:  # noqa: BLE001 - provenance is advisory, the run stands
+            log(f"provenance not recorded: {type(e).__name__}: {e}")
+    return outcome
+
+
+def _child_env(rd: RunDir, additions: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in additions.items()})
+    env[EVENTS_ENV] = str(rd.events_jsonl)
+    env[RUN_DIR_ENV] = str(rd.path)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Launcher:
+    def __init__(self, rd: RunDir) -> None:
+        self.rd = rd
+        self.child: subprocess.Popen[bytes] | None = None
+        self.stop_requested = False
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested = True
+        self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        child = self.child
+        if child is not None and child.returncode is None:
+            try:
+                os.killpg(child.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def stopping(self) -> bool:
+        return self.stop_requested or self.rd.stopping_file.exists()
+
+    def run(self) -> int:
+        """Handlers (not SIG_IGN) so that the phase, after exec, gets default dispositions."""
+        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, lambda s, f: None)
+        try:
+            return self._run()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _run(self) -> int:
+        rd = self.rd
+        me = os.getpid()
+        mine = procs.start_time(me)
+        started = time.time()
+        rd.write_pid(PidInfo(pid=me, start_time=mine, started_at=started))
+        argv = rd.read_argv()
+        if argv is None:
+            raise RuntimeError(f"{rd.argv_json} is missing or not valid JSON: nothing to run")
+        phase_id = argv.get("phase", rd.phase_id)
+
+        code: int | None
+        sig: int | None = None
+        error = None
+        if self.stopping():
+            log(f"phase {phase_id} was stopped before it started")
+            code = None
+        else:
+            code, sig, error = self._run_child(argv, mine, started)
+        ended = time.time()
+        stopped = self.stopping()
+        exit_info = ExitInfo(code=code, signal=sig, ended_at=ended, stopped=stopped, error=error)
+        rd.write_exit(exit_info)
+        how = f"code {code}" if code is not None else (f"signal {sig}" if sig else "no code")
+        log(f"phase {phase_id} ended ({how}) after {ended - started:.1f}s" + (", stopped" if stopped else ""))
+
+        outcome = "none"
+        if code == 0 and not stopped:
+            outcome = finish(rd, argv, self.stopping)
+            if self.stopping():
+                stopped = True
+                rd.write_exit(ExitInfo(code=code, signal=sig, ended_at=ended, stopped=True))
+        _journal(rd, "run_ended", phase=phase_id, run_id=rd.run_id, code=code, signal=sig,
+                 stopped=stopped, duration_s=round(ended - started, 3), verify=outcome,
+                 **({"error": error} if error else {}))
+        return 0
+
+    def _run_child(self, argv: dict[str, Any], mine: float | None,
+                   started: float) -> tuple[int | None, int | None, str | None]:
+        rd = self.rd
+        cmd = [str(a) for a in argv["argv"]]
+        log(f"run {rd.run_id} of phase {argv.get('phase')}: {subprocess.list2cmdline(cmd)} (in {argv.get('cwd')})")
+        log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self.child = subprocess.Popen(
+                cmd, cwd=argv.get("cwd") or None, env=_child_env(rd, argv.get("env") or {}),
+                stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                process_group=0, close_fds=True,
+            )
+        except OSError as e:
+            msg = f"cannot start phase {argv.get('phase')}: {e}"
+            log(msg)
+            return (126 if isinstance(e, PermissionError) else 127), None, msg
+        finally:
+            os.close(log_fd)
+        child = self.child
+        try:
+            rd.write_pid(PidInfo(pid=os.getpid(), start_time=mine, child_pid=child.pid,
+                                 child_start_time=procs.start_time(child.pid), started_at=started))
+        except OSError as e:
+            log(f"could not record the phase pid {child.pid} in {rd.pid_file}: {e}")
+        if self.stop_requested:
+            self._forward(signal.SIGTERM)
+        rc = child.wait()
+        return (rc, None, None) if rc >= 0 else (None, -rc, None)
+
+
+def main(args: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m console.core.runs.launcher")
+    p.add_argument("run_dir")
+    p.add_argument("--lock-fd", type=int, default=None,
+                   help="the phase lock descriptor to hold until the run has ended")
+    ns = p.parse_args(args)
+    if ns.lock_fd is not None:
+        try:
+            os.set_inheritable(ns.lock_fd, False)
+        except OSError as e:
+            log(f"the phase lock descriptor {ns.lock_fd} is not open ({e}); running unlocked")
+    rd = RunDir(os.path.abspath(ns.run_dir))
+    launcher = Launcher(rd)
+    try:
+        return launcher.run()
+    except BaseException as e:  # noqa: BLE001 - the last word of a detached process goes to its log
+        log(f"launcher error: {type(e).__name__}: {e}")
+        traceback.print_exc(file=sys.stderr)
+        if rd.read_exit() is None and (launcher.child is None or launcher.child.poll() is not None):
+            try:
+                rd.write_exit(ExitInfo(code=None, signal=None, ended_at=time.time(),
+                                       stopped=launcher.stopping(), error=f"launcher error: {e}"))
+            except OSError as e2:
+                log(f"could not write {rd.exit_file}: {e2}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
