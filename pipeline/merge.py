@@ -1,0 +1,436 @@
+"""Merge chat datasets into one shuffled, tokenized training set with assistant-only masks.
+
+    python -m pipeline.merge --tokenizer PATH --out OUT.jsonl [--stats STATS.json]
+        [--max-len 512] [--on-long truncate|drop] [--seed 0] [--include SRC ...]
+        [--exclude SRC ...] [--workers N] SOURCE.jsonl|DIR ...
+
+Each record is rendered with the target's own chat template (the drafter must see exactly
+the token stream the target serves), masked to the assistant's text, and cut or dropped
+at --max-len. Tokenizing runs in worker processes over fixed chunks; the shuffle uses only
+the seed and the input order, so the output is byte-identical for any --workers. Output
+and stats are written to temporary names and renamed.
+
+Exit codes: 0 ok, 2 bad arguments or input (one line naming file, line and field),
+1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import sys
+import time
+from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from pipeline.chat_records import RecordError
+from pipeline.events import EventWriter
+from pipeline.loss_mask import METHOD_PREFIX_DIFF, default_method
+from pipeline.merge_chunks import (
+    Chunk,
+    ChunkResult,
+    EncodeSettings,
+    SourceCounts,
+    encode_chunk,
+    init_worker,
+    load_tokenizer,
+)
+
+
+class UsageError(Exception):
+    """Bad arguments or input: exit 2 with this one line."""
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    path: Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.merge",
+        description="Merge chat JSONL sources into one shuffled training set: token ids plus an "
+        "assistant-only loss mask per record, rendered with the target's chat template.",
+        epilog="A source's name is its file stem; a DIR stands for every *.jsonl in it. Give sources "
+        "before --include/--exclude, or end those lists with --.",
+    )
+    p.add_argument("sources", nargs="*", metavar="SOURCE", help="chat JSONL files or folders of them")
+    p.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer folder, or the target model folder")
+    p.add_argument("--out", required=True, type=Path, metavar="OUT.jsonl", help="merged dataset to write")
+    p.add_argument("--stats", type=Path, metavar="STATS.json", help="stats file (default: <out stem>.stats.json next to --out)")
+    p.add_argument("--max-len", type=int, default=512, metavar="N", help="longest record in tokens (default 512)")
+    p.add_argument(
+        "--on-long",
+        choices=("truncate", "drop"),
+        default="truncate",
+        help="what to do with a record longer than --max-len (default truncate)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--include", nargs="+", action="extend", default=[], metavar="SRC", help="keep only these sources")
+    p.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="SRC", help="leave these sources out")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(os.cpu_count() or 1, 8),
+        metavar="N",
+        help="tokenizer processes (default: CPU count, at most 8); output does not depend on it",
+    )
+    return p
+
+
+def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> list[Source]:
+    found: list[Source] = []
+    for arg in args:
+        path = Path(arg)
+        if path.is_dir():
+            files = sorted(path.glob("*.jsonl"))
+            if not files:
+                raise UsageError(f"source folder {arg} holds no *.jsonl files")
+            found += [Source(f.stem, f) for f in files]
+        elif path.is_file():
+            found.append(Source(path.stem, path))
+        else:
+            raise UsageError(f"source {arg} does not exist; pass a .jsonl file or a folder of them")
+    seen: dict[str, Path] = {}
+    for src in found:
+        if src.name in seen:
+            raise UsageError(f"two sources are named '{src.name}': {seen[src.name]} and {src.path}; rename one")
+        seen[src.name] = src.path
+    names = ", ".join(seen) or "none"
+    for flag, wanted in (("--include", include), ("--exclude", exclude)):
+        unknown = [w for w in wanted if w not in seen]
+        if unknown:
+            raise UsageError(f"{flag} names unknown source '{unknown[0]}'; the sources are: {names}")
+    if include:
+        found = [s for s in found if s.name in include]
+    found = [s for s in found if s.name not in exclude]
+    if not found:
+        raise UsageError(f"no sources left after --include/--exclude (sources: {names})")
+    return found
+
+
+def plan_chunks(sources: list[Source], chunk_samples: int) -> tuple[list[Chunk], int]:
+    """Split every source into runs of `chunk_samples` non-blank lines, by byte range."""
+    chunks: list[Chunk] = []
+    total = 0
+    for src in sources:
+        start = pos = 0
+        first_line = 1
+        n = 0
+        with open(src.path, "rb") as f:
+            for line_no, raw in enumerate(f, 1):
+                pos += len(raw)
+                if raw.strip():
+                    n += 1
+                if n == chunk_samples:
+                    chunks.append(Chunk(len(chunks), src.name, str(src.path), start, pos, first_line, n))
+                    total += n
+                    start, first_line, n = pos, line_no + 1, 0
+        if pos > start:
+            chunks.append(Chunk(len(chunks), src.name, str(src.path), start, pos, first_line, n))
+            total += n
+    return chunks, total
+
+
+def _count_lines(path: Path) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            n += block.count(b"\n")
+    return n + 1
+
+
+def check_tokenizer(path: str) -> tuple[Any, str]:
+    if not Path(path).exists():
+        raise UsageError(f"--tokenizer {path} does not exist; pass the tokenizer or target model folder")
+    try:
+        tokenizer = load_tokenizer(path)
+    except Exception as exc:
+        raise UsageError(f"--tokenizer {path}: cannot load a tokenizer from it ({type(exc).__name__}: {exc})") from None
+    if not isinstance(getattr(tokenizer, "chat_template", None), str) or not tokenizer.chat_template:
+        raise UsageError(f"--tokenizer {path} has no chat_template; merge renders every record with it")
+    method = default_method(tokenizer)
+    if method == METHOD_PREFIX_DIFF and not getattr(tokenizer, "is_fast", False):
+        raise UsageError(f"--tokenizer {path} is a slow tokenizer; loss masks need a fast one (tokenizer.json)")
+    return tokenizer, method
+
+
+class _Progress:
+    """Progress lines on stdout (every few seconds) and events (a few per second)."""
+
+    def __init__(self, total: int, events: EventWriter) -> None:
+        self.total, self.events = total, events
+        self.done = 0
+        self.started = time.monotonic()
+        self._printed = self._emitted = 0.0
+        self._last: tuple[int, int] = (-1, -1)  # done at the last event, at the last line
+
+    def add(self, n: int, final: bool = False) -> None:
+        self.done += n
+        now = time.monotonic()
+        if (final and self._last[0] != self.done) or now - self._emitted >= 0.25:
+            self.events.progress(self.done, self.total, unit="samples", stage="tokenize")
+            self._emitted, self._last = now, (self.done, self._last[1])
+        if (final and self._last[1] != self.done) or now - self._printed >= 2.0:
+            rate = self.done / max(now - self.started, 1e-9)
+            print(f"merge: tokenized {self.done}/{self.total} samples ({rate:.0f}/s)", flush=True)
+            self._printed, self._last = now, (self._last[0], self.done)
+
+
+def _run_chunks(
+    chunks: list[Chunk], settings: EncodeSettings, tokenizer: Any, workers: int, progress: _Progress
+) -> list[ChunkResult]:
+    results: list[ChunkResult | None] = [None] * len(chunks)
+    if workers <= 1 or len(chunks) <= 1:
+        init_worker(settings, tokenizer)
+        for chunk in chunks:
+            res = encode_chunk(chunk)
+            results[chunk.index] = res
+            if res.error is not None:
+                raise res.error
+            progress.add(res.counts.read)
+        return results  # type: ignore[return-value]
+    # fork hands every worker the loaded tokenizer at no cost; it is safe here because the
+    # parent has not yet run tokenizers' thread pool (a spawned worker would spend seconds
+    # importing transformers).
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    initargs = (settings, tokenizer) if ctx.get_start_method() == "fork" else (settings,)
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker, initargs=initargs) as pool:
+        pending = {pool.submit(encode_chunk, c) for c in chunks}
+        first_error: RecordError | None = None
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                res = fut.result()
+                results[res.index] = res
+                progress.add(res.counts.read)
+                if res.error is not None and first_error is None:
+                    first_error = res.error
+            if first_error is not None:
+                for fut in pending:
+                    fut.cancel()
+                break
+    errors = [r.error for r in results if r is not None and r.error is not None]
+    if errors:
+        raise errors[0]  # the earliest chunk's, so the message does not depend on timing
+    return results  # type: ignore[return-value]
+
+
+class _PartReader:
+    """Random reads from many part files with a bounded number of open descriptors."""
+
+    def __init__(self, limit: int = 128) -> None:
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._limit = limit
+
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        fd = self._fds.pop(path, None)
+        if fd is None:
+            if len(self._fds) >= self._limit:
+                os.close(self._fds.popitem(last=False)[1])
+            fd = os.open(path, os.O_RDONLY)
+        self._fds[path] = fd
+        return os.pread(fd, length, offset)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _shuffled_entries(results: list[ChunkResult], seed: int) -> list[tuple[str, int, int]]:
+    entries = [(r.part, off, n) for r in results for off, n in r.entries]
+    random.Random(seed).shuffle(entries)
+    return entries
+
+
+def _write_merged(out: Path, entries: list[tuple[str, int, int]]) -> str:
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    digest = hashlib.sha256()
+    reader = _PartReader()
+    try:
+        with open(tmp, "wb") as f:
+            for part, off, n in entries:
+                blob = reader.read(part, off, n)
+                digest.update(blob)
+                f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    finally:
+        reader.close()
+        if tmp.exists():
+            tmp.unlink()
+    return digest.hexdigest()
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def default_stats_path(out: Path) -> Path:
+    return out.with_name(f"{out.stem}.stats.json")
+
+
+def _report_drops(
+    name: str, c: SourceCounts, examples: list[str], max_len: int, on_long: str, events: EventWriter
+) -> None:
+    notes: list[str] = []
+    if c.dropped_too_long:
+        how = "dropped" if on_long == "drop" else "dropped (no assistant tokens left after truncation)"
+        notes.append(f"{c.dropped_too_long} of {c.read} samples longer than --max-len {max_len} {how}")
+    if c.dropped_empty_mask:
+        notes.append(
+            f"{c.dropped_empty_mask} samples have no assistant tokens to learn, dropped (e.g. {', '.join(examples)})"
+        )
+    if c.read and not c.records:
+        notes.append("the source contributes no records")
+    for note in notes:
+        print(f"merge: warning: {name}: {note}", flush=True)
+        events.message(f"{name}: {note}", level="warning", source=name)
+
+
+def merge(args: argparse.Namespace, events: EventWriter) -> dict:
+    if args.max_len < 1:
+        raise UsageError(f"--max-len must be at least 1, got {args.max_len}")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if not args.sources:
+        trailing = (args.include or args.exclude or [None])[-1]
+        hint = ""
+        if trailing is not None and Path(trailing).exists():
+            hint = f" ('{trailing}' was read as a source name: put sources before --include/--exclude or end them with --)"
+        raise UsageError(f"no SOURCE given{hint}")
+    sources = resolve_sources(args.sources, args.include, args.exclude)
+    tokenizer, method = check_tokenizer(args.tokenizer)
+    out: Path = args.out
+    stats_path: Path = args.stats or default_stats_path(out)
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; pass a file path such as {out / 'train.jsonl'}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stats_path.parent.mkdir(parents=True, exist_ok=True)
+
+    workers = args.workers
+    print(
+        f"merge: {len(sources)} source{'s' if len(sources) != 1 else ''} ({', '.join(s.name for s in sources)}), max-len {args.max_len}, "
+        f"on-long {args.on_long}, mask {method}, {workers} worker{'s' if workers != 1 else ''}",
+        flush=True,
+    )
+    lines = sum(_count_lines(s.path) for s in sources)
+    chunks, total = plan_chunks(sources, max(16, min(1000, -(-lines // (workers * 4)))))
+    events.progress(0, total, unit="samples", stage="tokenize")
+
+    parts_dir = out.with_name(f".{out.name}.parts-{os.getpid()}")
+    if parts_dir.exists():
+        shutil.rmtree(parts_dir)
+    parts_dir.mkdir()
+    try:
+        settings = EncodeSettings(args.tokenizer, method, args.max_len, args.on_long, str(parts_dir))
+        progress = _Progress(total, events)
+        results = _run_chunks(chunks, settings, tokenizer, workers, progress)
+        progress.add(0, final=True)
+
+        per_source: dict[str, SourceCounts] = {s.name: SourceCounts() for s in sources}
+        examples: dict[str, list[str]] = {s.name: [] for s in sources}
+        for chunk, res in zip(chunks, results):
+            per_source[chunk.source].add(res.counts)
+            examples[chunk.source] += res.empty_examples
+        for name, c in per_source.items():
+            _report_drops(name, c, examples[name][:3], args.max_len, args.on_long, events)
+
+        kept = sum(c.records for c in per_source.values())
+        if kept == 0:
+            too_long = sum(c.dropped_too_long for c in per_source.values())
+            empty = sum(c.dropped_empty_mask for c in per_source.values())
+            raise UsageError(
+                f"every sample was dropped ({too_long} too long, {empty} with no assistant tokens); "
+                f"nothing written to {out}. Raise --max-len or use --on-long truncate"
+            )
+        sha = _write_merged(out, _shuffled_entries(results, args.seed))
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+
+    stats = {
+        "records": kept,
+        "tokens": sum(c.tokens for c in per_source.values()),
+        "loss_tokens": sum(c.loss_tokens for c in per_source.values()),
+        "max_len": args.max_len,
+        "on_long": args.on_long,
+        "seed": args.seed,
+        "tokenizer": args.tokenizer,
+        "mask_method": method,
+        "sources": {
+            name: {
+                "records": c.records,
+                "tokens": c.tokens,
+                "loss_tokens": c.loss_tokens,
+                "read": c.read,
+                "dropped_too_long": c.dropped_too_long,
+                "dropped_empty_mask": c.dropped_empty_mask,
+                "truncated": c.truncated,
+            }
+            for name, c in per_source.items()
+        },
+        "dropped": sum(c.dropped_too_long + c.dropped_empty_mask for c in per_source.values()),
+        "truncated": sum(c.truncated for c in per_source.values()),
+        "dataset_sha256": sha,
+    }
+    _write_json_atomic(stats_path, stats)
+    events.artifact(str(out), bytes=out.stat().st_size, records=kept)
+    events.artifact(str(stats_path), bytes=stats_path.stat().st_size)
+    for line in _summary(stats):
+        print(line, flush=True)
+    return stats
+
+
+def _summary(stats: dict) -> Iterator[str]:
+    yield f"merge: {'source':<20} {'records':>8} {'tokens':>10} {'loss':>10} {'dropped':>8} {'truncated':>9}"
+    for name, s in stats["sources"].items():
+        dropped = s["dropped_too_long"] + s["dropped_empty_mask"]
+        yield (
+            f"merge: {name:<20} {s['records']:>8} {s['tokens']:>10} {s['loss_tokens']:>10} "
+            f"{dropped:>8} {s['truncated']:>9}"
+        )
+    yield (
+        f"merge: {'total':<20} {stats['records']:>8} {stats['tokens']:>10} {stats['loss_tokens']:>10} "
+        f"{stats['dropped']:>8} {stats['truncated']:>9}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    started = time.monotonic()
+    try:
+        with EventWriter.from_env() as events:
+            merge(args, events)
+    except (UsageError, RecordError) as exc:
+        print(f"merge: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("merge: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the program's edge: one line, no traceback
+        print(f"merge: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"merge: wrote {args.out} in {time.monotonic() - started:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
