@@ -1,0 +1,82 @@
+"""What a check may look at besides its argument: the config (to resolve relative
+paths against its folder and find the phase that produces a file) and one GPU reading
+shared by every GPU check of a run."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from console.core.config.model import Config, Phase
+from console.core.telemetry.samples import GpuReading
+
+
+def _nvml_reading() -> GpuReading:
+    """One NVML poll through the telemetry source, imported only when a GPU check runs."""
+    try:
+        from console.core.telemetry.nvml import NvmlGpuSource
+    except ImportError as e:
+        return GpuReading(t=time.time(), error=f"no GPU reading available: the NVML reader "
+                                               f"cannot be loaded ({e})")
+    source = None
+    try:
+        source = NvmlGpuSource()
+        return source.read()
+    except Exception as e:  # the source should never raise; a check must not crash on it
+        return GpuReading(t=time.time(), error=f"no GPU reading available: {type(e).__name__}: {e}")
+    finally:
+        if source is not None:
+            try:
+                source.close()
+            except Exception:
+                pass
+
+
+class CheckContext:
+    def __init__(self, config: Config, phase: Phase | None = None,
+                 gpu_reader: Callable[[], GpuReading] | None = None) -> None:
+        self.config = config
+        self.phase = phase
+        self._gpu_reader = gpu_reader or _nvml_reading
+        self._gpu_lock = threading.Lock()
+        self._gpus: GpuReading | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.config.root
+
+    def resolve(self, p: str | os.PathLike[str]) -> Path:
+        return self.config.resolve(p)
+
+    def env(self) -> dict[str, str]:
+        """The environment a check's subprocess gets: the console's plus the phase's additions."""
+        env = dict(os.environ)
+        if self.phase is not None:
+            env.update(self.phase.env)
+        return env
+
+    def read_gpus(self) -> GpuReading:
+        """One reading per context, so gpu_free_memory and gpus_idle see the same moment."""
+        with self._gpu_lock:
+            if self._gpus is None:
+                try:
+                    self._gpus = self._gpu_reader()
+                except Exception as e:
+                    self._gpus = GpuReading(t=time.time(), error=f"GPU reading failed: {type(e).__name__}: {e}")
+            return self._gpus
+
+    def producer_of(self, path: Path) -> Phase | None:
+        """The phase that declares `path` (or a folder holding it) among its outputs."""
+        target = Path(os.path.abspath(path))
+        inside: Phase | None = None
+        for ph in self.config.phases:
+            for out in ph.outputs:
+                o = Path(os.path.abspath(self.resolve(out)))
+                if o == target:
+                    return ph
+                if inside is None and o in target.parents:
+                    inside = ph
+        return inside

@@ -1,0 +1,219 @@
+"""patch_applied: every hunk of a unified diff is present in the installed files (the
+SGLang hidden-state patch, typically). Pure Python: each hunk's after-lines must appear
+contiguously in its target file; a hunk that is missing is told apart as "not applied"
+(its before-lines are there) or "the file differs from both"."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from console.core.checks.context import CheckContext
+from console.core.checks.kind import Field, Kind, Outcome
+from console.core.checks.python import find_module, package_dir
+
+DEV_NULL = "/dev/null"
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class PatchFormatError(ValueError):
+    pass
+
+
+@dataclass
+class Hunk:
+    header: str
+    before: list[str] = field(default_factory=list)
+    after: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FilePatch:
+    old: str
+    new: str
+    hunks: list[Hunk] = field(default_factory=list)
+
+
+def _header_path(rest: str) -> str:
+    path = rest.split("\t", 1)[0].strip()
+    if len(path) >= 2 and path[0] == path[-1] == '"':
+        path = path[1:-1]
+    return path
+
+
+def parse_unified_diff(text: str) -> list[FilePatch]:
+    """The file patches of a unified diff (git's extended headers are skipped)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    files: list[FilePatch] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            files.append(FilePatch(_header_path(line[4:]), _header_path(lines[i + 1][4:])))
+            i += 2
+            continue
+        m = _HUNK.match(line)
+        if m:
+            if not files:
+                raise PatchFormatError(f"line {i + 1}: a hunk before any ---/+++ file header")
+            old_n = int(m.group(2)) if m.group(2) is not None else 1
+            new_n = int(m.group(4)) if m.group(4) is not None else 1
+            hunk = Hunk(m.group(0))
+            i += 1
+            while old_n > 0 or new_n > 0:
+                if i >= len(lines):
+                    raise PatchFormatError(f"the diff ends inside hunk {line!r}")
+                body = lines[i]
+                tag, content = (body[:1], body[1:]) if body else (" ", "")
+                if tag == " ":
+                    hunk.before.append(content)
+                    hunk.after.append(content)
+                    old_n -= 1
+                    new_n -= 1
+                elif tag == "-":
+                    hunk.before.append(content)
+                    old_n -= 1
+                elif tag == "+":
+                    hunk.after.append(content)
+                    new_n -= 1
+                elif tag != "\\":
+                    raise PatchFormatError(f"line {i + 1}: {body[:60]!r} does not belong in hunk {line!r}")
+                if old_n < 0 or new_n < 0:
+                    raise PatchFormatError(f"line {i + 1}: hunk {line!r} has more lines than its header says")
+                i += 1
+            while i < len(lines) and lines[i].startswith("\\"):
+                i += 1
+            files[-1].hunks.append(hunk)
+            continue
+        i += 1
+    return files
+
+
+def strip_path(path: str, strip: int) -> str:
+    parts = [p for p in path.split("/") if p]
+    return "/".join(parts[strip:]) if len(parts) > strip else parts[-1] if parts else path
+
+
+def _contains(lines: list[str], seq: list[str]) -> bool:
+    n = len(seq)
+    if n == 0:
+        return True
+    first = seq[0]
+    for start in range(len(lines) - n + 1):
+        if lines[start] == first and lines[start:start + n] == seq:
+            return True
+    return False
+
+
+def _hunk_state(lines: list[str], h: Hunk) -> str:
+    """'applied', 'not applied' or 'differs'."""
+    if h.after:
+        if _contains(lines, h.after):
+            return "applied"
+    elif not _contains(lines, h.before):
+        return "applied"  # a hunk that deletes everything it names
+    return "not applied" if h.before and _contains(lines, h.before) else "differs"
+
+
+def _root(args: dict[str, Any], ctx: CheckContext) -> tuple[Path | None, str | None, dict[str, Any]]:
+    if args.get("root"):
+        return ctx.resolve(args["root"]), None, {}
+    if args.get("module"):
+        answer = find_module(args["module"], args.get("python"), ctx)
+        pkg = package_dir(answer) if answer.get("found") else None
+        if pkg is None:
+            who = answer.get("python") or "this interpreter"
+            return None, f"cannot find module {args['module']} with {who}: {answer.get('error')}", answer
+        return pkg.parent, None, {"module_origin": answer.get("origin"), "module_version": answer.get("version")}
+    return ctx.root, None, {}
+
+
+def run_patch_applied(args: dict[str, Any], ctx: CheckContext) -> Outcome:
+    patch_path = ctx.resolve(args["patch"])
+    ev: dict[str, Any] = {"patch": str(patch_path)}
+    try:
+        text = patch_path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        return Outcome(False, f"cannot read the patch {patch_path}: {e.strerror or e}", ev)
+    try:
+        files = parse_unified_diff(text)
+    except PatchFormatError as e:
+        return Outcome(False, f"{patch_path} is not a valid unified diff: {e}", ev)
+    if not files:
+        return Outcome(False, f"{patch_path} has no file changes (is it a unified diff?)", ev)
+    root, why, extra = _root(args, ctx)
+    ev.update({k: v for k, v in extra.items() if v is not None and k in ("module_origin", "module_version")})
+    if root is None:
+        return Outcome(False, why or "no root", ev)
+    ev["root"] = str(root)
+    strip = args["strip"]
+    total = sum(max(1, len(f.hunks)) for f in files)
+    applied = 0
+    checked: list[str] = []
+    first: dict[str, Any] | None = None
+    for fp in files:
+        deleting = fp.new == DEV_NULL
+        rel = strip_path(fp.old if deleting else fp.new, strip)
+        target = root / rel
+        checked.append(rel)
+        if deleting:
+            if target.exists():
+                first = first or {"file": rel, "why": "not applied: the patch deletes it, and it still exists"}
+            else:
+                applied += 1
+            continue
+        try:
+            lines = target.read_text(encoding="utf-8", errors="replace").split("\n")
+        except FileNotFoundError:
+            why = "not applied: the patch creates it" if fp.old == DEV_NULL else "the file does not exist"
+            first = first or {"file": rel, "why": why}
+            continue
+        except OSError as e:
+            first = first or {"file": rel, "why": f"cannot read it: {e.strerror or e}"}
+            continue
+        lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+        if lines and lines[-1] == "":
+            lines.pop()
+        if not fp.hunks:
+            applied += 1
+            continue
+        for n, h in enumerate(fp.hunks, start=1):
+            state = _hunk_state(lines, h)
+            if state == "applied":
+                applied += 1
+            elif first is None:
+                why = ("not applied: its original lines are still there" if state == "not applied"
+                       else "the file differs from both the patch's original and patched lines")
+                first = {"file": rel, "hunk": n, "hunks_in_file": len(fp.hunks), "header": h.header, "why": why}
+    ev.update(files=checked, hunks_applied=applied, hunks_total=total)
+    if first is not None:
+        ev["first_failure"] = first
+        where = first["file"]
+        if "hunk" in first:
+            where += f" hunk {first['hunk']}/{first['hunks_in_file']} ({first['header']})"
+        return Outcome(False, f"{where}: {first['why']}; {applied}/{total} hunks applied", ev)
+    nfiles = len(checked)
+    return Outcome(True, f"{patch_path.name}: all {total} hunks applied in {nfiles} "
+                         f"file{'s' if nfiles != 1 else ''} under {root}", ev)
+
+
+def _cross(a: dict[str, Any]) -> str | None:
+    if a.get("root") and a.get("module"):
+        return "give root or module, not both"
+    if a.get("python") and not a.get("module"):
+        return "python is used only with module (the interpreter that finds it)"
+    return None
+
+
+KINDS = (
+    Kind("patch_applied",
+         {"patch": Field("path", required=True), "root": Field("path"), "module": Field("module"),
+          "python": Field("path"), "strip": Field("count", default=1)},
+         run_patch_applied, lambda a: Path(a["patch"]).name, scalar="patch", cross=_cross,
+         budget=lambda a: 35.0 if a.get("python") else 0.0),
+)
