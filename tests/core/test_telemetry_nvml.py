@@ -85,6 +85,28 @@ def test_failing_gpu_gives_none_fields_and_others_still_read(monkeypatch):
     assert r.gpus[0].utilization == 10.0 and r.gpus[2].utilization == 30.0
 
 
+def test_memory_used_leaves_out_driver_reserved_memory_when_the_driver_can_say():
+    fake = fake_pynvml(n=1, broken=())
+    fake.nvmlMemory_v2 = 0x02000028
+
+    def info(h, version=None):
+        if version == fake.nvmlMemory_v2:
+            return SimpleNamespace(total=80 << 30, reserved=600 << 20, used=0, free=(80 << 30) - (600 << 20))
+        return SimpleNamespace(total=80 << 30, used=600 << 20, free=0)
+
+    fake.nvmlDeviceGetMemoryInfo = info
+    assert NvmlGpuSource(nvml=fake).read().gpus[0].memory_used == 0  # idle GPU reads idle
+
+    def v1_only(h, version=None):
+        if version is not None:
+            raise NVMLError("Function Not Found")  # an older driver
+        return info(h)
+
+    fake.nvmlDeviceGetMemoryInfo = v1_only
+    src = NvmlGpuSource(nvml=fake)
+    assert [src.read().gpus[0].memory_used for _ in range(2)] == [600 << 20, 600 << 20]
+
+
 def test_handles_are_cached_between_reads():
     fake = fake_pynvml(n=2, broken=())
     src = NvmlGpuSource(nvml=fake)

@@ -68,7 +68,8 @@ class NvmlGpuSource:
       Init is retried at most every `retry_s` seconds; reads in between return the cached
       error with a fresh `t`.
     - Any single field that fails is None; if both process queries fail, `processes=()` and
-      `processes_unknown=True`. Power is in watts, memory in bytes, temperature in Celsius.
+      `processes_unknown=True`. Power is in watts, memory in bytes, temperature in Celsius;
+      `memory_used` excludes the driver's reserved memory where NVML can say (as nvidia-smi).
     - `close()` shuts NVML down; a later `read()` initialises it again.
 
     `nvml` injects a module with pynvml's API (tests); `clock` is wall time for `t`,
@@ -92,6 +93,7 @@ class NvmlGpuSource:
         self._failed_at: float | None = None
         self._handles: list[Any] = []
         self._driver: str | None = None
+        self._mem_v2: bool | None = None  # None: not tried yet
 
     def read(self) -> GpuReading:
         try:
@@ -165,7 +167,7 @@ class NvmlGpuSource:
         if h is None:
             return GpuSample(index, None, None, None, None, None, None, None, None, (), True)
         util = _query(nvml.nvmlDeviceGetUtilizationRates, h)
-        mem = _query(nvml.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory(h)
         temp = _query(nvml.nvmlDeviceGetTemperature, h, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         processes, unknown = self._processes(h)
         return GpuSample(
@@ -181,6 +183,23 @@ class NvmlGpuSource:
             processes=processes,
             processes_unknown=unknown,
         )
+
+    def _memory(self, handle: Any) -> Any:
+        """Memory info v2 where the driver has it: its `used` leaves out the driver's reserved
+        memory, so an idle GPU reads 0 as in nvidia-smi (v1 reports ~600 MiB on an H200)."""
+        nvml = self._nvml
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None and self._mem_v2 is not False:
+            mem = _query(nvml.nvmlDeviceGetMemoryInfo, handle, version)
+            if mem is not None:
+                self._mem_v2 = True
+                return mem
+            if self._mem_v2 is True:
+                return None  # v2 works on this driver: this GPU is failing
+        mem = _query(nvml.nvmlDeviceGetMemoryInfo, handle)
+        if mem is not None and version is not None:
+            self._mem_v2 = False
+        return mem
 
     def _processes(self, handle: Any) -> tuple[tuple[GpuProcess, ...], bool]:
         nvml = self._nvml
