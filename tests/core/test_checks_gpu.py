@@ -109,3 +109,13 @@ def test_gpus_idle_cannot_tell_when_nothing_is_readable(tmp_path):
 def test_bad_gpu_arguments(kind, arg, problem):
     msg = validate(kind, arg)
     assert msg is not None and problem in msg
+
+
+def test_default_reader_without_the_nvml_module_fails_clearly(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "console.core.telemetry.nvml", None)  # import raises ImportError
+    cfg = Config(path=tmp_path / "eagle3.yaml", name="t", vars={}, state_dir=tmp_path / "state", volumes=(),
+                 phases=(), fingerprint="f")
+    r = check("gpus_idle", None, CheckContext(cfg))
+    assert r.status == "fail" and "no GPU reading available" in r.message

@@ -7,7 +7,6 @@ few lines are parsed: that is where a truncated write or a stray header shows up
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
