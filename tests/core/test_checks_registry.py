@@ -124,7 +124,7 @@ def test_unoverridden_error_blocks_and_warning_does_not(tmp_path):
 
 def test_bad_argument_at_run_time_is_a_failure_not_an_exception(tmp_path):
     r, unknown = run_checks([CheckSpec("port_free", "http", "p"), CheckSpec("exist", "/", "typo")], ctx_for(tmp_path))
-    assert r.status == "fail" and r.message.startswith("bad argument: port_free.port must be a whole number")
+    assert r.status == "fail" and r.message.startswith("bad argument: port must be a whole number")
     assert unknown.status == "fail" and "did you mean 'exists'" in unknown.message
 
 

@@ -4,6 +4,7 @@ folder with the phase's environment, never through a shell."""
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Any
 
 from console.core.checks.context import CheckContext
@@ -15,7 +16,7 @@ TAIL_LINES = 10
 
 def run_command(args: dict[str, Any], ctx: CheckContext) -> Outcome:
     argv, expect, timeout = args["argv"], args["expect"], args["timeout"]
-    shown = " ".join(argv)
+    shown = shlex.join(argv)
     done = run_bounded(argv, ctx.root, timeout, env=ctx.env())
     ev: dict[str, Any] = {"argv": argv, "cwd": str(ctx.root), "expected_exit": expect}
     if done.error:

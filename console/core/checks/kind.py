@@ -281,7 +281,7 @@ class Kind:
             k = unknown[0]
             close = difflib.get_close_matches(k, list(self.fields), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ArgError(f"{self.name}: unknown key '{k}'{hint}; it takes {self.shape()}")
+            raise ArgError(f"unknown key '{k}'{hint}; {self.name} takes {self.shape()}")
         out: dict[str, Any] = {}
         for key, f in self.fields.items():
             if key not in raw or raw[key] is None:
@@ -289,11 +289,11 @@ class Kind:
                     raise ArgError(f"{self.name} needs {self.shape()}; '{key}' is missing")
                 out[key] = f.default
                 continue
-            out[key] = COERCE[f.type](raw[key], f"{self.name}.{key}")
+            out[key] = COERCE[f.type](raw[key], key)
         if self.cross:
             problem = self.cross(out)
             if problem:
-                raise ArgError(f"{self.name}: {problem}")
+                raise ArgError(problem)
         return out
 
 

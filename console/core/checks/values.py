@@ -4,6 +4,7 @@ number, or the JSON a program prints (`python -m pipeline.extract --estimate --j
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -36,7 +37,7 @@ def _command(name: str, entry: Mapping[str, Any], ctx: CheckContext) -> Any:
     argv = list(entry["command"])
     timeout = float(entry.get("timeout") or COMMAND_TIMEOUT)
     done = run_bounded(argv, ctx.root, timeout, env=ctx.env())
-    shown = " ".join(argv)
+    shown = shlex.join(argv)
     if done.error:
         raise ValueSourceError(f"value '{name}': {done.error}")
     if done.timed_out:
