@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from console.core.expr import check_need
+from console.core.expr import ExprError, check_expression, check_need, references
 from console.core.sizes import parse_size
 
 if TYPE_CHECKING:
@@ -164,8 +164,6 @@ def _as_need(value: Any, what: str) -> Any:
 
 def _as_amount(value: Any, what: str) -> Any:
     """A number, or an expression over named values evaluated when the check runs."""
-    from console.core.expr import ExprError, check_expression
-
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -308,15 +306,12 @@ def short_path(p: str, limit: int = 40) -> str:
 
 def names_check(exprs: list[Any], values: Mapping[str, Any] | None) -> str | None:
     """Each name an expression reads must be a defined value (caught at load time)."""
-    from console.core.expr import ExprError, references
-    from console.core.sizes import parse_size as _size
-
     defined = set(values or {})
     for text in exprs:
         if not isinstance(text, str):
             continue
         try:
-            _size(text)
+            parse_size(text)
             continue
         except ValueError:
             pass
