@@ -1,0 +1,87 @@
+"""Each configured volume's used/free/total, its write rate and when it fills at that
+rate; a loud line when a running phase still has more to write than fits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.content import Content
+from textual.widget import Widget
+
+from console.core.telemetry.history import VolumeForecast
+from console.core.telemetry.samples import DiskReading
+from console.ui.messages import SpaceNeed
+from console.ui.render import bar, fit, fmt_bytes, fmt_duration, fmt_pair
+
+
+class DiskPanel(Widget):
+    DEFAULT_CSS = "DiskPanel { height: auto; }"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.reading: DiskReading | None = None
+        self.forecasts: dict[str, VolumeForecast] = {}
+        self.needs: dict[str, SpaceNeed] = {}
+
+    def show(self, reading: DiskReading, forecasts: dict[str, VolumeForecast],
+             needs: dict[str, SpaceNeed]) -> None:
+        self.reading, self.forecasts, self.needs = reading, forecasts, needs
+        self.set_class(bool(self.warnings()), "-warning")
+        self.refresh(layout=True)
+
+    def warnings(self) -> list[tuple[str, SpaceNeed, VolumeForecast]]:
+        out = []
+        for path, need in self.needs.items():
+            f = self.forecasts.get(path)
+            if f is not None and f.will_fit(need.bytes) is False:
+                out.append((path, need, f))
+        return out
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        if self.reading is None:
+            return 1
+        return max(1, len(self.reading.volumes)) + len(self.warnings())
+
+    def render(self) -> Content:
+        if self.reading is None:
+            return Content.styled("reading volumes…", "$text-muted")
+        if not self.reading.volumes:
+            return Content.styled("no volumes configured", "$text-muted")
+        width = self.content_region.width or self.size.width or 40
+        lines = [self._line(v, width) for v in self.reading.volumes]
+        for path, need, f in self.warnings():
+            lines.append(Content.assemble(
+                ("⚠ WILL NOT FIT: ", "bold $error"),
+                (fit(f"{', '.join(need.phases)} still writes {fmt_bytes(need.bytes)}, "
+                     f"{fmt_bytes(f.free)} free on {path}", width - 16), "$error"),
+            ))
+        return Content("\n").join(lines)
+
+    def _line(self, v: Any, width: int) -> Content:
+        path_w = max(8, min(28, width // 4))
+        if v.error is not None:
+            return Content.assemble(fit(v.path, path_w), " ", ("⚠ " + v.error, "$warning"))
+        f = self.forecasts.get(v.path)
+        frac = v.used / v.total if v.used is not None and v.total else None
+        rate = f.rate if f else None
+        if rate is None:
+            rate_s = "—"
+        elif abs(rate) < 1e3:
+            rate_s = "idle"
+        else:
+            rate_s = ("+" if rate > 0 else "−") + fmt_bytes(abs(rate)) + "/s"
+        full = ""
+        if f is not None and f.time_to_full is not None:
+            full = f"full in {fmt_duration(f.time_to_full)}" if width >= 60 else f"full {fmt_duration(f.time_to_full)}"
+        bar_w = 10 if width >= 70 else 6
+        style = "$error" if frac is not None and frac > 0.95 else (
+            "$warning" if frac is not None and frac > 0.85 else "$primary")
+        free = (f"free {fmt_bytes(v.free)} ", "$text-muted") if width >= 70 else ""
+        head = Content.assemble(
+            fit(v.path, path_w), " ", bar(frac, bar_w, style), " ",
+            fmt_pair(v.used, v.total).rjust(9), " ", free,
+        )
+        tail_w = max(0, width - head.cell_length)
+        tail = f"{rate_s} {full}".strip()
+        full_style = "$warning" if f and f.time_to_full is not None and f.time_to_full < 6 * 3600 else "$text-muted"
+        return Content.assemble(head, (fit(tail, tail_w), full_style))

@@ -1,0 +1,103 @@
+"""Per GPU: name, utilization with a 60-second sparkline, memory, temperature, power
+against its limit, and which phase owns the processes on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.content import Content
+from textual.widget import Widget
+
+from console.core.telemetry.history import GpuHistory
+from console.core.telemetry.samples import GpuReading, GpuSample
+from console.ui.render import fit, fmt_pair, sparkline
+
+HISTORY = 60
+
+
+class GpuPanel(Widget):
+    DEFAULT_CSS = "GpuPanel { height: auto; }"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.reading: GpuReading | None = None
+        self.owners: dict[int, str] = {}
+        self.history = GpuHistory(seconds=HISTORY)
+
+    def show(self, reading: GpuReading, owners: dict[int, str]) -> None:
+        self.reading = reading
+        self.owners = owners
+        self.history.add(reading)
+        names = {g.name for g in reading.gpus if g.name}
+        title = "GPU"
+        if reading.error is None and reading.gpus:
+            title = f"GPU · {len(reading.gpus)}× {names.pop() if len(names) == 1 else 'mixed'}"
+            if reading.driver:
+                title += f" · driver {reading.driver}"
+        self.border_title = title
+        self.refresh(layout=True)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        if self.reading is None or self.reading.error is not None or not self.reading.gpus:
+            return 1
+        return len(self.reading.gpus)
+
+    def render(self) -> Content:
+        r = self.reading
+        if r is None:
+            return Content.styled("reading GPUs…", "$text-muted")
+        if r.error is not None:
+            return Content.assemble(("⚠ ", "$warning"), (r.error, "$text-muted"))
+        if not r.gpus:
+            return Content.styled("no GPUs found", "$text-muted")
+        width = self.content_region.width or self.size.width or 40
+        return Content("\n").join(self._line(g, width) for g in r.gpus)
+
+    def owner_of(self, g: GpuSample) -> str:
+        if getattr(g, "processes_unknown", False):
+            return "?"
+        phases: list[str] = []
+        others = 0
+        for p in g.processes:
+            ph = self.owners.get(p.pid)
+            if ph is None:
+                others += 1
+            elif ph not in phases:
+                phases.append(ph)
+        out = ",".join(phases)
+        if others:
+            out += ("+" if out else "") + f"{others} other"
+        return out or "idle"
+
+    def _line(self, g: GpuSample, width: int) -> Content:
+        idx = f"{g.index}".rjust(2)
+        if g.name is None and g.utilization is None and g.memory_used is None:
+            return Content.assemble((idx, "$text-muted"), " ",
+                                    ("N/A  queries failing (NVML)", "$error"))
+        util = "N/A" if g.utilization is None else f"{g.utilization:3.0f}%"
+        mem = fmt_pair(g.memory_used, g.memory_total)
+        temp = "N/A" if g.temperature is None else f"{g.temperature:.0f}°"
+        owner = self.owner_of(g)
+        hist = self.history.utilization(g.index)
+        owner_style = "$text-muted" if owner in ("idle", "?") else "$accent"
+        if width >= 76:
+            power = "N/A" if g.power is None else f"{g.power:.0f}"
+            limit = "" if g.power_limit is None else f"/{g.power_limit:.0f}"
+            name = fit(g.name or "N/A", 14)
+            fixed = 2 + 1 + 14 + 1 + 1 + 5 + 10 + 1 + 5 + 10 + 1
+            spark_w = max(8, min(HISTORY, width - fixed - 14))
+            return Content.assemble(
+                (idx, "$text-muted"), " ", name, " ",
+                (sparkline(hist, spark_w, 0, 100), "$primary"), " ",
+                util.rjust(4), " ", mem.rjust(9), " ", temp.rjust(4), " ",
+                f"{power}{limit}W".rjust(9), " ",
+                (fit(owner, max(4, width - fixed - spark_w - 1)), owner_style),
+            )
+        power = "N/A" if g.power is None else f"{g.power:.0f}W"
+        spark_w = max(4, min(HISTORY, width - 37))
+        rest = width - (2 + 1 + spark_w + 1 + 4 + 1 + 9 + 1 + 4 + 1 + 5 + 1)
+        return Content.assemble(
+            (idx, "$text-muted"), " ", (sparkline(hist, spark_w, 0, 100), "$primary"), " ",
+            util.rjust(4), " ", mem.rjust(9), " ", temp.rjust(4), " ", power.rjust(5), " ",
+            (fit(owner, max(0, rest)), owner_style),
+        )

@@ -1,0 +1,41 @@
+"""Host CPU, memory and load on one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.content import Content
+from textual.widget import Widget
+
+from console.core.telemetry.samples import HostReading
+from console.ui.render import bar, fmt_pair
+
+
+class HostPanel(Widget):
+    DEFAULT_CSS = "HostPanel { height: 1; }"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.reading: HostReading | None = None
+
+    def show(self, reading: HostReading) -> None:
+        self.reading = reading
+        self.refresh()
+
+    def render(self) -> Content:
+        r = self.reading
+        if r is None:
+            return Content.styled("reading host…", "$text-muted")
+        cpu = "N/A" if r.cpu_percent is None else f"{r.cpu_percent:3.0f}%"
+        frac = None if r.mem_used is None or not r.mem_total else r.mem_used / r.mem_total
+        load = "N/A" if r.load is None else " ".join(f"{x:.1f}" for x in r.load)
+        ncpu = getattr(r, "cpu_count", None)
+        width = self.content_region.width or self.size.width or 80
+        if width < 60:
+            return Content.assemble(
+                "cpu ", cpu, "  mem ", fmt_pair(r.mem_used, r.mem_total), "  load ", load)
+        return Content.assemble(
+            "cpu ", bar(None if r.cpu_percent is None else r.cpu_percent / 100, 6), " ", cpu,
+            ("  mem ", ""), bar(frac, 6), " ", fmt_pair(r.mem_used, r.mem_total),
+            ("  load ", ""), load, ((f" /{ncpu}" if ncpu else ""), "$text-muted"),
+        )

@@ -1,0 +1,92 @@
+"""The phase checklist: one row per phase with its state glyph, title, duration and,
+when something needs the operator, why."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from textual.binding import Binding
+from textual.content import Content
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from console.ui.render import fit, fmt_duration, state_glyph, state_style
+
+# States whose reason is worth a second line even when the list is narrow.
+_EXPLAIN = ("blocked", "failed", "stale")
+
+
+def phase_duration(status: Any, now: float) -> float | None:
+    started = getattr(status, "started_at", None)
+    if started is None:
+        return None
+    ended = getattr(status, "ended_at", None)
+    return max(0.0, (ended if ended is not None else now) - started)
+
+
+class PhaseList(OptionList):
+    BINDINGS = [
+        Binding("j", "cursor_down", "Down", show=False, id="phase-list.down", tooltip="Next phase"),
+        Binding("k", "cursor_up", "Up", show=False, id="phase-list.up", tooltip="Previous phase"),
+    ]
+
+    def __init__(self, clock: Callable[[], float] = time.time, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.clock = clock
+        self.statuses: list[Any] = []
+        self._ids: list[str] = []
+
+    @property
+    def selected_id(self) -> str | None:
+        if self.highlighted is None or self.highlighted >= len(self._ids):
+            return None
+        return self._ids[self.highlighted]
+
+    def select_id(self, phase_id: str) -> None:
+        if phase_id in self._ids:
+            self.highlighted = self._ids.index(phase_id)
+
+    def show(self, statuses: Sequence[Any]) -> None:
+        self.statuses = list(statuses)
+        ids = [s.phase.id for s in self.statuses]
+        prompts = [self._prompt(s) for s in self.statuses]
+        if ids != self._ids:
+            keep = self.selected_id
+            self._ids = ids
+            self.set_options([Option(p, id=i) for p, i in zip(prompts, ids)])
+            self.highlighted = ids.index(keep) if keep in ids else (0 if ids else None)
+        else:
+            for i, p in enumerate(prompts):
+                self.replace_option_prompt_at_index(i, p)
+
+    def on_resize(self) -> None:
+        if self.statuses:
+            for i, s in enumerate(self.statuses):
+                self.replace_option_prompt_at_index(i, self._prompt(s))
+
+    def _prompt(self, s: Any) -> Content:
+        width = max(20, self.scrollable_content_region.width or self.size.width or 40)
+        dur = fmt_duration(phase_duration(s, self.clock())) if s.started_at is not None else ""
+        dur_w = 7
+        reason = (s.reason or "").splitlines()[0] if s.reason else ""
+        wide = width >= 72
+        if wide:
+            id_w = min(14, max(len(x) for x in self._ids or [s.phase.id]) + 1)
+            title_w = min(34, width - 2 - id_w - dur_w - 12)
+            rest = width - 2 - id_w - title_w - dur_w - 1
+            line = Content.assemble(
+                state_glyph(s.state), " ",
+                (fit(s.phase.id, id_w), "$text-muted"),
+                fit(s.phase.title, title_w),
+                (dur.rjust(dur_w), "$text-muted"), " ",
+                (fit(reason, rest) if reason else "", state_style(s.state) if s.state in _EXPLAIN else "$text-muted"),
+            )
+            return line
+        title_w = width - 2 - dur_w
+        line = Content.assemble(state_glyph(s.state), " ", fit(s.phase.title, title_w),
+                                (dur.rjust(dur_w), "$text-muted"))
+        if reason and s.state in _EXPLAIN:
+            line = Content.assemble(line, "\n  ", (fit(reason, width - 2), state_style(s.state)))
+        return line

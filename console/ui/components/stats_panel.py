@@ -1,0 +1,81 @@
+"""Live stats of the selected phase's run, from its events: progress, rate, ETA, bytes
+written, tokens/s, and a sparkline per metric (loss...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.content import Content
+from textual.widget import Widget
+
+from console.core.livestats import LiveSnapshot
+from console.ui.render import bar, fit, fmt_bytes, fmt_duration, fmt_rate, sparkline
+
+
+def is_empty(s: LiveSnapshot | None) -> bool:
+    return s is None or (s.done is None and not s.metrics and s.bytes_written is None
+                         and s.last_message is None)
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "?"
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+class StatsPanel(Widget):
+    DEFAULT_CSS = "StatsPanel { height: auto; }"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.stats: LiveSnapshot | None = None
+
+    def show(self, stats: LiveSnapshot | None) -> None:
+        if stats == self.stats:
+            return
+        self.stats = stats
+        self.display = not is_empty(stats)
+        self.refresh(layout=True)
+
+    def lines(self, width: int) -> list[Content]:
+        s = self.stats
+        if s is None or is_empty(s):
+            return []
+        out: list[Content] = []
+        if s.done is not None:
+            frac = s.fraction
+            count = f"{_num(s.done)}/{_num(s.total)} {s.unit or ''}".strip()
+            pct = f"{100 * frac:5.1f}%" if frac is not None else ""
+            bar_w = max(6, width - len(count) - len(pct) - 2)
+            out.append(Content.assemble(bar(frac, bar_w, "$success"), " ", (pct, "bold"), " ", count))
+        facts = []
+        if s.rate is not None:
+            facts.append(f"{fmt_rate(s.rate)} {s.unit or 'items'}/s")
+        if s.eta_s is not None:
+            facts.append(f"ETA {fmt_duration(s.eta_s)}")
+        if s.bytes_written is not None:
+            facts.append(f"{fmt_bytes(s.bytes_written)} written")
+        if s.remaining_bytes is not None:
+            facts.append(f"{fmt_bytes(s.remaining_bytes)} to go")
+        if s.tokens_per_s is not None:
+            facts.append(f"{fmt_rate(s.tokens_per_s)} tok/s")
+        if facts:
+            out.append(Content.styled(fit(" · ".join(facts), width), "$text"))
+        for name, values in list(s.metrics.items())[: (3 if width >= 100 else 2)]:
+            last = values[-1] if values else None
+            label = f"{name} {last:.4g}" if last is not None else name
+            label_w = min(24, max(len(label) + 1, 12))
+            out.append(Content.assemble((fit(label, label_w), "$text-muted"),
+                                        (sparkline(values, max(4, width - label_w)), "$accent")))
+        msg = s.last_message
+        if msg is not None and msg.level in ("warning", "error"):
+            out.append(Content.styled(fit(f"{msg.level}: {msg.text}", width),
+                                      "$error" if msg.level == "error" else "$warning"))
+        return out
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return max(1, len(self.lines(width)))
+
+    def render(self) -> Content:
+        width = self.content_region.width or self.size.width or 40
+        return Content("\n").join(self.lines(width))

@@ -1,0 +1,53 @@
+"""Feeds a LogView from a phase's output.log: a LogTail per file, read in a poller's
+thread, with terminal control sequences removed so a log cannot repaint the console."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from console.core.logtail import LogTail
+from console.ui.messages import LogLines
+
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean(line: str) -> str:
+    if "\t" in line:
+        line = line.expandtabs(4)
+    return _CONTROL.sub("", line)
+
+
+def clean_lines(lines: list[str]) -> list[str]:
+    if not lines:
+        return lines
+    # One scan decides whether any line needs cleaning; most logs need none.
+    if not _CONTROL.search("\n".join(lines).replace("\n", "")) and not any("\t" in ln for ln in lines):
+        return lines
+    return [clean(ln) for ln in lines]
+
+
+class LogFeed:
+    def __init__(self, key: str, path_of: Callable[[], str | None], max_lines: int) -> None:
+        self.key = key
+        self.path_of = path_of
+        self.max_lines = max_lines
+        self.tail: LogTail | None = None
+
+    def read(self) -> LogLines | None:
+        path = self.path_of()
+        reset = False
+        if path is None:
+            if self.tail is None:
+                return None
+            self.tail = None
+            return LogLines(self.key, [], "", True, None)
+        if self.tail is None or self.tail.path != path:
+            self.tail = LogTail(path, max_lines=self.max_lines)
+            reset = True
+        lines = self.tail.poll()
+        partial = self.tail.partial or ""
+        if not lines and not reset and partial == getattr(self, "_last_partial", ""):
+            return None
+        self._last_partial = partial
+        return LogLines(self.key, clean_lines(lines[-self.max_lines:]), clean(partial), reset, path)

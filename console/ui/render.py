@@ -1,0 +1,153 @@
+"""Small text renderers the panels share: state glyphs, sparklines, bars, and compact
+byte and duration forms. Styles are theme variables ($success, $error...) so every
+theme colours them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from textual.content import Content
+
+STATE_GLYPHS: dict[str, tuple[str, str]] = {
+    "pending": ("○", "$text-muted"),
+    "blocked": ("⊘", "$error"),
+    "ready": ("▷", "$accent"),
+    "running": ("▶", "$primary"),
+    "verifying": ("◐", "$primary"),
+    "done": ("✓", "$success"),
+    "failed": ("✗", "$error"),
+    "stale": ("↻", "$warning"),
+    "stopped": ("■", "$warning"),
+}
+
+CHECK_GLYPHS: dict[str, tuple[str, str]] = {
+    "pass": ("✓", "$success"),
+    "warn": ("!", "$warning"),
+    "fail": ("✗", "$error"),
+}
+
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def state_glyph(state: str) -> Content:
+    glyph, style = STATE_GLYPHS.get(state, ("?", "$text-muted"))
+    return Content.styled(glyph, style)
+
+
+def state_style(state: str) -> str:
+    return STATE_GLYPHS.get(state, ("?", "$text-muted"))[1]
+
+
+def check_glyph(status: str, overridden: bool = False) -> Content:
+    if overridden:
+        return Content.styled("⚑", "$warning")
+    glyph, style = CHECK_GLYPHS.get(status, ("?", "$text-muted"))
+    return Content.styled(glyph, style)
+
+
+def sparkline(values: Sequence[float | None], width: int, lo: float | None = None,
+              hi: float | None = None) -> str:
+    """The last values squeezed into `width` cells (bucket maxima, so a spike survives
+    the squeeze); a gap (None) draws as a space."""
+    if width <= 0:
+        return ""
+    vals = list(values)
+    if not vals:
+        return " " * width
+    if len(vals) > width:
+        step = len(vals) / width
+        buckets = []
+        for i in range(width):
+            chunk = [v for v in vals[int(i * step): int((i + 1) * step)] if v is not None]
+            buckets.append(max(chunk) if chunk else None)
+        vals = buckets
+    known = [v for v in vals if v is not None and math.isfinite(v)]
+    if not known:
+        return " " * width
+    low = min(known) if lo is None else lo
+    high = max(known) if hi is None else hi
+    span = high - low
+    out = []
+    for v in vals:
+        if v is None or not math.isfinite(v):
+            out.append(" ")
+            continue
+        frac = 0.5 if span <= 0 else (min(max(v, low), high) - low) / span
+        out.append(_SPARKS[min(len(_SPARKS) - 1, int(frac * len(_SPARKS)))])
+    return "".join(out).rjust(width)
+
+
+def bar(fraction: float | None, width: int, style: str = "$primary") -> Content:
+    """A horizontal bar with eighth-cell resolution."""
+    if width <= 0:
+        return Content("")
+    if fraction is None or not math.isfinite(fraction):
+        return Content.styled("─" * width, "$text-muted")
+    frac = min(max(fraction, 0.0), 1.0)
+    eighths = int(round(frac * width * 8))
+    full, part = divmod(eighths, 8)
+    filled = "█" * full + ("▏▎▍▌▋▊▉"[part - 1] if part else "")
+    rest = width - len(filled)
+    return Content.assemble((filled, style), ("░" * rest, "$text-muted"))
+
+
+def fmt_bytes(n: float | None, digits: int = 1) -> str:
+    """SI, compact: 1.2T, 512.0G, 4.0K."""
+    if n is None:
+        return "N/A"
+    x = float(n)
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if abs(x) < 1000 or unit == "P":
+            if unit == "B":
+                return f"{int(x)}B"
+            return f"{x:.{digits}f}{unit}"
+        x /= 1000
+    return f"{x:.{digits}f}P"
+
+
+def fmt_pair(used: float | None, total: float | None) -> str:
+    """"71/141G": used and total with one unit, the way nvidia-smi operators read it."""
+    if used is None or total is None:
+        return f"{fmt_bytes(used)}/{fmt_bytes(total)}"
+    unit_total = fmt_bytes(total, 0)
+    suffix = unit_total[-1]
+    scale = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}[suffix]
+    if total / scale < 10:
+        return f"{used / scale:.1f}/{total / scale:.1f}{suffix}"
+    return f"{used / scale:.0f}/{total / scale:.0f}{suffix}"
+
+
+def fmt_duration(s: float | None) -> str:
+    """3s, 4m05s, 2h03m, 3d04h: two units at most."""
+    if s is None or not math.isfinite(s):
+        return "—"
+    s = max(0, int(s))
+    if s < 60:
+        return f"{s}s"
+    m, sec = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def fmt_rate(x: float | None, unit: str = "") -> str:
+    if x is None or not math.isfinite(x):
+        return "—"
+    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f}{suffix}{unit}"
+    return f"{x:.1f}{unit}" if abs(x) < 100 else f"{x:.0f}{unit}"
+
+
+def fit(text: str, width: int) -> str:
+    """Cut to `width` cells with an ellipsis; pad to it."""
+    if width <= 0:
+        return ""
+    if len(text) > width:
+        return text[: max(0, width - 1)] + "…"
+    return text.ljust(width)

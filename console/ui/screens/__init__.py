@@ -1,0 +1,1 @@
+"""The main screen, the full-screen views and the dialogs."""

@@ -1,0 +1,249 @@
+"""Pilot tests: every console action driven by its key, against a real project in a temp
+folder and fake telemetry."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from textual.widgets import Input, SelectionList
+from ui_harness import make_app, select, state_of, wait_for
+
+from console.ui.components.checks_view import ChecksView
+from console.ui.components.log_view import LogView
+from console.ui.screens.ask_dialog import AskDialog
+from console.ui.screens.blocked_dialog import BlockedDialog
+from console.ui.screens.confirm_dialog import ConfirmDialog
+from console.ui.screens.help_screen import HelpScreen
+from console.ui.screens.journal_screen import JournalScreen
+from console.ui.screens.log_screen import LogScreen
+
+
+def _checks_text(app) -> str:  # type: ignore[no-untyped-def]
+    view = app.main_screen().query_one(ChecksView)
+    return str(view.query_one("#checks-body").render())
+
+
+async def test_run_shows_log_then_done_with_bell(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    bells = []
+    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "prep")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
+        log = app.main_screen().query_one("#log", LogView)
+        await wait_for(pilot, lambda: "progress 100%" in log.lines, what="last log line")
+        assert "prep line 39" in log.lines
+        assert "progress 50%" not in log.lines  # the carriage-return rewrite replaced it
+        assert ("prep", "done") in app.main_screen().ended
+        assert bells, "a phase that ends rings the terminal bell"
+        assert any("prep done" in n.message for n in app._notifications)
+
+
+async def test_j_k_move_between_phases(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(80, 24)) as pilot:
+        main = app.main_screen()
+        await wait_for(pilot, lambda: main.selected == "prep", what="first phase selected")
+        await pilot.press("j")
+        await wait_for(pilot, lambda: main.selected == "train")
+        await pilot.press("down", "down")
+        await wait_for(pilot, lambda: main.selected == "clean")
+        await pilot.press("k")
+        await wait_for(pilot, lambda: main.selected == "gated")
+
+
+async def test_blocked_run_offers_override_with_reason(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "gated")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, BlockedDialog), what="blocked dialog")
+        dialog = app.screen
+        assert [r.name for r in dialog.failing] == ["input-present"]
+        assert dialog.query_one(SelectionList).selected == ["input-present"]  # the only one, preselected
+        await pilot.press("ctrl+o")
+        assert "reason" in str(dialog.query_one("#blocked-error").render())  # no reason: refused
+        dialog.query_one(Input).focus()
+        await pilot.press(*"demo data only")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: state_of(app, "gated") == "done", what="gated ran with override")
+        overrides = project.journal.read(phase="gated", events={"override"})
+        assert overrides and overrides[-1]["reason"] == "demo data only"
+        assert overrides[-1]["check"] == "input-present"
+
+
+async def test_confirm_phase_needs_its_id_typed(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "clean")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="confirm dialog")
+        summary = str(app.screen.query_one("#confirm-summary").render())
+        assert "work/old" in summary and "does not exist" in summary
+        await pilot.press(*"cle", "enter")
+        assert "type exactly 'clean'" in str(app.screen.query_one("#confirm-error").render())
+        assert state_of(app, "clean") == "ready"
+        await pilot.press(*"an", "enter")
+        await wait_for(pilot, lambda: state_of(app, "clean") == "done", what="clean done")
+        assert project.journal.read(phase="clean", events={"confirm"})
+
+
+async def test_confirm_cancel_does_not_run(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "clean")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="confirm dialog")
+        await pilot.press("escape")
+        await pilot.pause(0.3)
+        assert state_of(app, "clean") == "ready"
+        assert project.run_dir("clean") is None
+
+
+async def test_stop_asks_then_stops(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "sleeper")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="sleeper running")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="stop question")
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert state_of(app, "sleeper") == "running"
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="stop question")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: state_of(app, "sleeper") == "stopped", timeout=20, what="stopped")
+
+
+async def test_check_and_verify_show_results(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "gated")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: "input-present" in _checks_text(app), what="check results")
+        assert "missing-input" in _checks_text(app)  # the evidence: the path it looked for
+        await wait_for(pilot, lambda: state_of(app, "gated") == "blocked", what="blocked after check")
+        await select(pilot, app, "prep")
+        await pilot.press("v")
+        await wait_for(pilot, lambda: app.main_screen().shown.get("prep", ("",))[0] == "verify",
+                       what="verify results")
+        assert "exists" in _checks_text(app)
+
+
+async def test_log_screen_follow_pause_and_search(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "prep")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(app.screen, LogScreen), what="log screen")
+        view = app.screen.query_one(LogView)
+        await wait_for(pilot, lambda: "prep line 39" in view.lines, what="log lines")
+        assert view.follow
+        await pilot.press("f")
+        assert not view.follow
+        await pilot.press("slash", *"line 7", "enter")
+        assert view.search is not None and view.search.pattern
+        top = int(view.scroll_offset.y)
+        assert "line 7" in view.text_at(top)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, LogScreen), what="back")
+
+
+async def test_journal_screen_lists_runs(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "prep")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
+        await pilot.press("J")
+        await wait_for(pilot, lambda: isinstance(app.screen, JournalScreen), what="journal screen")
+        screen = app.screen
+        await wait_for(pilot, lambda: any(r.get("event") == "run_ended" for r in screen.records), what="records")
+        assert all(r.get("phase") == "prep" for r in screen.records)
+        await pilot.press("a")
+        assert screen.all
+        await pilot.press("escape")
+
+
+async def test_help_and_theme(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        await pilot.press("escape")
+        before = app.theme
+        await pilot.press("t")
+        assert app.theme != before and app.theme in app.theme_names
+
+
+async def test_palette_runs_a_phase_command(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "train")
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"Check gated")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "gated" in app.main_screen().shown, what="checks of gated via palette")
+        assert app.main_screen().selected == "gated"
+
+
+async def test_quit_says_phases_keep_running_and_they_do(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "sleeper")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="running")
+        pid = app.main_screen().by_id["sleeper"].pid
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="quit question")
+        assert "keep running" in str(app.screen.query_one("#ask-text").render())
+        await pilot.press("y")
+    assert app.still_running == ["sleeper"]
+    os.kill(pid, 0)  # still alive after the console quit
+    assert project.status("sleeper").state == "running"
+
+
+async def test_quit_with_nothing_running_exits_at_once(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select(pilot, app, "prep")
+        await pilot.press("q")
+        await pilot.pause(0.2)
+    assert app.return_value == 0
+
+
+async def test_reattach_shows_running_phase_and_its_log(project) -> None:  # type: ignore[no-untyped-def]
+    project.start("sleeper")
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="running on attach")
+        await select(pilot, app, "sleeper")
+        log = app.main_screen().query_one("#log", LogView)
+        await wait_for(pilot, lambda: "sleeping" in log.lines, what="log of the attached run")
+        assert app.main_screen().ended == []  # attaching is not an ending
+
+
+async def test_two_consoles_do_not_launch_a_phase_twice(project) -> None:  # type: ignore[no-untyped-def]
+    from console.core.project import Project
+
+    other = Project.load(project.config.path)
+    first, second = make_app(project), make_app(other)
+    async with first.run_test(size=(100, 30)) as p1, second.run_test(size=(100, 30)) as p2:
+        await select(p1, first, "sleeper")
+        await select(p2, second, "sleeper")
+        await p1.press("r")
+        await wait_for(p1, lambda: state_of(first, "sleeper") == "running", what="first started it")
+        second.main_screen().start_phase("sleeper", {}, False)
+        await wait_for(p2, lambda: any("already running" in n.message for n in second._notifications),
+                       what="second refused")
+    from console.core.runs.manager import list_runs
+
+    assert len(list_runs(project.config.state_dir, "sleeper")) == 1

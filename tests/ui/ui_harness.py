@@ -1,0 +1,114 @@
+"""Helpers for the console's UI tests: a tiny real project config, telemetry fakes pinned
+to fixed times, and a bounded wait for conditions the UI reaches asynchronously."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from console.core.project import Project
+from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource, FakeHostSource, FakeShmSource
+from console.ui.app import ConsoleApp
+from console.ui.screens.main_screen import Intervals
+
+T0 = 1_750_000_000.0
+
+CONFIG = """\
+name: uitest
+vars:
+  workdir: ./work
+state_dir: ${workdir}/state
+volumes: ["${workdir}"]
+phases:
+  - id: prep
+    title: Prepare inputs
+    run: [python3, -c, "import sys, time\\nfor i in range(40): print('prep line', i, flush=True)\\nsys.stdout.write('progress 50%\\\\rprogress 100%\\\\n')"]
+    verify:
+      - exists: ${workdir}
+  - id: train
+    title: Train the drafter
+    needs: [prep]
+    run: [python3, -c, "print('training')"]
+  - id: gated
+    title: Gated by a missing file
+    run: [python3, -c, "print('gated ran')"]
+    checks:
+      - exists: ./missing-input
+        name: input-present
+  - id: clean
+    title: Clean old outputs
+    confirm: true
+    run: [python3, -c, "print('cleaning')"]
+    outputs: ["${workdir}/old"]
+  - id: sleeper
+    title: Sleep a long time
+    run: [python3, -c, "import time\\nprint('sleeping', flush=True)\\ntime.sleep(60)"]
+"""
+
+
+class AtTime:
+    """A fake source read at a fixed time, so snapshots are byte-stable."""
+
+    def __init__(self, source, t: float = T0) -> None:  # type: ignore[no-untyped-def]
+        self.source = source
+        self.t = t
+
+    def read(self):  # type: ignore[no-untyped-def]
+        return self.source.read(t=self.t)
+
+
+def write_config(root: Path, text: str = CONFIG) -> Path:
+    (root / "work").mkdir(parents=True, exist_ok=True)
+    path = root / "cfg.yaml"
+    path.write_text(text)
+    return path
+
+
+def fixed_sources(gpu=None):  # type: ignore[no-untyped-def]
+    return dict(
+        gpu_source=AtTime(gpu or FakeGpuSource(n=8, failing=(3,))),
+        disk_source=AtTime(FakeDiskSource(volumes=("/data", "/scratch"))),
+        shm_source=AtTime(FakeShmSource()),
+        host_source=AtTime(FakeHostSource()),
+    )
+
+
+FAST = Intervals(status=0.1, gpu=0.2, disk=0.2, shm=0.2, host=0.2, log=0.05, journal=0.2)
+FROZEN = Intervals(status=3600, gpu=3600, disk=3600, shm=3600, host=3600, log=3600, journal=3600)
+
+
+def make_app(project: Project, intervals: Intervals = FAST, clock: Callable[[], float] = time.time,
+             gpu=None, **kw) -> ConsoleApp:  # type: ignore[no-untyped-def]
+    return ConsoleApp(project, intervals=intervals, clock=clock, **fixed_sources(gpu), **kw)
+
+
+async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
+
+
+def state_of(app: ConsoleApp, phase_id: str) -> str | None:
+    st = app.main_screen().by_id.get(phase_id)
+    return st.state if st is not None else None
+
+
+async def select(pilot, app: ConsoleApp, phase_id: str) -> None:  # type: ignore[no-untyped-def]
+    main = app.main_screen()
+    await wait_for(pilot, lambda: phase_id in main.by_id, what=f"{phase_id} listed")
+    main.query_one("#phases").select_id(phase_id)
+    await wait_for(pilot, lambda: main.selected == phase_id, what=f"{phase_id} selected")
+
+
+def stop_all(project: Project) -> None:
+    for ph in project.config.phases:
+        try:
+            project.stop(ph.id, grace=2)
+        except Exception:  # noqa: BLE001 - cleanup only
+            pass
