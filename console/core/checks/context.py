@@ -12,6 +12,7 @@ from typing import Callable
 
 from console.core.config.model import Config, Phase
 from console.core.telemetry.samples import GpuReading
+from console.core.interpreter import path_with_interpreter
 
 
 def _nvml_reading() -> GpuReading:
@@ -54,6 +55,7 @@ class CheckContext:
     def env(self) -> dict[str, str]:
         """The environment a check's subprocess gets: the console's plus the phase's additions."""
         env = dict(os.environ)
+        env.update(path_with_interpreter(env))
         if self.phase is not None:
             env.update(self.phase.env)
         return env

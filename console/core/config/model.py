@@ -44,6 +44,7 @@ class Phase:
     ready: tuple[CheckSpec, ...] = ()
     inputs: tuple[Path, ...] = ()
     outputs: tuple[Path, ...] = ()
+    deletes: tuple[Path, ...] = ()  # what a destructive phase removes; shown before confirming
     kind: PhaseKind = "task"
     confirm: bool = False
     description: str = ""

@@ -1,0 +1,416 @@
+"""`eagle3`: the console's command line. Every command takes the config first, shares the
+core with the TUI, and ends with an exit code a script can trust: 0 ok, 1 a check or a
+phase failed, 2 the config or the arguments are wrong. No traceback reaches the operator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from console.core.errors import ConfigError, Eagle3Error
+
+GLYPH = {"pass": "✓", "warn": "!", "fail": "✗"}
+STATE_GLYPH = {
+    "pending": "·", "blocked": "⊘", "ready": "○", "running": "▶", "verifying": "…",
+    "done": "✓", "failed": "✗", "stale": "↻", "stopped": "■",
+}
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Eagle3Error):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _parse_sets(values: Sequence[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values or ():
+        name, eq, value = v.partition("=")
+        if not eq or not name:
+            raise UsageError(f"--set {v}: expected VAR=VALUE")
+        out[name.strip()] = value
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="eagle3", description="Operator console for EAGLE-3 drafter pipelines.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, help_: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help_, description=help_)
+        c.add_argument("config", help="pipeline YAML (e.g. configs/demo.yaml)")
+        c.add_argument("--set", action="append", metavar="VAR=VALUE", default=[],
+                       help="override a config variable (repeatable)")
+        return c
+
+    c = command("console", "open the operator console (TUI)")
+    c.add_argument("--theme", help="theme name (eagle3-dark, eagle3-light, eagle3-ansi, or any Textual theme)")
+    c.add_argument("--no-mouse", action="store_true", help="keyboard only; leave the mouse to tmux")
+
+    c = command("check", "run a phase's pre-flight checks (all phases when none is named)")
+    c.add_argument("phase", nargs="?")
+    c.add_argument("--json", action="store_true")
+
+    c = command("run", "start a phase (or --all, in order) after its checks pass")
+    c.add_argument("phase", nargs="?")
+    c.add_argument("--all", action="store_true", help="walk every phase in order: check, run, wait, verify, next")
+    c.add_argument("--override", action="append", default=[], metavar="CHECK",
+                   help="override a failing check for this run (needs --reason)")
+    c.add_argument("--reason", help="why the override is safe; recorded in the journal")
+    c.add_argument("--wait", action="store_true", help="stream the log and wait for the phase to end")
+    c.add_argument("--confirm", metavar="PHASE_ID", action="append", default=[],
+                   help="confirm a `confirm: true` phase without a prompt (type its id)")
+    c.add_argument("--timeout", type=float, default=600.0,
+                   help="with --all: seconds to wait for a service to become ready (default 600)")
+
+    c = command("status", "every phase: state, last run, exit code, checks")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--checks", action="store_true", help="also run every phase's pre-flight checks")
+
+    c = command("logs", "print a phase's latest log")
+    c.add_argument("phase")
+    c.add_argument("-f", "--follow", action="store_true", help="follow until the phase ends")
+
+    c = command("stop", "stop a running phase (SIGTERM to its process group, then SIGKILL)")
+    c.add_argument("phase")
+    c.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+
+    c = command("journal", "the append-only record of runs, checks, overrides and stops")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--phase")
+    c.add_argument("-n", "--limit", type=int)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    out = sys.stdout
+    try:
+        args = build_parser().parse_args(argv)
+        return _dispatch(args, out)
+    except ConfigError as e:
+        print(f"eagle3: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE
+    except Eagle3Error as e:
+        print(f"eagle3: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("\neagle3: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except SystemExit as e:  # argparse --help
+        return int(e.code or 0) if isinstance(e.code, int) or e.code is None else EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 - the one place an unexpected error becomes a message
+        if os.environ.get("EAGLE3_DEBUG"):
+            raise
+        print(f"eagle3: internal error: {type(e).__name__}: {e} (rerun with EAGLE3_DEBUG=1 for details)",
+              file=sys.stderr)
+        return EXIT_FAIL
+
+
+def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+    from console.core.project import Project
+
+    project = Project.load(args.config, _parse_sets(args.set))
+    handler = {
+        "console": _cmd_console, "check": _cmd_check, "run": _cmd_run, "status": _cmd_status,
+        "logs": _cmd_logs, "stop": _cmd_stop, "journal": _cmd_journal,
+    }[args.command]
+    return handler(project, args, out)
+
+
+# -- console ------------------------------------------------------------------------
+def _cmd_console(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from console.ui.app import run_console
+
+    return int(run_console(project, theme=args.theme, mouse=not args.no_mouse) or 0)
+
+
+# -- check --------------------------------------------------------------------------
+def _print_results(phase_id: str, results: list[Any], out: TextIO) -> None:
+    print(f"{phase_id}:", file=out)
+    width = max((len(r.name) for r in results), default=0)
+    for r in results:
+        mark = GLYPH.get(r.status, "?")
+        suffix = f"  [overridden: {r.reason}]" if r.overridden else ""
+        print(f"  {mark} {r.name.ljust(width)}  {r.message}{suffix}", file=out)
+
+
+def _cmd_check(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    phases = [project.config.phase(args.phase)] if args.phase else list(project.config.phases)
+    report: dict[str, list[Any]] = {}
+    for ph in phases:
+        report[ph.id] = project.check(ph.id)
+    failed = any(r.blocking for rs in report.values() for r in rs)
+    if args.json:
+        json.dump({"config": str(project.config.path), "passed": not failed,
+                   "phases": {k: [r.to_json() for r in v] for k, v in report.items()}}, out, indent=2)
+        print(file=out)
+    else:
+        for pid, rs in report.items():
+            _print_results(pid, rs, out)
+        print("all checks pass" if not failed else "some checks fail (✗ blocks the start)", file=out)
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+# -- status -------------------------------------------------------------------------
+def _fmt_duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+def _cmd_status(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    checks = {ph.id: project.check(ph.id, journal=False) for ph in project.config.phases} if args.checks else None
+    statuses = project.statuses(checks)
+    if args.json:
+        json.dump({"config": str(project.config.path), "name": project.config.name,
+                   "state_dir": str(project.config.state_dir),
+                   "phases": [s.to_json() for s in statuses]}, out, indent=2)
+        print(file=out)
+        return EXIT_OK
+    idw = max(len(s.phase.id) for s in statuses)
+    print(f"{project.config.name}  ({project.config.path})", file=out)
+    for s in statuses:
+        code = "" if s.exit_code is None else f"exit {s.exit_code}"
+        run = s.run.run_id if s.run else "never run"
+        line = (f"{STATE_GLYPH.get(s.state, '?')} {s.phase.id.ljust(idw)}  {s.state:<9}  "
+                f"{_fmt_duration(s.duration_s):>7}  {code:<7}  {run}")
+        if s.reason:
+            line += f"  - {s.reason}"
+        print(line, file=out)
+    return EXIT_OK
+
+
+# -- logs ---------------------------------------------------------------------------
+def _stream(path: Path, out: TextIO, follow_until: Any = None, offset: int = 0) -> int:
+    """Copy the log from `offset`; with `follow_until` (a callable) keep going until it says stop."""
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                while True:
+                    chunk = f.read(1 << 16)
+                    if not chunk:
+                        break
+                    offset += len(chunk)
+                    out.write(chunk.decode("utf-8", errors="replace"))
+        except FileNotFoundError:
+            pass
+        out.flush()
+        if follow_until is None or follow_until():
+            # one last read catches what was written as the phase ended
+            if follow_until is not None:
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        rest = f.read()
+                        offset += len(rest)
+                        out.write(rest.decode("utf-8", errors="replace"))
+                        out.flush()
+                except FileNotFoundError:
+                    pass
+            return offset
+        time.sleep(0.2)
+
+
+def _cmd_logs(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from console.core.runs import manager
+
+    project.config.phase(args.phase)
+    rd = project.run_dir(args.phase)
+    if rd is None:
+        print(f"eagle3: phase {args.phase} has never run; start it with: eagle3 run {args.config} {args.phase}",
+              file=sys.stderr)
+        return EXIT_FAIL
+    if not args.follow:
+        _stream(rd.output_log, out)
+        return EXIT_OK
+
+    def ended() -> bool:
+        return manager.run_status(rd).state not in ("running", "verifying")
+
+    try:
+        _stream(rd.output_log, out, follow_until=ended)
+    except KeyboardInterrupt:
+        print(f"\n(stopped following; the phase goes on. eagle3 stop {args.config} {args.phase} stops it)",
+              file=sys.stderr)
+        return EXIT_OK
+    return EXIT_OK
+
+
+# -- stop ---------------------------------------------------------------------------
+def _cmd_stop(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if project.stop(args.phase, grace=args.grace):
+        print(f"stopped {args.phase}", file=out)
+        return EXIT_OK
+    print(f"eagle3: phase {args.phase} is not running", file=sys.stderr)
+    return EXIT_FAIL
+
+
+# -- journal ------------------------------------------------------------------------
+def _cmd_journal(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if args.phase:
+        project.config.phase(args.phase)
+    records = project.journal.read(phase=args.phase, limit=args.limit)
+    if args.json:
+        json.dump(records, out, indent=2)
+        print(file=out)
+        return EXIT_OK
+    for r in records:
+        print(format_journal_record(r), file=out)
+    return EXIT_OK
+
+
+def format_journal_record(r: dict[str, Any]) -> str:
+    t = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.get("t", 0)))
+    ev = r.get("event", "?")
+    phase = r.get("phase", "")
+    detail = ""
+    if ev == "override":
+        detail = f"check {r.get('check')} overridden: {r.get('reason')}"
+    elif ev == "run_started":
+        detail = f"run {r.get('run_id')} pid {r.get('pid')}"
+    elif ev == "run_ended":
+        detail = f"run {r.get('run_id')} exit {r.get('code')} in {_fmt_duration(r.get('duration_s'))}, verify {r.get('verify')}"
+    elif ev in ("checks", "verify"):
+        res = r.get("results") or []
+        bad = [x["name"] for x in res if x.get("status") == "fail" and not x.get("overridden")]
+        detail = "pass" if not bad else "fail: " + ", ".join(bad)
+    elif ev == "stop":
+        detail = f"run {r.get('run_id', '')}"
+    elif ev == "confirm":
+        detail = "confirmed by typing the phase id"
+    return f"{t}  {r.get('user', '?'):<10} {ev:<12} {phase:<14} {detail}".rstrip()
+
+
+# -- run ----------------------------------------------------------------------------
+def _cmd_run(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if args.all == bool(args.phase):
+        raise UsageError("eagle3 run: name one PHASE or give --all")
+    if args.override and not args.reason:
+        raise UsageError("eagle3 run: --override needs --reason TEXT (it is recorded in the journal)")
+    overrides = {name: args.reason for name in args.override}
+    if args.all:
+        return _run_all(project, args, overrides, out)
+    code, _ = _run_one(project, args.phase, args, overrides, out, wait=args.wait)
+    return code
+
+
+def _confirm(project: Any, phase_id: str, args: argparse.Namespace, summary: str) -> bool:
+    if phase_id in args.confirm:
+        return True
+    if not sys.stdin.isatty():
+        print(f"eagle3: phase {phase_id} needs confirmation:\n{summary}\n"
+              f"rerun with --confirm {phase_id} to confirm", file=sys.stderr)
+        return False
+    print(f"phase {phase_id} needs confirmation:\n{summary}", file=sys.stderr)
+    typed = input(f"type the phase id ({phase_id}) to go ahead: ").strip()
+    return typed == phase_id
+
+
+def _run_one(project: Any, phase_id: str, args: argparse.Namespace, overrides: dict[str, str],
+             out: TextIO, wait: bool) -> tuple[int, Any]:
+    from console.core.project import Blocked, NeedsConfirmation
+
+    phase = project.config.phase(phase_id)
+    mine = overrides
+    if args.all:  # --all spreads overrides over the phases that have a check of that name
+        mine = {k: v for k, v in overrides.items() if k in {c.name for c in phase.checks} | {"needs-done"}}
+    try:
+        rd = project.start(phase_id, overrides=mine)
+    except NeedsConfirmation as e:
+        if not _confirm(project, phase_id, args, e.summary):
+            return EXIT_FAIL, None
+        rd = project.start(phase_id, overrides=mine, confirmed=True)
+    except Blocked as e:
+        _print_results(phase_id, e.results, sys.stderr)
+        print(f"eagle3: {phase_id} is blocked; fix the ✗ checks or override one with "
+              f"--override NAME --reason TEXT", file=sys.stderr)
+        return EXIT_FAIL, None
+    print(f"started {phase_id}: run {rd.run_id} (log: {rd.output_log})", file=out)
+    if not wait:
+        return EXIT_OK, rd
+    return _wait(project, phase, rd, out, args), rd
+
+
+def _wait(project: Any, phase: Any, rd: Any, out: TextIO, args: argparse.Namespace) -> int:
+    from console.core.runs import manager
+
+    if phase.kind == "service":
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            st = project.status(phase.id)
+            if st.state != "running":
+                _stream(rd.output_log, out)
+                print(f"eagle3: service {phase.id} ended before it became ready ({st.state}: {st.reason})",
+                      file=sys.stderr)
+                return EXIT_FAIL
+            if st.service_ready:
+                print(f"{phase.id} is ready", file=out)
+                return EXIT_OK
+            time.sleep(1.0)
+        print(f"eagle3: service {phase.id} not ready after {args.timeout:.0f}s; it keeps running", file=sys.stderr)
+        return EXIT_FAIL
+
+    def ended() -> bool:
+        return manager.run_status(rd).state not in ("running", "verifying")
+
+    try:
+        _stream(rd.output_log, out, follow_until=ended)
+    except KeyboardInterrupt:
+        print(f"\n(stopped waiting; {phase.id} goes on. eagle3 stop {args.config} {phase.id} stops it)",
+              file=sys.stderr)
+        raise
+    st = project.status(phase.id)
+    if st.state == "done":
+        print(f"{STATE_GLYPH['done']} {phase.id} done (exit {st.exit_code}, {_fmt_duration(st.duration_s)})", file=out)
+        return EXIT_OK
+    if st.verify:
+        _print_results(f"{phase.id} verify", st.verify, sys.stderr)
+    print(f"eagle3: {phase.id} {st.state}: {st.reason}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+def _run_all(project: Any, args: argparse.Namespace, overrides: dict[str, str], out: TextIO) -> int:
+    known = {"needs-done"} | {c.name for ph in project.config.phases for c in ph.checks}
+    for name in overrides:
+        if name not in known:
+            raise UsageError(f"eagle3 run --all: --override {name}: no phase has a check of that name")
+    for phase in project.config.phases:
+        st = project.status(phase.id)
+        if st.state == "done" or (phase.kind == "service" and st.state == "running" and st.service_ready):
+            print(f"{STATE_GLYPH['done']} {phase.id}: {st.state}, skipped", file=out)
+            continue
+        if st.state in ("running", "verifying"):
+            print(f"{phase.id} is already running; waiting for it", file=out)
+            code = _wait(project, phase, st.run, out, args)
+        else:
+            print(f"── {phase.id}: {phase.title}", file=out)
+            code, _ = _run_one(project, phase.id, args, overrides, out, wait=True)
+        if code != EXIT_OK:
+            print(f"eagle3: stopped at {phase.id}; fix it and rerun `eagle3 run {args.config} --all` "
+                  f"to resume from there", file=sys.stderr)
+            return code
+    print("all phases done", file=out)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

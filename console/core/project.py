@@ -1,0 +1,240 @@
+"""The one object the CLI and the UI drive. It turns operator intents (check, run, stop,
+verify) into the core's steps in the same order every time, and journals each decision,
+so the console and a shell script can never disagree about what happened."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from console.core.checks.context import CheckContext
+from console.core.checks.registry import run_checks
+from console.core.checks.result import CheckResult
+from console.core.config.loader import load_config
+from console.core.config.model import Config, Phase
+from console.core.errors import Eagle3Error, PhaseError
+from console.core.interpreter import path_with_interpreter
+from console.core.journal import Journal
+from console.core.runs import manager
+from console.core.runs.rundir import RunDir
+from console.core.sizes import format_bytes
+from console.core.state import PhaseStatus, derive_states
+
+
+class Blocked(Eagle3Error):
+    """A phase's pre-flight checks fail; `results` has all of them, the failing ones blocking."""
+
+    def __init__(self, phase: Phase, results: list[CheckResult]) -> None:
+        self.phase = phase
+        self.results = results
+        bad = [r for r in results if r.blocking]
+        lines = "\n".join(f"  x {r.name}: {r.message}" for r in bad)
+        super().__init__(
+            f"phase {phase.id} is blocked by {len(bad)} failing check(s):\n{lines}\n"
+            f"fix them, or override one with --override NAME --reason TEXT"
+        )
+
+
+class NeedsConfirmation(Eagle3Error):
+    """A `confirm: true` phase: the operator must type its id after reading `summary`."""
+
+    def __init__(self, phase: Phase, summary: str) -> None:
+        self.phase = phase
+        self.summary = summary
+        super().__init__(f"phase {phase.id} needs confirmation:\n{summary}\nconfirm by typing the phase id ({phase.id})")
+
+
+NEEDS_CHECK = "needs-done"
+
+
+class Project:
+    def __init__(self, config: Config, gpu_reader=None, stale_ttl_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+        self.config = config
+        self.journal = Journal(config.state_dir)
+        self.gpu_reader = gpu_reader
+        self.stale_ttl_s = stale_ttl_s
+        self._stale: dict[str, tuple[float, str | None, float | None]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: Mapping[str, str] | None = None, **kw) -> "Project":  # type: ignore[no-untyped-def]
+        return cls(load_config(path, overrides), **kw)
+
+    # -- reading -----------------------------------------------------------------
+    def context(self, phase: Phase | None = None) -> CheckContext:
+        return CheckContext(self.config, phase, gpu_reader=self.gpu_reader)
+
+    def run_dir(self, phase_id: str) -> RunDir | None:
+        return manager.latest_run(self.config.state_dir, phase_id)
+
+    def statuses(self, checks: Mapping[str, list[CheckResult]] | None = None,
+                 probe_services: bool = True) -> list[PhaseStatus]:
+        """Every phase's state from the files on disk. Cheap but does I/O: call it off the UI loop."""
+        from console.core import provenance
+
+        runs: dict[str, tuple[RunDir | None, object]] = {}
+
+        def run_of(pid: str):  # type: ignore[no-untyped-def]
+            if pid not in runs:
+                rd = manager.latest_run(self.config.state_dir, pid)
+                runs[pid] = (rd, manager.run_status(rd) if rd else None)
+            return runs[pid]
+
+        def record_time(pid: str) -> float | None:
+            rec = provenance.read_record(self.config.state_dir, pid)
+            return float(rec["finished_at"]) if rec and rec.get("finished_at") is not None else None
+
+        def stale_reason(phase: Phase) -> str | None:
+            rd, _ = run_of(phase.id)
+            key = rd.run_id if rd else ""
+            now = time.monotonic()
+            with self._lock:
+                hit = self._stale.get(phase.id)
+            if hit and hit[2] == key and now - hit[0] < self.stale_ttl_s:  # type: ignore[comparison-overlap]
+                return hit[1]
+            rec = provenance.read_record(self.config.state_dir, phase.id)
+            why = None
+            if rec is not None:
+                changed = provenance.changed_paths(rec)
+                if changed:
+                    why = "changed since it finished: " + "; ".join(changed[:3])
+            with self._lock:
+                self._stale[phase.id] = (now, why, key)  # type: ignore[assignment]
+            return why
+
+        def service_ready(phase: Phase) -> tuple[bool, str]:
+            if not probe_services or not phase.ready:
+                return (not phase.ready, "no readiness probe run")
+            res = run_checks(phase.ready, self.context(phase), timeout=10)
+            bad = [r for r in res if r.status != "pass"]
+            return (not bad, "; ".join(f"{r.name}: {r.message}" for r in bad))
+
+        return derive_states(self.config, run_of, stale_reason, record_time, checks, service_ready)
+
+    def status(self, phase_id: str, checks: Mapping[str, list[CheckResult]] | None = None) -> PhaseStatus:
+        self.config.phase(phase_id)
+        return next(s for s in self.statuses(checks) if s.phase.id == phase_id)
+
+    def running_sessions(self) -> dict[int, str]:
+        """Launcher pid (= the phase's session id) -> phase id, for GPU process ownership."""
+        out: dict[int, str] = {}
+        for ph in self.config.phases:
+            rd = manager.latest_run(self.config.state_dir, ph.id)
+            if rd is None:
+                continue
+            rs = manager.run_status(rd)
+            if rs.state in ("running", "verifying") and rs.pid:
+                out[rs.pid] = ph.id
+        return out
+
+    # -- checks --------------------------------------------------------------------
+    def check(self, phase_id: str, overrides: Mapping[str, str] | None = None,
+              journal: bool = True) -> list[CheckResult]:
+        """Pre-flight checks of a phase, plus a synthetic one for its `needs`."""
+        phase = self.config.phase(phase_id)
+        results = [self._needs_result(phase)]
+        results += run_checks(phase.checks, self.context(phase), overrides=dict(overrides or {}))
+        for r in results:
+            if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
+                r.overridden, r.reason = True, overrides[NEEDS_CHECK]
+        if journal:
+            self.journal.append("checks", phase=phase.id, results=[r.to_json() for r in results],
+                                passed=not any(r.blocking for r in results))
+        return results
+
+    def _needs_result(self, phase: Phase) -> CheckResult:
+        if not phase.needs:
+            return CheckResult(NEEDS_CHECK, "needs", "error", "pass", "needs nothing")
+        states = {s.phase.id: s for s in self.statuses(probe_services=True)}
+        missing = [states[d] for d in phase.needs if not states[d].satisfies_needs]
+        if not missing:
+            return CheckResult(NEEDS_CHECK, "needs", "error", "pass",
+                               "done first: " + ", ".join(phase.needs), {"needs": list(phase.needs)})
+        return CheckResult(
+            NEEDS_CHECK, "needs", "error", "fail",
+            "not done yet: " + ", ".join(f"{m.phase.id} is {m.state}" for m in missing),
+            {"needs": list(phase.needs), "missing": {m.phase.id: m.state for m in missing}},
+        )
+
+    def verify(self, phase_id: str) -> list[CheckResult]:
+        phase = self.config.phase(phase_id)
+        results = run_checks(phase.verify, self.context(phase))
+        self.journal.append("verify", phase=phase.id, results=[r.to_json() for r in results],
+                            passed=not any(r.status == "fail" for r in results), source="operator")
+        return results
+
+    # -- acting ----------------------------------------------------------------------
+    def start(self, phase_id: str, overrides: Mapping[str, str] | None = None,
+              confirmed: bool = False, run_env: Mapping[str, str] | None = None) -> RunDir:
+        """Checks, confirmation, then a detached run. Raises Blocked, NeedsConfirmation or PhaseError."""
+        phase = self.config.phase(phase_id)
+        overrides = dict(overrides or {})
+        known = {NEEDS_CHECK} | {c.name for c in phase.checks}
+        for name in overrides:
+            if name not in known:
+                raise PhaseError(f"--override {name}: phase {phase.id} has no check named '{name}' "
+                                 f"(its checks: {', '.join(sorted(known))})")
+        for name, reason in overrides.items():
+            if not reason or not reason.strip():
+                raise PhaseError(f"--override {name} needs a reason (--reason TEXT); it is recorded in the journal")
+        rs = self._live_status(phase.id)
+        if rs is not None:
+            raise PhaseError(f"phase {phase.id} is already running (pid {rs.pid}); stop it first or wait")
+        results = self.check(phase.id, overrides=overrides)
+        if any(r.blocking for r in results):
+            raise Blocked(phase, results)
+        for r in results:
+            if r.overridden:
+                self.journal.append("override", phase=phase.id, check=r.name, reason=r.reason,
+                                    message=r.message, evidence=r.evidence)
+        if phase.confirm:
+            if not confirmed:
+                raise NeedsConfirmation(phase, self.confirmation_summary(phase.id))
+            self.journal.append("confirm", phase=phase.id, summary=self.confirmation_summary(phase.id))
+        env = {**path_with_interpreter(), **dict(run_env or {})}
+        return manager.start_run(self.config, phase, run_env=env, journal=self.journal)
+
+    def _live_status(self, phase_id: str):  # type: ignore[no-untyped-def]
+        rd = manager.latest_run(self.config.state_dir, phase_id)
+        if rd is None:
+            return None
+        rs = manager.run_status(rd)
+        return rs if rs.state in ("running", "verifying") else None
+
+    def stop(self, phase_id: str, grace: float = 10.0) -> bool:
+        self.config.phase(phase_id)
+        return manager.stop_run(self.config, phase_id, grace=grace)
+
+    def confirmation_summary(self, phase_id: str) -> str:
+        """What a destructive phase will touch, in numbers, so the operator reads before typing."""
+        phase = self.config.phase(phase_id)
+        lines = [f"runs: {' '.join(phase.argv)}"]
+        if phase.description:
+            lines.append(phase.description)
+        for p in phase.deletes:
+            lines.append(f"deletes: {p} ({_describe_path(p)})")
+        for p in phase.outputs:
+            lines.append(f"writes: {p} ({_describe_path(p)})")
+        return "\n".join(lines)
+
+
+def _describe_path(p: Path, limit: int = 200_000) -> str:
+    """Size and file count, bounded so a huge store does not hang the dialog."""
+    if not p.exists():
+        return "does not exist"
+    if p.is_file():
+        return format_bytes(p.stat().st_size)
+    files = total = 0
+    for root, _dirs, names in os.walk(p):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(root, n)).st_size
+            except OSError:
+                continue
+            files += 1
+            if files >= limit:
+                return f"at least {files} files, {format_bytes(total)} so far"
+    return f"{files} files, {format_bytes(total)}"

@@ -1,0 +1,158 @@
+"""Phase states (DESIGN.md section 4), derived from what is on disk: the latest run's
+files, the provenance records and, when known, the latest pre-flight results. Nothing
+here is stored, so a console that starts late sees exactly what one that never
+stopped would see."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from console.core.checks.result import CheckResult
+from console.core.config.model import Config, Phase
+from console.core.runs.rundir import RunDir
+
+STATES = ("pending", "blocked", "ready", "running", "verifying", "done", "failed", "stale", "stopped")
+
+
+@dataclass
+class PhaseStatus:
+    phase: Phase
+    state: str
+    reason: str = ""
+    run: RunDir | None = None
+    exit_code: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    pid: int | None = None
+    checks: list[CheckResult] | None = None
+    verify: list[CheckResult] | None = None
+    service_ready: bool | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        import time
+
+        end = self.ended_at if self.ended_at is not None else time.time()
+        return max(0.0, end - self.started_at)
+
+    @property
+    def satisfies_needs(self) -> bool:
+        """Whether a later phase that needs this one may start."""
+        if self.phase.kind == "service":
+            return self.state == "running" and bool(self.service_ready)
+        return self.state == "done"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase.id,
+            "title": self.phase.title,
+            "kind": self.phase.kind,
+            "state": self.state,
+            "reason": self.reason,
+            "run_id": self.run.run_id if self.run else None,
+            "run_dir": str(self.run.path) if self.run else None,
+            "exit_code": self.exit_code,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "duration_s": None if self.duration_s is None else round(self.duration_s, 3),
+            "pid": self.pid,
+            "service_ready": self.service_ready,
+            "checks": None if self.checks is None else [c.to_json() for c in self.checks],
+            "verify": None if self.verify is None else [c.to_json() for c in self.verify],
+        }
+
+
+def derive_states(
+    config: Config,
+    run_of: Callable[[str], tuple[RunDir | None, Any]],
+    stale_reason: Callable[[Phase], str | None],
+    record_time: Callable[[str], float | None],
+    checks: Mapping[str, list[CheckResult]] | None = None,
+    service_ready: Callable[[Phase], tuple[bool, str]] | None = None,
+) -> list[PhaseStatus]:
+    """One PhaseStatus per phase, in config order. `run_of(id)` gives the latest run and
+    its RunStatus; `stale_reason(phase)` says what changed since the phase finished;
+    `record_time(id)` is when the phase last finished successfully."""
+    checks = checks or {}
+    by_id: dict[str, PhaseStatus] = {}
+    out: list[PhaseStatus] = []
+    for phase in config.phases:
+        rd, rs = run_of(phase.id)
+        st = PhaseStatus(phase=phase, state="ready", run=rd, checks=checks.get(phase.id))
+        if rs is not None:
+            st.exit_code = rs.exit_code
+            st.started_at = rs.started_at
+            st.ended_at = rs.ended_at
+            st.pid = rs.pid
+            st.verify = rs.verify
+        deps = [by_id[d] for d in phase.needs if d in by_id]
+        run_state = rs.state if rs is not None else None
+
+        if run_state == "running":
+            st.state = "running"
+            if phase.kind == "service" and service_ready is not None:
+                ok, why = service_ready(phase)
+                st.service_ready = ok
+                st.reason = "ready" if ok else f"starting: {why}"
+        elif run_state == "verifying":
+            st.state = "verifying"
+            st.reason = "exit 0; running verify checks"
+        elif run_state == "succeeded" and phase.kind == "service":
+            st.state = "stopped"
+            st.reason = "service exited (code 0)"
+        elif run_state == "succeeded":
+            st.state = "done"
+            why = _upstream_stale(phase, deps, record_time) or stale_reason(phase)
+            if why:
+                st.state = "stale"
+                st.reason = why
+        elif run_state == "failed":
+            st.state = "failed"
+            st.reason = _failure_reason(rs)
+        elif run_state == "lost":
+            st.state = "failed"
+            st.reason = "the run vanished without recording an exit (killed with -9 or the machine restarted)"
+        elif run_state == "stopped":
+            st.state = "stopped"
+            st.reason = "stopped by the operator"
+
+        if run_state is None:
+            missing = [d for d in deps if not d.satisfies_needs]
+            if missing:
+                st.state = "pending"
+                st.reason = "waiting for " + ", ".join(f"{d.phase.id} ({d.state})" for d in missing)
+            elif st.checks is not None and any(c.blocking for c in st.checks):
+                st.state = "blocked"
+                st.reason = "failing: " + ", ".join(c.name for c in st.checks if c.blocking)
+        by_id[phase.id] = st
+        out.append(st)
+    return out
+
+
+def _failure_reason(rs: Any) -> str:
+    if rs.exit_code not in (0, None):
+        return f"exit code {rs.exit_code}"
+    if rs.verify:
+        bad = [c.name for c in rs.verify if c.status == "fail"]
+        if bad:
+            return "verify failed: " + ", ".join(bad)
+    return "failed"
+
+
+def _upstream_stale(phase: Phase, deps: list[PhaseStatus], record_time: Callable[[str], float | None]) -> str | None:
+    mine = record_time(phase.id)
+    for d in deps:
+        if d.state == "stale":
+            return f"upstream {d.phase.id} is stale"
+        if d.phase.kind == "service":
+            continue
+        if d.state in ("running", "verifying"):
+            return f"upstream {d.phase.id} is running again"
+        theirs = record_time(d.phase.id)
+        if mine is not None and theirs is not None and theirs > mine:
+            return f"upstream {d.phase.id} re-ran after this phase finished"
+    return None

@@ -1,0 +1,195 @@
+"""The CLI as an operator scripts it: run --all, resume after a fix, overrides in the
+journal, staleness after an input changes, check and status exit codes."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from console.cli import main
+
+CFG = textwrap.dedent("""\
+    name: flow
+    vars:
+      work: ./work
+    state_dir: ${work}/state
+    volumes: [${work}]
+    phases:
+      - id: make-data
+        title: Copy the input
+        run: [python, -c, "import shutil; shutil.copy('work/input.txt', 'work/data.txt'); print('copied')"]
+        checks:
+          - exists: ${work}/input.txt
+        verify:
+          - exists: ${work}/data.txt
+        inputs: [${work}/input.txt]
+        outputs: [${work}/data.txt]
+      - id: count
+        title: Count lines
+        needs: [make-data]
+        run:
+          - python
+          - -c
+          - |
+            import os, sys
+            if os.path.exists('work/broken'):
+                print('input is broken'); sys.exit(3)
+            n = len(open('work/data.txt').read().splitlines())
+            open('work/count.txt', 'w').write(str(n)); print('counted', n)
+        checks:
+          - free_space: {path: "${work}", need: 1KB}
+        verify:
+          - contains: {path: "${work}/count.txt", pattern: "^[0-9]+$"}
+        inputs: [${work}/data.txt]
+        outputs: [${work}/count.txt]
+      - id: guarded
+        run: [python, -c, "print('guarded ran')"]
+        checks:
+          - exists: ${work}/approval.txt
+            name: approval
+      - id: wipe
+        confirm: true
+        run: [rm, -rf, "${work}/old"]
+        deletes: ["${work}/old"]
+      - id: sleeper
+        run: [python, -c, "import time; print('sleeping', flush=True); time.sleep(60)"]
+    """)
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "input.txt").write_text("a\nb\nc\n")
+    p = tmp_path / "flow.yaml"
+    p.write_text(CFG)
+    return p
+
+
+def status(cfg: Path, capsys) -> dict[str, dict]:
+    capsys.readouterr()
+    assert main(["status", str(cfg), "--json"]) == 0
+    return {p["phase"]: p for p in json.loads(capsys.readouterr().out)["phases"]}
+
+
+def test_run_all_stops_at_failure_and_resumes_after_fix(cfg: Path, capsys) -> None:
+    work = cfg.parent / "work"
+    (work / "broken").write_text("x")
+    code = main(["run", str(cfg), "--all"])
+    cap = capsys.readouterr()
+    assert code == 1
+    assert "input is broken" in cap.out  # the log was streamed
+    assert "stopped at count" in cap.err
+    st = status(cfg, capsys)
+    assert st["make-data"]["state"] == "done"
+    assert st["count"]["state"] == "failed" and st["count"]["exit_code"] == 3
+
+    (work / "broken").unlink()
+    (work / "approval.txt").write_text("ok")
+    s = CFG.split("  - id: wipe")[0]
+    cfg.write_text(s)
+    code = main(["run", str(cfg), "--all"])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    assert "make-data: done, skipped" in cap.out
+    assert "counted 3" in cap.out
+    st = status(cfg, capsys)
+    assert [st[p]["state"] for p in ("make-data", "count", "guarded")] == ["done", "done", "done"]
+    assert (work / "count.txt").read_text() == "3"
+
+
+def test_input_change_marks_phase_and_downstream_stale(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "make-data", "--wait"]) == 0
+    assert main(["run", str(cfg), "count", "--wait"]) == 0
+    st = status(cfg, capsys)
+    assert st["make-data"]["state"] == "done" and st["count"]["state"] == "done"
+    (cfg.parent / "work" / "input.txt").write_text("a\nb\nc\nd\n")
+    st = status(cfg, capsys)
+    assert st["make-data"]["state"] == "stale"
+    assert "input.txt" in st["make-data"]["reason"]
+    assert st["count"]["state"] == "stale"
+    assert "make-data" in st["count"]["reason"]
+
+
+def test_blocked_run_then_override_recorded_in_journal(cfg: Path, capsys) -> None:
+    code = main(["run", str(cfg), "guarded", "--wait"])
+    cap = capsys.readouterr()
+    assert code == 1
+    assert "approval" in cap.err and "blocked" in cap.err
+
+    code = main(["run", str(cfg), "guarded", "--wait", "--override", "approval",
+                 "--reason", "approved on the phone by Dana"])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    assert "guarded ran" in cap.out
+    assert main(["journal", str(cfg), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    overrides = [r for r in records if r["event"] == "override"]
+    assert len(overrides) == 1
+    assert overrides[0]["check"] == "approval"
+    assert overrides[0]["reason"] == "approved on the phone by Dana"
+    assert overrides[0]["user"]
+    assert main(["journal", str(cfg)]) == 0
+    assert "overridden: approved on the phone by Dana" in capsys.readouterr().out
+
+
+def test_override_needs_reason_and_a_real_check_name(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "guarded", "--override", "approval"]) == 2
+    assert "--reason" in capsys.readouterr().err
+    assert main(["run", str(cfg), "guarded", "--override", "aproval", "--reason", "x"]) == 1
+    assert "no check named 'aproval'" in capsys.readouterr().err
+
+
+def test_check_exit_codes_and_json(cfg: Path, capsys) -> None:
+    assert main(["check", str(cfg), "make-data"]) == 0
+    assert "all checks pass" in capsys.readouterr().out
+    assert main(["check", str(cfg), "guarded", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    res = {r["name"]: r for r in data["phases"]["guarded"]}
+    assert res["approval"]["status"] == "fail"
+    assert "approval.txt" in res["approval"]["message"] or "approval.txt" in json.dumps(res["approval"]["evidence"])
+    # needs not done: count is blocked by its needs until make-data is done
+    assert main(["check", str(cfg), "count"]) == 1
+    assert "make-data" in capsys.readouterr().out
+
+
+def test_logs_and_unknown_phase(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "make-data", "--wait"]) == 0
+    capsys.readouterr()
+    assert main(["logs", str(cfg), "make-data"]) == 0
+    assert "copied" in capsys.readouterr().out
+    assert main(["logs", str(cfg), "nope"]) == 1
+    assert "no phase 'nope'" in capsys.readouterr().err
+
+
+def test_confirm_phase_shows_what_it_deletes_and_needs_the_id(cfg: Path, capsys) -> None:
+    old = cfg.parent / "work" / "old"
+    old.mkdir()
+    (old / "a.bin").write_bytes(b"x" * 5000)
+    code = main(["run", str(cfg), "wipe", "--wait"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "deletes:" in err and str(old) in err and "1 files" in err and "5.0 kB" in err.replace("KB", "kB")
+    assert "--confirm wipe" in err
+    assert old.exists()
+    assert main(["run", str(cfg), "wipe", "--wait", "--confirm", "wipe"]) == 0
+    assert not old.exists()
+    capsys.readouterr()
+    main(["journal", str(cfg), "--json"])
+    events = [r["event"] for r in json.loads(capsys.readouterr().out)]
+    assert "confirm" in events
+
+
+def test_stop_a_running_phase(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "sleeper"]) == 0
+    st = status(cfg, capsys)
+    assert st["sleeper"]["state"] == "running"
+    assert main(["run", str(cfg), "sleeper"]) == 1
+    assert "already running" in capsys.readouterr().err
+    assert main(["stop", str(cfg), "sleeper", "--grace", "2"]) == 0
+    st = status(cfg, capsys)
+    assert st["sleeper"]["state"] == "stopped"
+    assert main(["stop", str(cfg), "sleeper"]) == 1
+    assert "not running" in capsys.readouterr().err
