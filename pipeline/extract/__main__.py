@@ -1,0 +1,149 @@
+"""`python -m pipeline.extract`: capture a target's hidden states into the store, or
+estimate how many bytes that will take.
+
+    python -m pipeline.extract --backend hf --model TARGET --data MERGED.jsonl --out STORE [...]
+    python -m pipeline.extract --estimate --model TARGET --stats STATS.json [--dtype bf16] [--json]
+
+Exit codes: 0 done (or this rank's share done), 2 bad input, 3 stopped by the disk reserve
+(free space and rerun to resume), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from ..events import EventWriter
+from .errors import BadInput, ExtractError
+from .layout import DTYPES
+from .reserve import format_bytes, parse_size
+
+PROG = "python -m pipeline.extract"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Extract EAGLE-3 hidden states from a target model.")
+    p.add_argument("--estimate", action="store_true", help="print the bytes a run will write, and exit")
+    p.add_argument("--backend", default="hf", choices=["hf"], help="capture backend (default hf: transformers)")
+    p.add_argument("--model", type=Path, help="target model folder (save_pretrained layout)")
+    p.add_argument("--data", type=Path, help="merged dataset (JSONL)")
+    p.add_argument("--out", type=Path, help="store folder")
+    p.add_argument("--stats", type=Path, help="merge stats JSON (its dataset_sha256 is checked against --data)")
+    p.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward (default 16384)")
+    p.add_argument("--max-len", type=int, default=None, help="truncate samples to this many tokens")
+    p.add_argument("--writers", type=int, default=4, help="writer threads (default 4)")
+    p.add_argument("--queue", type=int, default=4,
+                   help="captured batches held in host memory awaiting writes (default 4); "
+                        "host memory is about queue x batch-tokens x 4 x hidden x dtype bytes")
+    p.add_argument("--reserve", default="10GB", help="stop cleanly when free space would drop below this (default 10GB)")
+    p.add_argument("--rank", type=int, default=None, help="this process's shard (default: $RANK under torchrun, else 0)")
+    p.add_argument("--world-size", type=int, default=None, help="number of shards (default: $WORLD_SIZE, else 1)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--limit", type=int, default=None, help="extract only the first N samples of the dataset")
+    p.add_argument("--window", type=int, default=2048, help="samples sorted together by length (default 2048)")
+    p.add_argument("--dtype", default="bf16", help="--estimate only: bytes per value (bf16, fp16, fp32)")
+    p.add_argument("--json", action="store_true", help="--estimate only: print a JSON object")
+    return p
+
+
+def _need(args: argparse.Namespace, *names: str) -> None:
+    missing = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is None]
+    if missing:
+        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from .estimate import estimate
+
+    _need(args, "model", "stats")
+    est = estimate(args.model, args.stats, args.dtype)
+    if args.json:
+        print(json.dumps(est))
+    else:
+        print(est["bytes"])
+        print(f"extract estimate: {format_bytes(est['bytes'])} for {est['tokens']:,} tokens in {est['records']:,} "
+              f"samples (hidden {est['hidden']}, {est['dtype']})", file=sys.stderr)
+    return 0
+
+
+def _extract(args: argparse.Namespace) -> int:
+    _need(args, "model", "data", "out")
+    from .job import ExtractOptions, prepare
+    from .meta import TargetInfo
+    from .sharding import device_for, resolve_shard
+
+    try:
+        reserve = parse_size(args.reserve)
+    except ValueError as e:
+        raise BadInput(f"--reserve: {e}") from None
+    target = TargetInfo.from_dir(args.model)
+    shard = resolve_shard(args.rank, args.world_size)
+    options = ExtractOptions(data=args.data, out=args.out, stats=args.stats, batch_tokens=args.batch_tokens,
+                             max_len=args.max_len, writers=args.writers, queue=args.queue, reserve=reserve,
+                             limit=args.limit, window=args.window)
+    options.validate()
+    if args.device == "cpu":
+        device = "cpu"  # no torch import before the input checks: refusals stay instant
+    else:
+        import torch
+
+        device = device_for(args.device, shard, torch.cuda.is_available(), torch.cuda.device_count())
+    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    job = prepare(options, target, dtype, shard)
+    events = EventWriter.from_env()
+    todo = job.rank_todo_samples
+    tag = f"rank {shard.rank}/{shard.world_size}: " if shard.world_size > 1 else ""
+    print(f"extract: {tag}{job.total} samples in the run, {len(job.done)} already in the manifest; "
+          f"this process: {todo} samples in {len(job.todo)} batches on {device} ({dtype}), "
+          f"capture layers {job.layers}, store {job.out}", flush=True)
+
+    from . import engine
+    from .manifest import finalize
+
+    if todo == 0:
+        complete = finalize(job.out, job.total)
+        print(f"extract: {tag}nothing left to do" + ("; store complete" if complete else ""), flush=True)
+        return 0
+
+    import torch
+
+    from .capture import load_target
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    torch_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+    model = load_target(args.model, device, torch_dtype)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    result = engine.run(job, model, device, events, log=lambda s: print(s, flush=True), stop=stop)
+    print(f"extract: {tag}wrote {result.samples} samples, {result.tokens:,} tokens, {format_bytes(result.bytes)} "
+          f"in {result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s)", flush=True)
+    if result.complete:
+        print(f"extract: store complete: {job.out} ({result.done} samples)", flush=True)
+    else:
+        print(f"extract: {tag}share done; {result.done}/{result.total} samples in the store, it completes when "
+              "the other ranks finish", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _estimate(args) if args.estimate else _extract(args)
+    except ExtractError as e:
+        print(f"extract: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("extract: interrupted; rerun the same command to resume", file=sys.stderr, flush=True)
+        return 1
+    except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
+        print(f"extract: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

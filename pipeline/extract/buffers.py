@@ -1,0 +1,63 @@
+"""Host buffers that captured batches land in, a fixed number of them.
+
+The pool is what bounds memory: the GPU loop must take a free slot before it can copy a
+batch out, and a slot comes back only when writers have put every sample of its batch on
+disk, so a slow disk stalls the GPU instead of growing RAM. On CUDA the slots are pinned
+so device-to-host copies run asynchronously on a side stream.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import Callable
+
+import torch
+
+
+class HostSlot:
+    def __init__(self, capacity_tokens: int, hidden: int, dtype: torch.dtype, pin: bool) -> None:
+        self.capacity_tokens = capacity_tokens
+        self.hidden = hidden
+        self.data = torch.empty(capacity_tokens * 4 * hidden, dtype=dtype, pin_memory=pin)
+        self.bad = torch.empty(capacity_tokens, dtype=torch.bool, pin_memory=pin)
+
+    def views(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(final [B,T,H], aux [B,T,3H], bad [B]) laid out so each sample's rows are contiguous."""
+        h, n = self.hidden, batch * length
+        if n > self.capacity_tokens:
+            raise ValueError(f"batch of {batch}x{length} tokens exceeds the slot's {self.capacity_tokens}")
+        final = self.data[: n * h].view(batch, length, h)
+        aux = self.data[n * h : n * 4 * h].view(batch, length, 3 * h)
+        return final, aux, self.bad[:batch]
+
+
+class BufferPool:
+    def __init__(self, slots: int, capacity_tokens: int, hidden: int, dtype: torch.dtype, pin: bool) -> None:
+        self._free: queue.Queue[HostSlot] = queue.Queue()
+        self._made = 0
+        self._slots = slots
+        self._args = (capacity_tokens, hidden, dtype, pin)
+
+    @property
+    def slot_bytes(self) -> int:
+        capacity, hidden, dtype, _ = self._args
+        return capacity * 4 * hidden * torch.empty((), dtype=dtype).element_size()
+
+    def acquire(self, abort: Callable[[], bool]) -> HostSlot | None:
+        """A free slot (allocated on first need), or None once `abort()` turns true."""
+        while True:
+            try:
+                return self._free.get_nowait()
+            except queue.Empty:
+                pass
+            if self._made < self._slots:
+                self._made += 1
+                return HostSlot(*self._args)
+            try:
+                return self._free.get(timeout=0.1)
+            except queue.Empty:
+                if abort():
+                    return None
+
+    def release(self, slot: HostSlot) -> None:
+        self._free.put(slot)

@@ -1,0 +1,115 @@
+"""The merged dataset as extraction reads it: one pass to index, then records by offset.
+
+A production dataset holds millions of 2k-token records, far more than fits in memory as
+Python lists, so the first pass keeps only each record's byte offset and token count (and
+hashes the file on the way, so the store can name exactly what it was built from); the
+loader then reads the few records of the next batches back by offset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import BadInput
+
+
+@dataclass(frozen=True)
+class Record:
+    index: int
+    id: str
+    input_ids: list[int]
+    loss_mask: list[int]
+
+
+@dataclass
+class DatasetIndex:
+    path: Path
+    offsets: array  # byte offset of record i
+    lengths: array  # tokens of record i after --max-len truncation
+    sha256: str
+    max_len: int | None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.lengths)
+
+    def open(self) -> "RecordReader":
+        return RecordReader(self)
+
+
+def _bad(path: Path, line: int, what: str) -> BadInput:
+    return BadInput(f"{path}:{line}: {what}; rerun pipeline.merge or fix the record")
+
+
+def _check(obj: object, path: Path, line: int, vocab_size: int | None) -> tuple[str, int]:
+    if not isinstance(obj, dict):
+        raise _bad(path, line, "record is not a JSON object")
+    rid = obj.get("id")
+    if not isinstance(rid, str):
+        raise _bad(path, line, f"key 'id' must be a string, got {rid!r:.40}")
+    ids = obj.get("input_ids")
+    mask = obj.get("loss_mask")
+    if not isinstance(ids, list) or not ids:
+        raise _bad(path, line, "key 'input_ids' must be a non-empty list of token ids")
+    if not isinstance(mask, list) or len(mask) != len(ids):
+        n = len(mask) if isinstance(mask, list) else type(mask).__name__
+        raise _bad(path, line, f"key 'loss_mask' must be a list as long as input_ids ({len(ids)}), got {n}")
+    if not all(type(v) is int for v in ids):
+        raise _bad(path, line, "key 'input_ids' holds a value that is not an integer")
+    lo, hi = min(ids), max(ids)
+    if lo < 0 or (vocab_size is not None and hi >= vocab_size):
+        bad = lo if lo < 0 else hi
+        raise _bad(path, line, f"key 'input_ids' holds token {bad}, outside the target's vocabulary of {vocab_size}")
+    if not set(mask) <= {0, 1}:
+        raise _bad(path, line, "key 'loss_mask' must hold only 0 and 1")
+    return rid, len(ids)
+
+
+def index_dataset(path: Path, max_len: int | None = None, vocab_size: int | None = None) -> DatasetIndex:
+    """Validate every record and index it; BadInput names the file, line and key at fault."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"dataset {path} does not exist (--data); run pipeline.merge first")
+    offsets, lengths = array("q"), array("l")
+    digest = hashlib.sha256()
+    offset = 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            digest.update(raw)
+            if raw.strip():
+                try:
+                    obj = json.loads(raw)
+                except ValueError as e:
+                    raise _bad(path, lineno, f"not valid JSON ({e.msg})") from None
+                _, n = _check(obj, path, lineno, vocab_size)
+                offsets.append(offset)
+                lengths.append(min(n, max_len) if max_len else n)
+            offset += len(raw)
+    if not offsets:
+        raise BadInput(f"dataset {path} holds no records (--data); run pipeline.merge first")
+    return DatasetIndex(path=path, offsets=offsets, lengths=lengths, sha256=digest.hexdigest(), max_len=max_len)
+
+
+class RecordReader:
+    """Reads records back by index; one per loader thread (a file handle is not shareable)."""
+
+    def __init__(self, index: DatasetIndex) -> None:
+        self._index = index
+        self._f: BinaryIO = open(index.path, "rb")
+
+    def read(self, i: int) -> Record:
+        self._f.seek(self._index.offsets[i])
+        obj = json.loads(self._f.readline())
+        n = self._index.lengths[i]
+        return Record(index=i, id=obj["id"], input_ids=obj["input_ids"][:n], loss_mask=obj["loss_mask"][:n])
+
+    def close(self) -> None:
+        self._f.close()

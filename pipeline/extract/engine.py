@@ -1,0 +1,189 @@
+"""The extraction loop: load batches, run the target, hand results to the writers.
+
+Three stages overlap: a loader thread reads and pads the next batches, the main thread
+runs forwards and starts the device-to-host copies, writer threads put samples on disk.
+The host slot pool (buffers.py) bounds what is in flight. Before each batch the disk
+guard checks that the batch plus everything still queued fits above the reserve.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .batching import PlannedBatch
+from .buffers import BufferPool
+from .capture import Capturer
+from .errors import ExtractError, ReserveStop
+from .job import Job
+from .manifest import ManifestWriter, finalize
+from .progress import Progress
+from .store import TORCH_DTYPES
+from .writer import HostBatch, WriterPool
+
+
+@dataclass
+class LoadedBatch:
+    plan: PlannedBatch
+    ids: list[str]
+    input_ids: list[torch.Tensor]
+    loss_mask: list[torch.Tensor]
+    padded: torch.Tensor  # [B,T] int64, right-padded
+    positions: list[int]
+
+
+@dataclass
+class RunResult:
+    samples: int  # written by this process
+    tokens: int
+    bytes: int
+    seconds: float
+    done: int  # whole run, all ranks
+    total: int
+    complete: bool
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class Loader:
+    """Reads and pads the batches still to do, `depth` ahead of the GPU loop."""
+
+    _END = object()
+
+    def __init__(self, job: Job, pin: bool, depth: int = 2) -> None:
+        self.job = job
+        self.pin = pin
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="extract-loader", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: object) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        reader = self.job.dataset.open()
+        try:
+            for plan in self.job.todo:
+                if not self._put(self._load(reader, plan)):
+                    return
+            self._put(self._END)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
+            self._put(e)
+        finally:
+            reader.close()
+
+    def _load(self, reader, plan: PlannedBatch) -> LoadedBatch:
+        recs = [reader.read(i) for i in plan.indices]
+        padded = torch.zeros(len(recs), plan.padded_len, dtype=torch.int64)
+        ids, masks = [], []
+        for row, r in enumerate(recs):
+            t = torch.tensor(r.input_ids, dtype=torch.int64)
+            padded[row, : len(t)] = t
+            ids.append(t)
+            masks.append(torch.tensor(r.loss_mask, dtype=torch.uint8))
+        if self.pin:
+            padded = padded.pin_memory()
+        return LoadedBatch(plan=plan, ids=[r.id for r in recs], input_ids=ids, loss_mask=masks,
+                           padded=padded, positions=self.job.write_positions(plan))
+
+    def __iter__(self):
+        while True:
+            item = self._q.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[str], None] = print,
+        stop: threading.Event | None = None) -> RunResult:
+    """Extract this rank's remaining samples; raises ExtractError subclasses on failure."""
+    stop = stop or threading.Event()
+    opts = job.options
+    dtype = next(model.parameters()).dtype
+    if TORCH_DTYPES.get(dtype) != job.dtype:
+        raise ExtractError(f"the target is loaded as {dtype}, but the store is {job.dtype}")
+    capturer = Capturer(model, job.layers, job.target.num_layers, device)
+    capacity = max([opts.batch_tokens] + [b.padded_tokens for b in job.todo])
+    pool = BufferPool(opts.queue, capacity, job.target.hidden_size, dtype, pin=capturer.cuda)
+    progress = Progress(job.out, job.total, events, job.shard.rank, job.shard.world_size, log=log)
+
+    def on_written(tokens: int, nbytes: int) -> None:
+        progress.note_written(tokens, nbytes)
+        job.guard.note_written(nbytes)
+
+    def disk_full() -> str:
+        return job.guard.stop_message(job.guard.free())
+
+    manifest = ManifestWriter(job.out, job.shard.rank, job.shard.world_size)
+    writers = WriterPool(job.out, job.target.hidden_size, manifest, pool, opts.writers, on_written, disk_full)
+    loader = Loader(job, pin=capturer.cuda)
+    t0 = time.monotonic()
+    failure: BaseException | None = None
+    try:
+        for lb in loader:
+            if writers.error is not None or stop.is_set():
+                break
+            nbytes = {p: job.bytes_of(lb.plan.lengths[p]) for p in lb.positions}
+            job.guard.check(sum(nbytes.values()) + writers.pending_bytes,
+                            done=progress.tally.done, total=job.total)
+            try:
+                final, aux, bad = capturer.forward(lb.padded, list(lb.plan.lengths))
+            except torch.cuda.OutOfMemoryError:
+                raise ExtractError(
+                    f"out of GPU memory on a batch of {len(lb.plan.indices)}x{lb.plan.padded_len} tokens; "
+                    f"lower --batch-tokens (now {opts.batch_tokens}) and rerun to resume"
+                ) from None
+            slot = pool.acquire(abort=lambda: writers.error is not None or stop.is_set())
+            if slot is None:
+                break
+            ready = capturer.to_host(final, aux, bad, slot)
+            del final, aux, bad
+            h_final, h_aux, h_bad = slot.views(len(lb.plan.indices), lb.plan.padded_len)
+            writers.submit(HostBatch(plan=lb.plan, ids=lb.ids, input_ids=lb.input_ids, loss_mask=lb.loss_mask,
+                                     final=h_final, aux=h_aux, bad=h_bad, ready=ready,
+                                     positions=lb.positions, nbytes=nbytes, slot=slot))
+            progress.tick()
+    except BaseException as e:  # noqa: BLE001 - in-flight writes are drained first
+        failure = e
+    finally:
+        loader.close()
+        writers.close()
+        manifest.close()
+    seconds = time.monotonic() - t0
+    progress.tick(force=True)
+    failure = writers.error or failure
+    if isinstance(failure, ReserveStop):
+        events.message(str(failure), level="error")
+    if failure is not None:
+        raise failure
+    if stop.is_set():
+        raise ExtractError(
+            f"stopped by a signal after writing {progress.samples} samples; rerun the same command to resume"
+        )
+    complete = finalize(job.out, job.total)
+    tally = progress.tally
+    tally.refresh()
+    if complete:
+        events.artifact(str(job.out), bytes=tally.bytes, samples=tally.done, tokens=tally.tokens)
+    return RunResult(samples=progress.samples, tokens=progress.tokens, bytes=progress.bytes, seconds=seconds,
+                     done=tally.done, total=job.total, complete=complete)

@@ -1,0 +1,109 @@
+"""Everything decided before the target is loaded: inputs validated, store opened, plan made.
+
+This half needs no torch, so bad input (a wrong path, a torn dataset, a store built from
+another target, a full disk) is refused in a second, before minutes of weight loading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .batching import PlannedBatch, plan_batches
+from .dataset import DatasetIndex, index_dataset
+from .errors import BadInput, ExtractError
+from .estimate import read_stats
+from .layout import sample_bytes
+from .manifest import read_manifest
+from .meta import TargetInfo, build_meta, capture_layers, ensure_meta
+from .reserve import DiskGuard
+from .sharding import Shard
+
+
+@dataclass
+class ExtractOptions:
+    data: Path
+    out: Path
+    stats: Path | None = None
+    batch_tokens: int = 16384
+    max_len: int | None = None
+    writers: int = 4
+    queue: int = 4
+    reserve: int = 10 * 10**9
+    limit: int | None = None
+    window: int = 2048
+
+    def validate(self) -> None:
+        for name in ("batch_tokens", "writers", "queue", "window"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_len is not None and self.max_len < 1:
+            raise BadInput(f"--max-len must be at least 1, got {self.max_len}")
+        if self.limit is not None and self.limit < 0:
+            raise BadInput(f"--limit must not be negative, got {self.limit}")
+        if self.reserve < 0:
+            raise BadInput(f"--reserve must not be negative, got {self.reserve}")
+
+
+@dataclass
+class Job:
+    options: ExtractOptions
+    target: TargetInfo
+    dtype: str
+    shard: Shard
+    dataset: DatasetIndex
+    total: int  # samples of the whole run (all ranks), after --limit
+    layers: list[int]
+    meta: dict
+    done: dict[int, dict]
+    batches: list[PlannedBatch]  # this rank's plan, whole (done batches included)
+    guard: DiskGuard
+    todo: list[PlannedBatch] = field(default_factory=list)
+
+    @property
+    def out(self) -> Path:
+        return self.options.out
+
+    def write_positions(self, batch: PlannedBatch) -> list[int]:
+        return [p for p, i in enumerate(batch.indices) if i not in self.done]
+
+    def bytes_of(self, tokens: int) -> int:
+        return sample_bytes(tokens, self.target.hidden_size, self.dtype)
+
+    @property
+    def rank_todo_samples(self) -> int:
+        return sum(len(self.write_positions(b)) for b in self.todo)
+
+
+def prepare(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shard) -> Job:
+    options.validate()
+    layers = capture_layers(target.num_layers)
+    out = Path(options.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"cannot create the output folder {out} (--out): {e.strerror}") from None
+    guard = DiskGuard(out, options.reserve)
+    guard.check(0)
+    dataset = index_dataset(Path(options.data), options.max_len, target.vocab_size)
+    if options.stats is not None:
+        stats = read_stats(options.stats)
+        want = stats.get("dataset_sha256")
+        if want is not None and want != dataset.sha256:
+            raise BadInput(
+                f"{options.stats}: dataset_sha256 is {want} but {options.data} hashes to {dataset.sha256}; "
+                "the stats belong to another dataset: rerun pipeline.merge or pass the matching --stats"
+            )
+    meta = build_meta(target, dtype, dataset.path, dataset.sha256, len(dataset), options.max_len, shard.world_size)
+    ensure_meta(out, meta, shard.rank)
+    try:
+        done = read_manifest(out)
+    except OSError as e:
+        raise ExtractError(f"cannot read the manifest in {out}: {e}") from None
+    total = len(dataset) if options.limit is None else min(options.limit, len(dataset))
+    mine = list(shard.indices(total))
+    batches = plan_batches(mine, dataset.lengths, options.batch_tokens, options.window)
+    job = Job(options=options, target=target, dtype=dtype, shard=shard, dataset=dataset, total=total,
+              layers=layers, meta=meta, done=done, batches=batches, guard=guard)
+    job.todo = [b for b in batches if job.write_positions(b)]
+    return job

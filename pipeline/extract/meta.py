@@ -1,0 +1,116 @@
+"""`meta.json`: what a store was built from, so a resume can refuse to mix two targets.
+
+A resume that silently appended hidden states of another target or dataset would give a
+drafter training data that disagrees with itself; the identity fields below must match
+exactly, and the first differing one is named in the refusal. `world_size` and the
+dataset's path are informational: a store may be resumed with another number of GPUs, or
+with the same dataset moved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BadInput
+from .layout import META, write_json_atomic
+
+FORMAT = "eagle3-hidden-store/1"
+IDENTITY = ("format", "target", "num_layers", "hidden_size", "capture_layers", "dtype", "dataset_sha256", "max_len")
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """The target as config.json describes it; read with json so no weights are loaded."""
+
+    path: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+
+    @classmethod
+    def from_dir(cls, model_dir: Path) -> "TargetInfo":
+        cfg_path = Path(model_dir) / "config.json"
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except FileNotFoundError:
+            raise BadInput(f"target {model_dir} has no config.json (--model); point --model at a save_pretrained folder") from None
+        except ValueError as e:
+            raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
+        return cls.from_config(cfg, os.path.abspath(model_dir), cfg_path)
+
+    @classmethod
+    def from_config(cls, cfg: dict, path: str, where: object = "config") -> "TargetInfo":
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        values = {}
+        for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
+            v = text.get(key)
+            if not isinstance(v, int) or v <= 0:
+                raise BadInput(f"{where}: key {key!r} must be a positive integer, got {v!r}")
+            values[key] = v
+        return cls(
+            path=path,
+            model_type=str(cfg.get("model_type", "")),
+            num_layers=values["num_hidden_layers"],
+            hidden_size=values["hidden_size"],
+            vocab_size=values["vocab_size"],
+        )
+
+
+def capture_layers(num_layers: int) -> list[int]:
+    """EAGLE-3's capture points as HF hidden_states indices: the inputs of decoder layers
+    2, L//2 and L-3 (DESIGN.md section 2)."""
+    if num_layers < 6:
+        raise BadInput(
+            f"target has {num_layers} decoder layers; EAGLE-3 captures layers 2, L//2 and L-3 and needs at least 6"
+        )
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def build_meta(target: TargetInfo, dtype: str, dataset: Path, dataset_sha256: str,
+               records: int, max_len: int | None, world_size: int) -> dict:
+    return {
+        "format": FORMAT,
+        "target": target.path,
+        "model_type": target.model_type,
+        "num_layers": target.num_layers,
+        "hidden_size": target.hidden_size,
+        "vocab_size": target.vocab_size,
+        "capture_layers": capture_layers(target.num_layers),
+        "dtype": dtype,
+        "dataset": os.path.abspath(dataset),
+        "dataset_sha256": dataset_sha256,
+        "records": records,
+        "max_len": max_len,
+        "world_size": world_size,
+    }
+
+
+def read_meta(out: Path) -> dict | None:
+    path = Path(out) / META
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise BadInput(f"{path}: not valid JSON ({e}); move the store aside or delete meta.json to start over") from None
+
+
+def ensure_meta(out: Path, meta: dict, rank: int) -> None:
+    """Write meta.json for a new store, or refuse a resume whose identity differs."""
+    out = Path(out)
+    old = read_meta(out)
+    if old is None:
+        write_json_atomic(out / META, meta, tag=f".rank{rank}")
+        return
+    for key in IDENTITY:
+        if old.get(key) != meta.get(key):
+            raise BadInput(
+                f"{out / META}: field {key!r} is {old.get(key)!r} in the store but {meta.get(key)!r} for this run; "
+                "resume only with the same target, dataset, dtype and --max-len, or pass a new --out"
+            )
+    if rank == 0 and old != meta:
+        write_json_atomic(out / META, meta, tag=f".rank{rank}")

@@ -1,0 +1,101 @@
+"""The disk reserve: stop cleanly before extraction fills the output volume.
+
+A run that fills the disk at hour 5 corrupts whatever else lives there and leaves torn
+files; stopping while `--reserve` bytes are still free keeps the store consistent and lets
+the operator free space and rerun the same command to resume.
+
+Test hook: with `EAGLE3_EXTRACT_FAKE_FREE=<bytes>` set, the guard believes the volume had
+that many bytes free when the run started, less what this process has written since, so a
+test can hit the reserve after a few samples without filling a real disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+
+from .errors import BadInput, ReserveStop
+
+FAKE_FREE_ENV = "EAGLE3_EXTRACT_FAKE_FREE"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_PREFIXES = "kmgtpe"
+
+
+def parse_size(text: str) -> int:
+    """Bytes for "10GB" (SI), "10GiB" or "10G" (IEC) or a bare number, as the console reads sizes."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a size: use bytes or a number with a unit (500GB, 1.5TiB, 512M)")
+    unit = m.group(2).lower()
+    if unit in ("", "b"):
+        mult = 1
+    elif unit[0] in _PREFIXES and unit[1:] in ("b", "", "i", "ib"):
+        power = _PREFIXES.index(unit[0]) + 1
+        mult = 1000**power if unit[1:] == "b" else 1024**power
+    else:
+        raise ValueError(f"{text!r} has an unknown unit {m.group(2)!r}: use KB, MB, GB, TB or KiB, MiB, GiB, TiB")
+    return int(float(m.group(1)) * mult)
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def volume_of(path: Path) -> str:
+    """The mount point holding `path`: the name an operator recognises in `df`."""
+    p = Path(os.path.abspath(path))
+    while not p.exists():
+        p = p.parent
+    while not os.path.ismount(p):
+        p = p.parent
+    return str(p)
+
+
+class DiskGuard:
+    def __init__(self, path: Path, reserve: int) -> None:
+        self.path = Path(path)
+        self.reserve = reserve
+        self._written = 0
+        self._lock = threading.Lock()
+        fake = os.environ.get(FAKE_FREE_ENV)
+        try:
+            self._fake = int(fake) if fake else None
+        except ValueError:
+            raise BadInput(f"{FAKE_FREE_ENV}={fake!r} is not a number of bytes") from None
+
+    def note_written(self, nbytes: int) -> None:
+        with self._lock:
+            self._written += nbytes
+
+    def free(self) -> int:
+        if self._fake is not None:
+            with self._lock:
+                return self._fake - self._written
+        p = self.path
+        while not p.exists():
+            p = p.parent
+        st = os.statvfs(p)
+        return st.f_bavail * st.f_frsize
+
+    def check(self, need: int, done: int | None = None, total: int | None = None) -> None:
+        """Raise ReserveStop when writing `need` more bytes would leave less than the reserve."""
+        free = self.free()
+        if free - need >= self.reserve:
+            return
+        raise ReserveStop(self.stop_message(free, need, done, total))
+
+    def stop_message(self, free: int, need: int = 0, done: int | None = None, total: int | None = None) -> str:
+        progress = f" ({done} of {total} samples are done)" if done is not None and total is not None else ""
+        return (
+            f"extract stopped by the disk reserve: {volume_of(self.path)} has {format_bytes(free)} free "
+            f"({free} bytes), the next writes need about {format_bytes(need)} and the reserve is "
+            f"{format_bytes(self.reserve)} (--reserve); free space on {volume_of(self.path)} and rerun "
+            f"the same command to resume{progress}"
+        )

@@ -1,0 +1,129 @@
+"""Writer threads: take captured batches off the GPU loop and put samples on disk.
+
+Disk writes (with fsync) take about as long as the forward pass, so they run on N
+threads beside it; file writes and fsync release the GIL. The job queue needs no bound of
+its own: every job points into a host slot, and the slot pool (buffers.py) is bounded.
+A writer error stops the run: remaining jobs are drained without writing, so slots come
+back and the GPU loop can see the error and stop.
+"""
+
+from __future__ import annotations
+
+import errno
+import queue
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .batching import PlannedBatch
+from .buffers import BufferPool, HostSlot
+from .errors import ExtractError, ReserveStop
+from .manifest import ManifestWriter
+from .store import Sample, write_sample
+
+
+@dataclass
+class HostBatch:
+    plan: PlannedBatch
+    ids: list[str]
+    input_ids: list[torch.Tensor]
+    loss_mask: list[torch.Tensor]
+    final: torch.Tensor  # [B,T,H] host
+    aux: torch.Tensor  # [B,T,3H] host
+    bad: torch.Tensor  # [B] host
+    ready: torch.cuda.Event | None
+    positions: list[int]
+    nbytes: dict[int, int]  # position -> exact file size
+    slot: HostSlot
+    remaining: int = 0
+    waited: bool = False
+
+
+class WriterPool:
+    def __init__(self, out: Path, hidden: int, manifest: ManifestWriter, pool: BufferPool, threads: int,
+                 on_written: Callable[[int, int], None], on_disk_full: Callable[[], str]) -> None:
+        self.out = Path(out)
+        self.hidden = hidden
+        self.manifest = manifest
+        self.pool = pool
+        self.on_written = on_written
+        self.on_disk_full = on_disk_full
+        self.error: BaseException | None = None
+        self._jobs: queue.Queue[tuple[HostBatch, int] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pending_bytes = 0
+        self._threads = [threading.Thread(target=self._loop, name=f"extract-writer-{n}", daemon=True)
+                         for n in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def pending_bytes(self) -> int:
+        with self._lock:
+            return self._pending_bytes
+
+    def submit(self, batch: HostBatch) -> None:
+        batch.remaining = len(batch.positions)
+        with self._lock:
+            self._pending_bytes += sum(batch.nbytes.values())
+        for p in batch.positions:
+            self._jobs.put((batch, p))
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        for t in self._threads:
+            t.join()
+
+    def _fail(self, e: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = e
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            batch, p = job
+            try:
+                if self.error is None:
+                    self._write(batch, p)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    self._fail(ReserveStop(self.on_disk_full()))
+                else:
+                    self._fail(ExtractError(f"writing sample {batch.plan.indices[p]} to {self.out} failed: {e}"))
+            except BaseException as e:  # noqa: BLE001 - handed to the main loop
+                self._fail(e)
+            finally:
+                self._done_one(batch, p)
+
+    def _done_one(self, batch: HostBatch, p: int) -> None:
+        with self._lock:
+            self._pending_bytes -= batch.nbytes[p]
+            batch.remaining -= 1
+            last = batch.remaining == 0
+        if last:
+            self.pool.release(batch.slot)
+
+    def _write(self, batch: HostBatch, p: int) -> None:
+        if batch.ready is not None and not batch.waited:
+            batch.ready.synchronize()
+            batch.waited = True
+        index = batch.plan.indices[p]
+        t = batch.plan.lengths[p]
+        sample = Sample(
+            index=index,
+            id=batch.ids[p],
+            input_ids=batch.input_ids[p],
+            loss_mask=batch.loss_mask[p],
+            hidden_state=batch.final[p, :t],
+            aux_hidden_state=batch.aux[p, :t],
+        )
+        rel, nbytes = write_sample(self.out, sample, self.hidden, finite=not bool(batch.bad[p]))
+        self.manifest.add({"index": index, "id": sample.id, "tokens": t, "bytes": nbytes, "file": rel})
+        self.on_written(t, nbytes)

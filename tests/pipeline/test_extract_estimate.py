@@ -1,0 +1,54 @@
+"""`--estimate` gives the bytes a run writes, from the stats and config.json alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _estimate(xt, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.extract", "--estimate", *args], cwd=xt.REPO,
+                          env=xt.cli_env(), capture_output=True, text=True, timeout=60)
+
+
+def test_estimate_json_follows_the_formula_and_bounds_the_real_store(tiny_target, tiny_data, reference_store, xt):
+    proc = _estimate(xt, "--model", str(tiny_target), "--stats", str(tiny_data.stats), "--json")
+    assert proc.returncode == 0, proc.stderr
+    est = json.loads(proc.stdout)
+    tokens = sum(len(r["input_ids"]) for r in tiny_data.records)
+    assert (est["tokens"], est["records"], est["hidden"], est["dtype_bytes"]) == (tokens, len(tiny_data.records), xt.HIDDEN, 2)
+    assert est["hidden_state_bytes"] == tokens * 4 * xt.HIDDEN * 2
+    assert est["bytes"] == est["hidden_state_bytes"] + est["overhead_bytes"]
+
+    # The reference store is fp32: the fp32 estimate must cover it, with no more slack than
+    # a block and a header per sample.
+    fp32 = json.loads(_estimate(xt, "--model", str(tiny_target), "--stats", str(tiny_data.stats),
+                                "--dtype", "fp32", "--json").stdout)
+    actual = sum(p.stat().st_size for p in reference_store.rglob("*") if p.is_file())
+    assert actual <= fp32["bytes"] <= actual + len(tiny_data.records) * (4096 + 512) + 8192
+
+
+def test_estimate_plain_prints_bytes_and_loads_no_torch(tiny_target, tiny_data, xt):
+    code = ("import sys; from pipeline.extract.__main__ import main; rc = main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'estimate imported torch'; sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, "--estimate", "--model", str(tiny_target),
+                           "--stats", str(tiny_data.stats)], cwd=xt.REPO, env=xt.cli_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip()) > 0
+
+
+def test_estimate_refuses_bad_inputs_naming_the_file_and_key(tmp_path, tiny_target, tiny_data, xt):
+    stats = json.loads(tiny_data.stats.read_text())
+    del stats["tokens"]
+    bad = tmp_path / "bad.stats.json"
+    bad.write_text(json.dumps(stats))
+    proc = _estimate(xt, "--model", str(tiny_target), "--stats", str(bad))
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "'tokens'" in proc.stderr
+
+    proc = _estimate(xt, "--model", str(tmp_path), "--stats", str(tiny_data.stats))
+    assert proc.returncode == 2 and "config.json" in proc.stderr
+
+    proc = _estimate(xt, "--model", str(tiny_target), "--stats", str(tiny_data.stats), "--dtype", "int3")
+    assert proc.returncode == 2 and "--dtype" in proc.stderr

@@ -1,0 +1,104 @@
+"""A killed extraction resumes to exactly the store an uninterrupted run writes, and a
+resume against another target or dataset is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+
+def _finished_files(out) -> int:
+    return len(list(out.glob("rows_*/[0-9]*.safetensors")))
+
+
+def _assert_same_store(got, want, xt) -> None:
+    assert xt.store_files(got) == xt.store_files(want)
+    assert (got / "manifest.jsonl").read_bytes() == (want / "manifest.jsonl").read_bytes()
+    a, b = xt.load_store(got), xt.load_store(want)
+    for name, tensors in b.items():
+        assert a[name].keys() == tensors.keys()
+        for key, t in tensors.items():
+            assert torch.equal(a[name][key], t), f"{name}:{key} differs"
+
+
+@pytest.mark.parametrize("seed", [7])
+def test_sigkill_at_a_random_point_then_resume_gives_the_uninterrupted_store(
+        seed, tmp_path, tiny_target, tiny_data, reference_store, run_extract, xt):
+    rng = random.Random(seed)
+    out = tmp_path / "store"
+    total = len(tiny_data.records)
+    argv = xt.extract_argv(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats))
+    env = xt.cli_env(EAGLE3_EXTRACT_WRITE_DELAY="0.03")
+    proc = subprocess.Popen(argv, cwd=xt.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    kill_after = rng.randint(3, total - 8)
+    deadline = time.monotonic() + 90
+    while _finished_files(out) < kill_after and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(rng.uniform(0, 0.05))
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+
+    done = {json.loads(x)["index"] for x in (out / "manifest.jsonl").read_text().splitlines() if x.strip()}
+    assert len(done) < total
+    # A file the manifest does not list must be rewritten, not trusted.
+    stray = min(set(range(total)) - done)
+    (out / f"rows_0/{stray}.safetensors").write_bytes(b"not a safetensors file")
+    # A line torn by the kill is ignored.
+    with open(out / "manifest.jsonl", "ab") as f:
+        f.write(b'{"index": 999, "id": "tor')
+
+    resumed = run_extract(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done)} already in the manifest" in resumed.stdout
+    _assert_same_store(out, reference_store, xt)
+
+
+def test_resume_against_another_dataset_or_target_is_refused(tmp_path, tiny_target, tiny_data, reference_store,
+                                                             run_extract, xt):
+    records = xt.make_records(len(tiny_data.records))
+    records[0]["input_ids"][0] = (records[0]["input_ids"][0] + 1) % xt.VOCAB
+    other_data = xt.write_merged(tmp_path / "other.jsonl", records)
+    before = {p: p.stat().st_mtime_ns for p in reference_store.rglob("*")}
+
+    proc = run_extract(tiny_target, other_data, reference_store)
+    assert proc.returncode == 2
+    assert "dataset_sha256" in proc.stderr and "meta.json" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    other_target = xt.save_tiny_llama(tmp_path / "other-target", seed=3)
+    proc = run_extract(other_target, tiny_data.path, reference_store)
+    assert proc.returncode == 2
+    assert "'target'" in proc.stderr and str(other_target) in proc.stderr
+    assert {p: p.stat().st_mtime_ns for p in reference_store.rglob("*")} == before
+
+
+def test_bad_dataset_record_is_refused_naming_file_line_and_key(tmp_path, tiny_target, tiny_data, run_extract, xt):
+    records = xt.make_records(4)
+    records[2]["loss_mask"] = records[2]["loss_mask"][:-1]
+    data = xt.write_merged(tmp_path / "bad.jsonl", records)
+    proc = run_extract(tiny_target, data, tmp_path / "store")
+    assert proc.returncode == 2
+    assert f"{data}:3:" in proc.stderr and "loss_mask" in proc.stderr
+    assert not list((tmp_path / "store").glob("rows_*"))
+
+    proc = run_extract(tiny_target, tiny_data.path, tmp_path / "store2", "--stats", str(tmp_path / "missing.json"))
+    assert proc.returncode == 2 and "missing.json" in proc.stderr
+
+
+def test_stats_of_another_dataset_are_refused(tmp_path, tiny_target, tiny_data, run_extract, xt):
+    stats = json.loads(tiny_data.stats.read_text())
+    stats["dataset_sha256"] = "0" * 64
+    bad = tmp_path / "stale.stats.json"
+    bad.write_text(json.dumps(stats))
+    proc = run_extract(tiny_target, tiny_data.path, tmp_path / "store", "--stats", str(bad))
+    assert proc.returncode == 2
+    assert "dataset_sha256" in proc.stderr and str(bad) in proc.stderr
