@@ -95,5 +95,8 @@ class Poller:
             self._wake_pending = False
             self._launch()
             return
-        delay = max(0.0, self.interval - elapsed)
+        delay = self.interval - elapsed
+        if delay < 0.005:  # Textual's timers cannot take a zero delay
+            self.owner.call_later(self._launch)
+            return
         self._timer = self.owner.set_timer(delay, self._launch, name=f"poll:{self.name}")

@@ -36,7 +36,7 @@ phases:
     title: Gated by a missing file
     run: [python3, -c, "print('gated ran')"]
     checks:
-      - exists: ./missing-input
+      - exists: /nonexistent-eagle3-ui/missing-input
         name: input-present
   - id: clean
     title: Clean old outputs

@@ -38,7 +38,9 @@ class GpuPanel(Widget):
         self.refresh(layout=True)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        if self.reading is None or self.reading.error is not None or not self.reading.gpus:
+        if self.reading is not None and self.reading.error is not None:
+            return max(1, -(-(len(self.reading.error) + 2) // max(1, width)))
+        if self.reading is None or not self.reading.gpus:
             return 1
         return len(self.reading.gpus)
 

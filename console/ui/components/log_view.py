@@ -91,11 +91,19 @@ class LogView(ScrollView, can_focus=True):
         return self.partial or (self.lines[-1] if self.lines else None)
 
     def _resize(self) -> None:
+        if not self.is_attached:
+            return
         self.virtual_size = Size(self._width, self.line_count)
         if self.follow:
             self.scroll_to(y=max(0, self.line_count - self.scrollable_content_region.height),
                            animate=False, immediate=True)
         self.refresh()
+
+    def on_mount(self) -> None:
+        self._resize()
+
+    def on_mouse_scroll_up(self) -> None:
+        self.follow = False
 
     # -- search ---------------------------------------------------------------------
     def set_search(self, text: str | None) -> None:

@@ -1,0 +1,149 @@
+"""Panel and plumbing behaviour an operator would notice: polls that never pile up, logs
+that stay bounded and keep up with carriage-return progress, a loud disk warning, a
+console that leaves when its terminal dies, themes that always load."""
+
+from __future__ import annotations
+
+import os
+import pty
+import threading
+import time
+from pathlib import Path
+
+from textual.app import App, ComposeResult
+from textual.message import Message
+from ui_harness import wait_for
+
+from console.core.telemetry.history import DiskForecast
+from console.core.telemetry.samples import DiskReading, VolumeSample
+from console.ui.components.disk_panel import DiskPanel
+from console.ui.components.log_view import LogView
+from console.ui.logfeed import LogFeed, clean
+from console.ui.messages import SpaceNeed
+from console.ui.pollers import Poller
+from console.ui.theming import load_themes
+from console.ui.watchdog import TtyWatchdog
+
+
+class Tick(Message):
+    pass
+
+
+class Host(App[None]):
+    def __init__(self, widget=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.widget = widget
+        self.ticks = 0
+
+    def compose(self) -> ComposeResult:
+        if self.widget is not None:
+            yield self.widget
+
+    def on_tick(self, _: Tick) -> None:
+        self.ticks += 1
+
+
+async def test_slow_poll_never_piles_up() -> None:
+    app = Host()
+    active = []
+    peak = []
+    lock = threading.Lock()
+
+    def slow_read() -> Tick:
+        with lock:
+            active.append(1)
+            peak.append(len(active))
+        time.sleep(0.3)  # a stuck NVML call, ten times the interval
+        with lock:
+            active.pop()
+        return Tick()
+
+    async with app.run_test() as pilot:
+        poller = Poller(app, "slow", 0.03, slow_read)
+        poller.start()
+        await wait_for(pilot, lambda: app.ticks >= 3, timeout=10, what="three polls")
+        poller.stop()
+    assert max(peak) == 1
+
+
+async def test_log_feed_keeps_up_bounded_and_shows_cr_progress(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    with log.open("w") as f:
+        for i in range(200_000):
+            f.write(f"line {i}\n")
+        f.write("step 1/3\rstep 2/3\r")
+    feed = LogFeed("t", lambda: str(log), max_lines=500)
+    first = feed.read()
+    assert first is not None and first.reset
+    assert len(first.lines) <= 500 and first.lines[-1] == "line 199999"
+    assert first.partial == "step 2/3"  # the progress line in flight, not stalled behind its \r
+    view = LogView(max_lines=500)
+    view.append(first.lines, first.partial)
+    assert view.last_line == "step 2/3"
+    with log.open("a") as f:
+        f.write("step 3/3\ndone\n")
+    nxt = feed.read()
+    assert nxt is not None and nxt.lines == ["step 3/3", "done"] and nxt.partial == ""
+    view.append(nxt.lines, nxt.partial)
+    for k in range(50):
+        view.append([f"more {k} {j}" for j in range(100)])
+    assert len(view.lines) <= 500  # memory bounded however much arrives
+    assert view.last_line == "more 49 99"
+
+
+def test_log_lines_lose_terminal_control_sequences() -> None:
+    assert clean("\x1b[31mred\x1b[0m plain\x07") == "red plain"
+    assert clean("a\tb") == "a   b"
+
+
+async def test_disk_panel_warns_loudly_when_the_rest_will_not_fit() -> None:
+    panel = DiskPanel()
+    app = Host(panel)
+    async with app.run_test(size=(100, 10)) as pilot:
+        fc = DiskForecast()
+        r1 = DiskReading(t=0.0, volumes=(VolumeSample("/data", 1000 * 10**9, 900 * 10**9, 100 * 10**9),))
+        r2 = DiskReading(t=10.0, volumes=(VolumeSample("/data", 1000 * 10**9, 901 * 10**9, 99 * 10**9),))
+        fc.update(r1)
+        fc.update(r2)
+        forecasts = {f.path: f for f in fc.forecasts()}
+        panel.show(r2, forecasts, {"/data": SpaceNeed(150 * 10**9, ("extract",))})
+        await pilot.pause()
+        text = str(panel.render())
+        assert "WILL NOT FIT" in text and "extract" in text and "150.0G" in text
+        assert "full in" in text  # 100 MB/s into 99 GB: the forecast is drawn too
+        assert panel.has_class("-warning")
+        panel.show(r2, forecasts, {"/data": SpaceNeed(10 * 10**9, ("extract",))})
+        await pilot.pause()
+        assert "WILL NOT FIT" not in str(panel.render())
+
+
+def test_watchdog_fires_when_the_terminal_hangs_up() -> None:
+    master, slave = pty.openpty()
+    fired = threading.Event()
+    dog = TtyWatchdog(fired.set, fd=slave, interval=0.05)
+    assert dog.start()
+    time.sleep(0.2)
+    assert not fired.is_set()
+    os.close(master)
+    assert fired.wait(5)
+    os.close(slave)
+
+
+def test_themes_dark_light_ansi_and_fallback(tmp_path: Path) -> None:
+    names = [t.name for t in load_themes()]
+    assert {"eagle3-dark", "eagle3-light", "eagle3-ansi"} <= set(names)
+    ansi = next(t for t in load_themes() if t.name == "eagle3-ansi")
+    assert ansi.ansi
+    fallback = [t.name for t in load_themes(tmp_path / "absent")]
+    assert fallback == ["eagle3-dark", "eagle3-light", "eagle3-ansi"]
+
+
+def test_stylesheet_uses_theme_variables_only() -> None:
+    import re
+
+    css = (Path(__file__).resolve().parents[2] / "console" / "ui" / "console.tcss").read_text()
+    assert not re.findall(r"#[0-9a-fA-F]{3,8}\b(?![\w-]*\s*[{,])", css.split("*/", 1)[1].replace("#", " #"))
+    for prop in re.findall(r"(?:color|background|border[\w-]*):\s*([^;]+);", css):
+        for word in prop.split():
+            assert word.startswith("$") or word in ("solid", "heavy", "round", "none", "transparent", "bold") \
+                or word.endswith("%"), f"literal colour in console.tcss: {prop}"
