@@ -188,8 +188,17 @@ def test_runs_in_the_same_second_sort_by_creation(tmp_path):
 def test_a_launcher_that_cannot_start_is_reported(tmp_path, monkeypatch):
     ph = Phase(id="q", title="Q", argv=("true",))
     cfg = make_config(tmp_path, ph)
-    monkeypatch.setenv("PYTHONSAFEPATH", "1")  # the launcher cannot find the console package
-    monkeypatch.setenv("PYTHONPATH", "")
+    broken = tmp_path / "python"  # an interpreter that dies before the launcher runs
+    broken.write_text("#!/bin/sh\necho 'ImportError: cannot import name psutil' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(broken))
     with pytest.raises(PhaseError, match=r"the launcher for phase q exited with code 1 before starting it: "
-                                         r".*No module named 'console'.*output.log"):
+                                         r"ImportError: cannot import name psutil \(see .*output.log\)"):
         start_run(cfg, ph)
+    [failed] = list_runs(cfg.state_dir, "q")
+    st = run_status(failed)
+    assert st.state == "failed" and "ImportError" in st.error
+    assert Journal(cfg.state_dir).read(events={"run_ended"})[-1]["error"] == st.error
+    monkeypatch.undo()
+    rd = start_run(cfg, ph)  # the failed attempt left no lock behind
+    assert wait_ended(rd).state == "succeeded"

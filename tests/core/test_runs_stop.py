@@ -110,7 +110,7 @@ def test_stop_a_polite_phase_lets_it_exit_on_sigterm(tmp_path):
     """)))
     cfg = make_config(tmp_path, ph)
     rd = start_run(cfg, ph)
-    wait_for(lambda: "ready" in rd.output_log.read_text(), what="phase ready")
+    wait_for(lambda: "ready" in rd.output_log.read_text().splitlines(), what="phase ready")
     assert stop_run(cfg, "train", grace=5.0)
     st = run_status(rd)
     assert (st.state, st.exit_code) == ("stopped", 0)

@@ -268,9 +268,13 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
     deadline = time.monotonic() + pid_wait
     while rd.read_pid() is None and time.monotonic() < deadline:
         if proc.poll() is not None and rd.read_pid() is None:
-            last = _tail(rd.output_log)
-            raise PhaseError(f"the launcher for phase {ph.id} exited with code {proc.returncode} "
-                             f"before starting it: {last or 'no output'} (see {rd.output_log})")
+            msg = (f"the launcher for phase {ph.id} exited with code {proc.returncode} before starting it: "
+                   f"{_tail(rd.output_log) or 'no output'} (see {rd.output_log})")
+            if rd.read_exit() is None:
+                rd.write_exit(ExitInfo(code=None, signal=None, ended_at=time.time(), error=msg))
+                journal.append("run_ended", phase=ph.id, run_id=rd.run_id, code=None, signal=None,
+                               stopped=False, duration_s=0.0, verify="none", error=msg)
+            raise PhaseError(msg)
         time.sleep(0.02)
     return rd
 
