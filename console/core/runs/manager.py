@@ -201,12 +201,45 @@ def _acquire(state_dir: Path, phase_id: str) -> PhaseLock:
     while True:
         try:
             return lock.acquire()
+        except OSError as e:
+            raise PhaseError(f"cannot take the lock {lock.path} for phase {phase_id}: {e}") from None
         except PhaseError:
             rd = latest_run(state_dir, phase_id)
             finishing = rd is not None and rd.read_exit() is not None
             if not finishing or time.monotonic() >= deadline:
                 raise PhaseError(_running_message(state_dir, phase_id, lock)) from None
             time.sleep(0.05)
+
+
+def _prepare(config: Config, ph: Phase, run_env: dict[str, str] | None, state_dir: Path,
+             journal: Journal) -> RunDir:
+    """Create the run directory with its argv.json and journal the start."""
+    root = _runs_root(state_dir, ph.id)
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        rd = RunDir(root / new_run_id())
+        try:
+            rd.path.mkdir()
+            break
+        except FileExistsError:
+            continue
+    argv = _python_argv(ph.argv)
+    env = {**ph.env, **(run_env or {})}
+    record = {
+        "phase": ph.id, "run_id": rd.run_id, "argv": argv, "env": env,
+        "cwd": str(config.root), "config_path": str(config.path),
+        "config_fingerprint": config.fingerprint, "overrides": dict(config.overrides),
+        "created_at": time.time(), "kind": ph.kind,
+        "verify": [s.to_json() for s in ph.verify],
+        "inputs": [str(config.resolve(p)) for p in ph.inputs],
+        "outputs": [str(config.resolve(p)) for p in ph.outputs],
+        "user": _user(), "state_dir": str(state_dir),
+    }
+    atomic_write_json(rd.argv_json, record)
+    rd.events_jsonl.touch()
+    journal.append("run_started", phase=ph.id, run_id=rd.run_id, argv=argv, env=env,
+                   config_fingerprint=config.fingerprint, overrides=dict(config.overrides))
+    return rd
 
 
 def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None = None,
@@ -220,31 +253,10 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
     lock = _acquire(state_dir, ph.id)
     try:
         _orphan_check(state_dir, ph.id)
-        root = _runs_root(state_dir, ph.id)
-        root.mkdir(parents=True, exist_ok=True)
-        while True:
-            rd = RunDir(root / new_run_id())
-            try:
-                rd.path.mkdir()
-                break
-            except FileExistsError:
-                continue
-        argv = _python_argv(ph.argv)
-        env = {**ph.env, **(run_env or {})}
-        record = {
-            "phase": ph.id, "run_id": rd.run_id, "argv": argv, "env": env,
-            "cwd": str(config.root), "config_path": str(config.path),
-            "config_fingerprint": config.fingerprint, "overrides": dict(config.overrides),
-            "created_at": time.time(), "kind": ph.kind,
-            "verify": [s.to_json() for s in ph.verify],
-            "inputs": [str(config.resolve(p)) for p in ph.inputs],
-            "outputs": [str(config.resolve(p)) for p in ph.outputs],
-            "user": _user(), "state_dir": str(state_dir),
-        }
-        atomic_write_json(rd.argv_json, record)
-        rd.events_jsonl.touch()
-        journal.append("run_started", phase=ph.id, run_id=rd.run_id, argv=argv, env=env,
-                       config_fingerprint=config.fingerprint, overrides=dict(config.overrides))
+        try:
+            rd = _prepare(config, ph, run_env, state_dir, journal)
+        except OSError as e:
+            raise PhaseError(f"cannot prepare a run of phase {ph.id} in {state_dir}: {e}") from None
         log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             proc = subprocess.Popen(

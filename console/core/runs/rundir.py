@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core.checks.result import CheckResult
-from pipeline.events import ENV_VAR as EVENTS_ENV
+from pipeline.events import ENV_VAR as EVENTS_ENV  # noqa: F401 - the launcher sets it for the phase
 
 ARGV = "argv.json"
 OUTPUT = "output.log"
