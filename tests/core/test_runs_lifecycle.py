@@ -119,7 +119,7 @@ sys.path.insert(0, {repo!r})
 from console.core.config.model import Config, Phase
 from console.core.runs import start_run
 tmp = Path({tmp!r})
-ph = Phase(id="extract", title="Extract", argv=("sh", "-c", "sleep 1.5; echo finished > done.txt; exit 0"))
+ph = Phase(id="extract", title="Extract", argv=("sh", "-c", "until [ -e go ]; do sleep 0.05; done; echo finished > done.txt; exit 0"))
 cfg = Config(path=tmp / "pipeline.yaml", name="t", vars={{}}, state_dir=tmp / "state", volumes=(),
              phases=(ph,), fingerprint="fp")
 rd = start_run(cfg, ph)
@@ -144,6 +144,8 @@ def test_phase_survives_sigkill_of_its_starter_and_finishes(tmp_path):
     with pytest.raises(PhaseError, match=r"phase extract is already running \(pid \d+, since "):
         start_run(cfg, "extract")
 
+    assert not (tmp_path / "done.txt").exists()
+    (tmp_path / "go").touch()  # the phase finishes only now, long after its starter died
     st = wait_ended(rd, timeout=15)
     assert (st.state, st.exit_code) == ("succeeded", 0)
     assert (tmp_path / "done.txt").read_text() == "finished\n"

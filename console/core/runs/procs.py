@@ -141,13 +141,21 @@ def _safe_pgid(pid: int) -> int | None:
         return None
 
 
+def _ended(p: psutil.Process) -> bool:
+    """Exited (a zombie counts), judged by (pid, create time) so a reused pid is not waited on."""
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def _wait_gone(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
     """Wait until each process has exited (reaping our own children); return the rest."""
     procs = list(procs)
     deadline = time.monotonic() + timeout
     while True:
         _, procs = psutil.wait_procs(procs, timeout=0)
-        procs = [p for p in procs if not gone(p.pid)]
+        procs = [p for p in procs if not _ended(p)]
         if not procs or time.monotonic() >= deadline:
             return procs
         time.sleep(0.05)
