@@ -98,7 +98,7 @@ class ConsoleApp(App[int]):
         if not running:
             self.exit(0)
             return
-        names = ", ".join(f"{s.phase.id} (pid {s.pid})" for s in running)
+        names = ", ".join(s.phase.id + (f" (pid {s.pid})" if s.pid else "") for s in running)
 
         def answer(yes: bool | None) -> None:
             if yes:

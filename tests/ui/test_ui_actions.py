@@ -4,7 +4,7 @@ folder and fake telemetry."""
 from __future__ import annotations
 
 import os
-import signal
+import time
 
 from textual.widgets import Input, SelectionList
 from ui_harness import make_app, select, state_of, wait_for
@@ -201,14 +201,15 @@ async def test_quit_says_phases_keep_running_and_they_do(project) -> None:  # ty
         await select(pilot, app, "sleeper")
         await pilot.press("r")
         await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="running")
-        pid = app.main_screen().by_id["sleeper"].pid
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="quit question")
         assert "keep running" in str(app.screen.query_one("#ask-text").render())
         await pilot.press("y")
     assert app.still_running == ["sleeper"]
-    os.kill(pid, 0)  # still alive after the console quit
-    assert project.status("sleeper").state == "running"
+    time.sleep(0.5)
+    status = project.status("sleeper")
+    assert status.state == "running" and status.pid
+    os.kill(status.pid, 0)  # still alive after the console quit
 
 
 async def test_quit_with_nothing_running_exits_at_once(project) -> None:  # type: ignore[no-untyped-def]

@@ -46,6 +46,11 @@ class ChecksView(VerticalScroll):
         yield Static(Content.styled("not checked yet: press c", "$text-muted"), id="checks-body")
 
     def show(self, results: list[CheckResult] | None, title: str, hint: str = "not checked yet: press c") -> None:
+        key = (title, hint, None if results is None else
+               tuple((r.name, r.status, r.message, r.overridden, str(r.evidence)) for r in results))
+        if key == getattr(self, "_key", None):
+            return
+        self._key = key
         self.results = results
         self.border_title = title
         body = self.query_one("#checks-body", Static)

@@ -25,9 +25,10 @@ class DiskPanel(Widget):
 
     def show(self, reading: DiskReading, forecasts: dict[str, VolumeForecast],
              needs: dict[str, SpaceNeed]) -> None:
+        before = self.get_content_height(None, None, 0)
         self.reading, self.forecasts, self.needs = reading, forecasts, needs
         self.set_class(bool(self.warnings()), "-warning")
-        self.refresh(layout=True)
+        self.refresh(layout=self.get_content_height(None, None, 0) != before)
 
     def warnings(self) -> list[tuple[str, SpaceNeed, VolumeForecast]]:
         out = []

@@ -24,7 +24,13 @@ class GpuPanel(Widget):
         self.owners: dict[int, str] = {}
         self.history = GpuHistory(seconds=HISTORY)
 
+    def _shape(self, reading: GpuReading | None) -> tuple[object, ...]:
+        if reading is None:
+            return (None,)
+        return (reading.error, len(reading.gpus))
+
     def show(self, reading: GpuReading, owners: dict[int, str]) -> None:
+        relayout = self._shape(reading) != self._shape(self.reading)
         self.reading = reading
         self.owners = owners
         self.history.add(reading)
@@ -34,8 +40,9 @@ class GpuPanel(Widget):
             title = f"GPU · {len(reading.gpus)}× {names.pop() if len(names) == 1 else 'mixed'}"
             if reading.driver:
                 title += f" · driver {reading.driver}"
-        self.border_title = title
-        self.refresh(layout=True)
+        if self.border_title != title:
+            self.border_title = title
+        self.refresh(layout=relayout)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         if self.reading is not None and self.reading.error is not None:

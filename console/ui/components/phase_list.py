@@ -37,6 +37,7 @@ class PhaseList(OptionList):
         self.clock = clock
         self.statuses: list[Any] = []
         self._ids: list[str] = []
+        self._drawn: list[Content] = []
 
     @property
     def selected_id(self) -> str | None:
@@ -57,14 +58,21 @@ class PhaseList(OptionList):
             self._ids = ids
             self.set_options([Option(p, id=i) for p, i in zip(prompts, ids)])
             self.highlighted = ids.index(keep) if keep in ids else (0 if ids else None)
+            self._drawn = prompts
         else:
-            for i, p in enumerate(prompts):
+            self._replace(prompts)
+
+    def _replace(self, prompts: list[Content]) -> None:
+        """Redraw only the rows whose text or styles changed (most polls change none)."""
+        for i, p in enumerate(prompts):
+            old = self._drawn[i] if i < len(self._drawn) else None
+            if old is None or old.plain != p.plain or old.spans != p.spans:
                 self.replace_option_prompt_at_index(i, p)
+        self._drawn = prompts
 
     def on_resize(self) -> None:
         if self.statuses:
-            for i, s in enumerate(self.statuses):
-                self.replace_option_prompt_at_index(i, self._prompt(s))
+            self._replace([self._prompt(s) for s in self.statuses])
 
     def _prompt(self, s: Any) -> Content:
         width = max(20, self.scrollable_content_region.width or self.size.width or 40)

@@ -117,6 +117,8 @@ class MainScreen(Screen[None]):
         self._event_tails: dict[str, EventTail] = {}
         self._forecast = DiskForecast()
         self._first_status = True
+        self._header_plain = ""
+        self._journal_seen: tuple[object, ...] = ()
         self.log_feed = LogFeed("main", self._selected_log_path, DETAIL_LOG_LINES)
         self.pollers: dict[str, Poller] = {
             "status": Poller(self, "status", self.iv.status, self._read_statuses),
@@ -222,6 +224,14 @@ class MainScreen(Screen[None]):
     def _read_journal(self) -> JournalRead | None:
         if not self.query_one("#journal").display or self.selected is None:
             return None
+        try:
+            st = self.project.journal.path.stat()
+            seen: tuple[object, ...] = (self.selected, st.st_size, st.st_mtime_ns)
+        except OSError:
+            seen = (self.selected, None)
+        if seen == self._journal_seen:
+            return None
+        self._journal_seen = seen
         return JournalRead(self.selected, self.project.journal.read(phase=self.selected, limit=50))
 
     def _selected_log_path(self) -> str | None:
@@ -299,6 +309,7 @@ class MainScreen(Screen[None]):
         header = self.query_one("#detail-header", Static)
         if st is None:
             header.update(Content.styled("no phase selected", "$text-muted"))
+            self._header_plain = ""
             return
         ph = st.phase
         bits: list[Any] = [state_glyph(st.state), " ", (ph.id, "bold"), " · ", ph.title, " · ",
@@ -314,7 +325,10 @@ class MainScreen(Screen[None]):
             bits += [("  destructive", "$warning")]
         if st.reason:
             bits += ["\n", (st.reason.splitlines()[0], state_style(st.state) if st.state in ("blocked", "failed", "stale") else "$text-muted")]
-        header.update(Content.assemble(*bits))
+        content = Content.assemble(*bits)
+        if content.plain != self._header_plain:
+            self._header_plain = content.plain
+            header.update(content)
         snap = self.stats.get(ph.id)
         self.query_one(StatsPanel).show(None if is_empty(snap) else snap)
         self._show_checks(st)
@@ -445,7 +459,7 @@ class MainScreen(Screen[None]):
 
         self.app.push_screen(AskDialog(
             f"stop {pid}?",
-            Content.assemble("Stop ", (pid, "bold"), f" (pid {st.pid})? Its process group gets SIGTERM, "
+            Content.assemble("Stop ", (pid, "bold"), (f" (pid {st.pid})" if st.pid else ""), "? Its process group gets SIGTERM, "
                              "then SIGKILL after a grace period. The stop is journaled."),
             yes="Stop", danger=True), answer)
 
