@@ -34,9 +34,10 @@ class HostSlot:
 class BufferPool:
     def __init__(self, slots: int, capacity_tokens: int, hidden: int, dtype: torch.dtype, pin: bool) -> None:
         self._free: queue.Queue[HostSlot] = queue.Queue()
-        self._made = 0
-        self._slots = slots
         self._args = (capacity_tokens, hidden, dtype, pin)
+        # Allocated up front: pinning hundreds of MB takes a while and belongs before the loop.
+        for _ in range(slots):
+            self._free.put(HostSlot(*self._args))
 
     @property
     def slot_bytes(self) -> int:
@@ -44,15 +45,8 @@ class BufferPool:
         return capacity * 4 * hidden * torch.empty((), dtype=dtype).element_size()
 
     def acquire(self, abort: Callable[[], bool]) -> HostSlot | None:
-        """A free slot (allocated on first need), or None once `abort()` turns true."""
+        """A free slot, or None once `abort()` turns true."""
         while True:
-            try:
-                return self._free.get_nowait()
-            except queue.Empty:
-                pass
-            if self._made < self._slots:
-                self._made += 1
-                return HostSlot(*self._args)
             try:
                 return self._free.get(timeout=0.1)
             except queue.Empty:

@@ -65,10 +65,12 @@ class Capturer:
             )
         final = out.last_hidden_state
         aux = torch.cat([hs[i] for i in self.layers], dim=-1)
-        b, t = x.shape
-        lens = torch.tensor(lengths, device=self.device)
-        valid = torch.arange(t, device=self.device)[None, :] < lens[:, None]
-        bad = ((~torch.isfinite(final).all(-1)) | (~torch.isfinite(aux).all(-1))) & valid
+        t = x.shape[1]
+        bad = (~torch.isfinite(final).all(-1)) | (~torch.isfinite(aux).all(-1))
+        if min(lengths) < t:
+            lens = torch.tensor(lengths)
+            lens = (lens.pin_memory() if self.cuda else lens).to(self.device, non_blocking=True)
+            bad &= torch.arange(t, device=self.device)[None, :] < lens[:, None]
         return final, aux, bad.any(-1)
 
     @torch.inference_mode()

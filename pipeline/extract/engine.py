@@ -23,6 +23,7 @@ from .errors import ExtractError, ReserveStop
 from .job import Job
 from .manifest import ManifestWriter, finalize
 from .progress import Progress
+from .reserve import format_bytes
 from .store import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 
@@ -126,6 +127,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
     capacity = max([opts.batch_tokens] + [b.padded_tokens for b in job.todo])
     pool = BufferPool(opts.queue, capacity, job.target.hidden_size, dtype, pin=capturer.cuda)
     progress = Progress(job.out, job.total, events, job.shard.rank, job.shard.world_size, log=log)
+    log(f"extract: host buffers for captured batches: {opts.queue} x {format_bytes(pool.slot_bytes)}")
 
     def on_written(tokens: int, nbytes: int) -> None:
         progress.note_written(tokens, nbytes)
