@@ -49,7 +49,8 @@ class ConsoleApp(App[int]):
         for t in load_themes():
             self.register_theme(t)
             self.theme_names.append(t.name)
-        chosen, self.theme_warning = resolve_theme(theme, self.theme_names)
+        chosen, self.theme_warning = resolve_theme(theme, self.theme_names + [
+            n for n in self.available_themes if n not in self.theme_names])
         self.theme = chosen
         self.screenshot = Path(screenshot) if screenshot else None
         self.screenshot_after = screenshot_after

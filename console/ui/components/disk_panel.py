@@ -58,10 +58,13 @@ class DiskPanel(Widget):
             ))
         return Content("\n").join(lines)
 
+    def _path(self, path: str, width: int) -> str:
+        return path.ljust(width) if len(path) <= width else "…" + path[-(width - 1):]
+
     def _line(self, v: Any, width: int) -> Content:
         path_w = max(8, min(28, width // 4))
         if v.error is not None:
-            return Content.assemble(fit(v.path, path_w), " ", ("⚠ " + v.error, "$warning"))
+            return Content.assemble(self._path(v.path, path_w), " ", ("⚠ " + v.error, "$warning"))
         f = self.forecasts.get(v.path)
         frac = v.used / v.total if v.used is not None and v.total else None
         rate = f.rate if f else None
@@ -79,7 +82,7 @@ class DiskPanel(Widget):
             "$warning" if frac is not None and frac > 0.85 else "$primary")
         free = (f"free {fmt_bytes(v.free)} ", "$text-muted") if width >= 70 else ""
         head = Content.assemble(
-            fit(v.path, path_w), " ", bar(frac, bar_w, style), " ",
+            self._path(v.path, path_w), " ", bar(frac, bar_w, style), " ",
             fmt_pair(v.used, v.total).rjust(9), " ", free,
         )
         tail_w = max(0, width - head.cell_length)
