@@ -17,7 +17,7 @@ from console.core.errors import ConfigError, Eagle3Error
 
 GLYPH = {"pass": "✓", "warn": "!", "fail": "✗"}
 STATE_GLYPH = {
-    "pending": "·", "blocked": "⊘", "ready": "○", "running": "▶", "verifying": "…",
+    "pending": "○", "blocked": "⊘", "ready": "▷", "running": "▶", "verifying": "◐",
     "done": "✓", "failed": "✗", "stale": "↻", "stopped": "■",
 }
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

@@ -115,6 +115,8 @@ def fmt_pair(used: float | None, total: float | None) -> str:
     scale = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}[suffix]
     if total / scale < 10:
         return f"{used / scale:.1f}/{total / scale:.1f}{suffix}"
+    if used / scale < 10:
+        return f"{used / scale:.1f}/{total / scale:.0f}{suffix}"
     return f"{used / scale:.0f}/{total / scale:.0f}{suffix}"
 
 
