@@ -62,6 +62,14 @@ def _fresh_tmp(out: Path, name: str) -> Path:
     return tmp
 
 
+def _remove_leftovers(out: Path) -> None:
+    """Temporary folders of an earlier build that was killed midway."""
+    for name in ("raw", "tokenizer", "target"):
+        for stale in [*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]:
+            if stale.is_dir():
+                shutil.rmtree(stale)
+
+
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -91,6 +99,7 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     out.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(out)
 
     def say(text: str) -> None:
         print(f"demo: {text}", flush=True)
