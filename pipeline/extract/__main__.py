@@ -19,7 +19,6 @@ from pathlib import Path
 
 from ..events import EventWriter
 from .errors import BadInput, ExtractError
-from .layout import DTYPES
 from .reserve import format_bytes, parse_size
 
 PROG = "python -m pipeline.extract"
