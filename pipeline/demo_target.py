@@ -19,7 +19,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 @dataclass(frozen=True)
 class TargetShape:
-    num_hidden_layers: int = 6
+    num_hidden_layers: int = 8  # capture layers 2, 4, 5: distinct from 7 layers on
     hidden_size: int = 128
     intermediate_size: int = 384
     num_attention_heads: int = 4

@@ -63,9 +63,10 @@ class TargetInfo:
 def capture_layers(num_layers: int) -> list[int]:
     """EAGLE-3's capture points as HF hidden_states indices: the inputs of decoder layers
     2, L//2 and L-3 (DESIGN.md section 2)."""
-    if num_layers < 6:
+    if num_layers < 7:
         raise BadInput(
-            f"target has {num_layers} decoder layers; EAGLE-3 captures layers 2, L//2 and L-3 and needs at least 6"
+            f"target has {num_layers} decoder layers; EAGLE-3 captures layers 2, L//2 and L-3, which are "
+            f"three distinct layers only from 7 layers on"
         )
     return [2, num_layers // 2, num_layers - 3]
 

@@ -78,7 +78,7 @@ def test_layout_and_assets_summary(builds):
             assert rec.id.startswith(name)
             assert any(m["role"] == "assistant" and m["content"] for m in rec.conversations)
     assert assets["seed"] == 0
-    assert assets["target"]["num_hidden_layers"] >= 6
+    assert assets["target"]["num_hidden_layers"] >= 7  # three distinct capture layers
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "temporary folders left behind"
 
 
@@ -92,7 +92,7 @@ def test_target_and_tokenizer_load_offline_and_chat(builds, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(target)
     cfg = model.config
     assert type(model).__name__ == "LlamaForCausalLM"
-    assert cfg.num_hidden_layers >= 6
+    assert cfg.num_hidden_layers >= 7
     assert cfg.max_position_embeddings >= 1024
     assert cfg.tie_word_embeddings is False
     assert model.dtype == torch.float32
