@@ -286,9 +286,16 @@ def format_journal_record(r: dict[str, Any]) -> str:
     if ev == "override":
         detail = f"check {r.get('check')} overridden: {r.get('reason')}"
     elif ev == "run_started":
-        detail = f"run {r.get('run_id')} pid {r.get('pid')}"
+        detail = f"run {r.get('run_id')}"
     elif ev == "run_ended":
-        detail = f"run {r.get('run_id')} exit {r.get('code')} in {_fmt_duration(r.get('duration_s'))}, verify {r.get('verify')}"
+        took = _fmt_duration(r.get("duration_s"))
+        if r.get("stopped"):
+            detail = f"run {r.get('run_id')} stopped after {took}"
+        elif r.get("code") is None:
+            why = r.get("error") or f"signal {r.get('signal')}"
+            detail = f"run {r.get('run_id')} ended after {took}: {why}"
+        else:
+            detail = f"run {r.get('run_id')} exit {r.get('code')} in {took}, verify {r.get('verify')}"
     elif ev in ("checks", "verify"):
         res = r.get("results") or []
         bad = [x["name"] for x in res if x.get("status") == "fail" and not x.get("overridden")]
