@@ -193,3 +193,12 @@ def test_stop_a_running_phase(cfg: Path, capsys) -> None:
     assert st["sleeper"]["state"] == "stopped"
     assert main(["stop", str(cfg), "sleeper"]) == 1
     assert "not running" in capsys.readouterr().err
+
+
+def test_changed_command_marks_phase_stale(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "make-data", "--wait"]) == 0
+    assert status(cfg, capsys)["make-data"]["state"] == "done"
+    cfg.write_text(CFG.replace("print('copied')", "print('copied again')"))
+    st = status(cfg, capsys)
+    assert st["make-data"]["state"] == "stale"
+    assert "command changed" in st["make-data"]["reason"]

@@ -99,7 +99,9 @@ class Project:
             why = None
             if rec is not None:
                 changed = provenance.changed_paths(rec)
-                if changed:
+                if rec.get("argv") is not None and list(rec["argv"]) != list(phase.argv):
+                    why = "its command changed since it finished (config edited or --set)"
+                elif changed:
                     why = "changed since it finished: " + "; ".join(changed[:3])
             with self._lock:
                 self._stale[phase.id] = (now, why, key)  # type: ignore[assignment]

@@ -118,6 +118,12 @@ def _as_gpus(value: Any, what: str) -> list[int] | str:
     return [_as_int(value, what, lo=0)]
 
 
+def _as_mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not value:
+        raise ArgError(f"{what} must be a non-empty mapping (key: value lines), got {_got(value)}")
+    return {str(k): v for k, v in value.items()}
+
+
 def _as_values(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ArgError(f"{what} must map names to JSON files or {{command: [...]}}, got {_got(value)}")
@@ -225,6 +231,7 @@ COERCE: dict[str, Callable[[Any, str], Any]] = {
     "url": _as_url,
     "module": _as_module,
     "bool": _as_bool,
+    "mapping": _as_mapping,
 }
 
 
