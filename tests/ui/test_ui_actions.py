@@ -248,3 +248,24 @@ async def test_two_consoles_do_not_launch_a_phase_twice(project) -> None:  # typ
     from console.core.runs.manager import list_runs
 
     assert len(list_runs(project.config.state_dir, "sleeper")) == 1
+
+
+async def test_run_on_a_done_phase_asks_first(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "prep")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
+        runs_before = len(project.journal.read(phase="prep", events={"run_started"}))
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="run-again question")
+        text = str(app.screen.query_one("#ask-text").render())
+        assert "is done" in text and "train" in text  # names the phase that would go stale
+        await pilot.press("n")
+        await pilot.pause(0.5)
+        assert len(project.journal.read(phase="prep", events={"run_started"})) == runs_before
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="run-again question")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: len(project.journal.read(phase="prep", events={"run_started"})) > runs_before,
+                       what="second run started")

@@ -402,6 +402,20 @@ class MainScreen(Screen[None]):
         if st is not None and st.state in LIVE:
             self.notify(f"{pid} is already {st.state}", severity="warning")
             return
+        if st is not None and st.state == "done":
+            after = [s.phase.id for s in self.statuses if pid in s.phase.needs]
+
+            def again(yes: bool | None) -> None:
+                if yes:
+                    self.notify(f"starting {pid}: pre-flight checks…", timeout=3)
+                    self.start_phase(pid, {}, False)
+
+            tail = f" Phases that need it ({', '.join(after)}) become stale." if after else ""
+            self.app.push_screen(AskDialog(
+                f"run {pid} again?",
+                Content.assemble((pid, "bold"), f" is done.{tail} Run it again?"),
+                yes="Run again"), again)
+            return
         self.notify(f"starting {pid}: pre-flight checks…", timeout=3)
         self.start_phase(pid, {}, False)
 
