@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
+from console.core.atomicfile import atomic_write_json
 from console.core.sizes import format_bytes
 
 if TYPE_CHECKING:
@@ -114,32 +114,6 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     return None
 
 
-def _atomic_write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
 def record_path(state_dir: str | os.PathLike[str], phase_id: str) -> Path:
     return Path(state_dir) / "provenance" / f"{phase_id}.json"
 
@@ -156,7 +130,7 @@ def record_phase(config: "Config", phase: "Phase", run_id: str) -> dict[str, Any
         "outputs": {str(config.resolve(p)): fingerprint(config.resolve(p)) for p in phase.outputs},
         "finished_at": time.time(),
     }
-    _atomic_write_json(record_path(config.state_dir, phase.id), record)
+    atomic_write_json(record_path(config.state_dir, phase.id), record)
     return record
 
 

@@ -17,7 +17,7 @@ from textual.screen import Screen
 
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.main_screen import Intervals, MainScreen
-from console.ui.theming import DEFAULT, load_themes, resolve_theme
+from console.ui.theming import load_themes, resolve_theme
 from console.ui.watchdog import TtyWatchdog
 
 SCREENSHOT_ENV = "EAGLE3_SCREENSHOT"  # write an SVG of the console here, then exit

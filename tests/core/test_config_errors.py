@@ -3,7 +3,6 @@ names the file, the line and the key, and never a traceback."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest

@@ -4,7 +4,6 @@ resume against another target or dataset is refused."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess

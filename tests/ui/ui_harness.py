@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 
 from console.core.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource, FakeHostSource, FakeShmSource

@@ -12,7 +12,7 @@ from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, names_check, short_path
-from console.core.checks.values import ValueSourceError, load_values, sources, values_budget
+from console.core.checks.values import ValueSourceError, named_values, values_budget
 from console.core.expr import ExprError, evaluate_traced
 
 BLOCK = 16 * 2**20
@@ -114,13 +114,10 @@ def run_jsonl_records(args: dict[str, Any], ctx: CheckContext) -> Outcome:
 
     bounds: dict[str, float] = {}
     used: dict[str, Any] = {}
-    names: dict[str, Any] = {}
-    if args.get("values"):
-        ev["values_from"] = sources(args["values"], ctx)
-        try:
-            names = load_values(args["values"], ctx)
-        except ValueSourceError as e:
-            return Outcome(False, f"{p}: {count:,} records, but {e}", ev)
+    try:
+        names = named_values(args, ctx, ev)
+    except ValueSourceError as e:
+        return Outcome(False, f"{p}: {count:,} records, but {e}", ev)
     for key in ("min", "max", "equals"):
         raw = args.get(key)
         if raw is None:

@@ -11,7 +11,7 @@ from typing import Any
 from console.core.checks.context import CheckContext
 from console.core.checks.fs import nearest_existing
 from console.core.checks.kind import Field, Kind, Outcome, names_check, short_path
-from console.core.checks.values import ValueSourceError, load_values, sources, values_budget
+from console.core.checks.values import ValueSourceError, named_values, values_budget
 from console.core.expr import ExprError, need_traced
 from console.core.sizes import format_bytes
 
@@ -28,13 +28,10 @@ def _need(args: dict[str, Any], ctx: CheckContext, ev: dict[str, Any]) -> tuple[
     """(need in bytes, None) or (None, why it cannot be computed); fills the evidence."""
     need = args["need"]
     ev["need"] = need
-    names: dict[str, Any] = {}
-    if args.get("values"):
-        ev["values_from"] = sources(args["values"], ctx)
-        try:
-            names = load_values(args["values"], ctx)
-        except ValueSourceError as e:
-            return None, str(e)
+    try:
+        names = named_values(args, ctx, ev)
+    except ValueSourceError as e:
+        return None, str(e)
     try:
         need_bytes, used = need_traced(need, names)
     except ExprError as e:

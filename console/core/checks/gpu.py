@@ -8,7 +8,7 @@ from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, names_check
-from console.core.checks.values import ValueSourceError, load_values, sources, values_budget
+from console.core.checks.values import ValueSourceError, named_values, values_budget
 from console.core.expr import ExprError, need_traced
 from console.core.sizes import format_bytes
 from console.core.telemetry.samples import GpuSample
@@ -41,13 +41,10 @@ def _which(gpus: list[GpuSample]) -> str:
 
 def run_gpu_free_memory(args: dict[str, Any], ctx: CheckContext) -> Outcome:
     ev: dict[str, Any] = {"need": args["need"]}
-    names: dict[str, Any] = {}
-    if args.get("values"):
-        ev["values_from"] = sources(args["values"], ctx)
-        try:
-            names = load_values(args["values"], ctx)
-        except ValueSourceError as e:
-            return Outcome(False, f"cannot compute the GPU memory needed: {e}", ev)
+    try:
+        names = named_values(args, ctx, ev)
+    except ValueSourceError as e:
+        return Outcome(False, f"cannot compute the GPU memory needed: {e}", ev)
     try:
         need, used = need_traced(args["need"], names)
     except ExprError as e:

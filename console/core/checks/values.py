@@ -90,3 +90,12 @@ def values_budget(args: Mapping[str, Any]) -> float:
     """Seconds the value commands of a check may take in all (its registry deadline)."""
     return sum(float(v.get("timeout") or COMMAND_TIMEOUT) + 5
                for v in (args.get("values") or {}).values() if isinstance(v, Mapping))
+
+
+def named_values(args: Mapping[str, Any], ctx: CheckContext, evidence: dict[str, Any]) -> dict[str, Any]:
+    """The check's `values:` read now, their sources noted in the evidence; raises
+    ValueSourceError like load_values."""
+    if not args.get("values"):
+        return {}
+    evidence["values_from"] = sources(args["values"], ctx)
+    return load_values(args["values"], ctx)

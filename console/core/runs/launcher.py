@@ -24,7 +24,8 @@ from typing import Any
 
 from console.core.checks.result import CheckResult
 from console.core.runs import procs
-from console.core.runs.rundir import EVENTS_ENV, RUN_DIR_ENV, VERIFYING, ExitInfo, PidInfo, RunDir
+from console.core.runs.rundir import RUN_DIR_ENV, VERIFYING, ExitInfo, PidInfo, RunDir
+from pipeline.events import ENV_VAR as EVENTS_ENV
 
 
 def log(msg: str) -> None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from console.core.atomicfile import atomic_write_json
 from console.core.checks.result import CheckResult
-from pipeline.events import ENV_VAR as EVENTS_ENV  # noqa: F401 - the launcher sets it for the phase
 
 ARGV = "argv.json"
 OUTPUT = "output.log"
@@ -30,31 +29,6 @@ STOPPING = "stopping"
 VERIFYING = "verifying"
 
 RUN_DIR_ENV = "EAGLE3_RUN_DIR"  # inherited by every process of a run: how stop finds strays
-
-
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write JSON to a temp file in the same folder, fsync it, rename it over `path`, and
-    fsync the folder, so a crash leaves either the previous file or the complete new one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def new_run_id(now: float | None = None) -> str:
