@@ -56,6 +56,8 @@ CFG = textwrap.dedent("""\
         deletes: ["${work}/old"]
       - id: sleeper
         run: [python, -c, "import time; print('sleeping', flush=True); time.sleep(60)"]
+      - id: ticker
+        run: [python, -c, "import time\\nfor i in range(4): print('tick', i, flush=True); time.sleep(0.3)\\nprint('ticker finished')"]
     """)
 
 
@@ -202,3 +204,12 @@ def test_changed_command_marks_phase_stale(cfg: Path, capsys) -> None:
     st = status(cfg, capsys)
     assert st["make-data"]["state"] == "stale"
     assert "command changed" in st["make-data"]["reason"]
+
+
+def test_logs_follow_streams_until_the_phase_ends(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "ticker"]) == 0
+    capsys.readouterr()
+    assert main(["logs", str(cfg), "ticker", "-f"]) == 0
+    out = capsys.readouterr().out
+    assert "tick 0" in out and "tick 3" in out and "ticker finished" in out
+    assert status(cfg, capsys)["ticker"]["state"] == "done"
