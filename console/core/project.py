@@ -57,6 +57,7 @@ class Project:
         self.gpu_reader = gpu_reader
         self.stale_ttl_s = stale_ttl_s
         self._stale: dict[str, tuple[float, str | None, float | None]] = {}
+        self.last_checks: dict[str, list[CheckResult]] = {}  # what the latest check/start saw
         self._lock = threading.Lock()
 
     @classmethod
@@ -142,6 +143,7 @@ class Project:
         for r in results:
             if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
                 r.overridden, r.reason = True, overrides[NEEDS_CHECK]
+        self.last_checks[phase.id] = results
         if journal:
             self.journal.append("checks", phase=phase.id, results=[r.to_json() for r in results],
                                 passed=not any(r.blocking for r in results))

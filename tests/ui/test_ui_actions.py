@@ -269,3 +269,12 @@ async def test_run_on_a_done_phase_asks_first(project) -> None:  # type: ignore[
         await pilot.press("y")
         await wait_for(pilot, lambda: len(project.journal.read(phase="prep", events={"run_started"})) > runs_before,
                        what="second run started")
+
+
+async def test_started_phase_shows_the_checks_it_passed(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "prep")
+        assert "needs-done" not in _checks_text(app)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: "needs-done" in _checks_text(app), what="pre-flight results shown")

@@ -455,6 +455,11 @@ class MainScreen(Screen[None]):
             self.notify(f"could not start {msg.phase_id}: {type(res).__name__}: {res}", severity="error", timeout=15)
         else:
             self.notify(f"{msg.phase_id} started", severity="information", timeout=4)
+            seen = self.project.last_checks.get(msg.phase_id)
+            if seen is not None:  # the pre-flight results the start passed on
+                self.checks[msg.phase_id] = seen
+                self.shown[msg.phase_id] = ("check", seen)
+                self._show_detail()
             self.pollers["status"].poke()
             self.pollers["log"].poke()
 
