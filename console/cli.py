@@ -111,6 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as e:  # a state dir on a full or read-only disk, a vanished mount
+        where = f" {e.filename}" if e.filename else ""
+        print(f"eagle3: cannot use{where}: {e.strerror or e}; check the path, its permissions "
+              f"and free space", file=sys.stderr)
+        return EXIT_FAIL
     except SystemExit as e:  # argparse --help
         return int(e.code or 0) if isinstance(e.code, int) or e.code is None else EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - the one place an unexpected error becomes a message

@@ -213,3 +213,15 @@ def test_logs_follow_streams_until_the_phase_ends(cfg: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "tick 0" in out and "tick 3" in out and "ticker finished" in out
     assert status(cfg, capsys)["ticker"]["state"] == "done"
+
+
+def test_unwritable_state_dir_is_one_clear_line(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "state-is-a-file"
+    blocker.write_text("not a folder")
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"name: x\nstate_dir: {blocker}/sub\nphases:\n  - id: a\n    run: [python, -c, 'pass']\n")
+    code = main(["run", str(cfg), "a"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err and "internal error" not in err
+    assert "state-is-a-file" in err
