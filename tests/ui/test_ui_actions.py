@@ -278,3 +278,19 @@ async def test_started_phase_shows_the_checks_it_passed(project) -> None:  # typ
         assert "needs-done" not in _checks_text(app)
         await pilot.press("r")
         await wait_for(pilot, lambda: "needs-done" in _checks_text(app), what="pre-flight results shown")
+
+
+async def test_ready_phases_are_preflighted_without_a_key(project) -> None:  # type: ignore[no-untyped-def]
+    from ui_harness import FAST
+
+    from console.ui.screens.main_screen import Intervals
+
+    iv = Intervals(**{**vars(FAST), "preflight": 60.0})
+    app = make_app(project, intervals=iv)
+    checks_before = len(project.journal.read(events={"checks"}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: state_of(app, "gated") == "blocked", what="gated blocked by its checks")
+        assert "input-present" in app.main_screen().by_id["gated"].reason
+        await select(pilot, app, "gated")
+        assert "input-present" in _checks_text(app)
+    assert len(project.journal.read(events={"checks"})) == checks_before  # not a decision: not journaled

@@ -75,8 +75,9 @@ def fixed_sources(gpu=None):  # type: ignore[no-untyped-def]
     )
 
 
-FAST = Intervals(status=0.1, gpu=0.2, disk=0.2, shm=0.2, host=0.2, log=0.05, journal=0.2)
-FROZEN = Intervals(status=3600, gpu=3600, disk=3600, shm=3600, host=3600, log=3600, journal=3600)
+FAST = Intervals(status=0.1, gpu=0.2, disk=0.2, shm=0.2, host=0.2, log=0.05, journal=0.2, preflight=0)
+FROZEN = Intervals(status=3600, gpu=3600, disk=3600, shm=3600, host=3600, log=3600, journal=3600,
+                   preflight=0)
 
 
 def make_app(project: Project, intervals: Intervals = FAST, clock: Callable[[], float] = time.time,

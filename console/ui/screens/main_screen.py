@@ -78,9 +78,10 @@ class Intervals:
     """Poll periods in seconds (tests shorten them)."""
 
     def __init__(self, status: float = 1.0, gpu: float = 1.0, disk: float = 2.0, shm: float = 2.0,
-                 host: float = 2.0, log: float = 0.25, journal: float = 2.0) -> None:
+                 host: float = 2.0, log: float = 0.25, journal: float = 2.0, preflight: float = 60.0) -> None:
         self.status, self.gpu, self.disk, self.shm = status, gpu, disk, shm
         self.host, self.log, self.journal = host, log, journal
+        self.preflight = preflight  # re-check ready/blocked phases this often; 0 turns it off
 
 
 class MainScreen(Screen[None]):
@@ -107,6 +108,7 @@ class MainScreen(Screen[None]):
         self.sources = {"gpu": gpu_source, "disk": disk_source, "shm": shm_source, "host": host_source}
         self.clock = clock
         self.iv = intervals or Intervals()
+        self._prechecked: dict[str, float] = {}
         self.statuses: list[Any] = []
         self.by_id: dict[str, Any] = {}
         self.checks: dict[str, list[CheckResult]] = {}
@@ -261,6 +263,32 @@ class MainScreen(Screen[None]):
                     self._phase_ended(st)
         self._first_status = False
         self._show_detail()
+        self._auto_preflight()
+
+    def _auto_preflight(self) -> None:
+        """Pre-flight the phases that could start next, so the checklist says why one is
+        blocked before anyone presses r. Not journaled: only operator checks are decisions."""
+        every = self.iv.preflight
+        if every <= 0:
+            return
+        now = time.monotonic()
+        for st in self.statuses:
+            pid = st.phase.id
+            if st.state not in ("ready", "blocked"):
+                continue
+            last = self._prechecked.get(pid)
+            if last is not None and now - last < every:
+                continue
+            self._prechecked[pid] = now
+            self._preflight(pid)
+
+    @work(thread=True, group="preflight", exit_on_error=False)
+    def _preflight(self, phase_id: str) -> None:
+        try:
+            results = self.project.check(phase_id, journal=False)
+        except Exception:  # noqa: BLE001 - an operator's own check (c) shows the error
+            return
+        self.post_message(ChecksDone(phase_id, results, "check"))
 
     def _phase_ended(self, st: Any) -> None:
         self.ended.append((st.phase.id, st.state))
