@@ -12,13 +12,13 @@ deterministic ops.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from pipeline.atomicfile import write_json_atomic
 from pipeline.events import EventWriter
 
 QUICK_STEPS = 80
@@ -72,16 +72,6 @@ def _remove_leftovers(out: Path) -> None:
 
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: EventWriter) -> dict:
@@ -182,7 +172,7 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
             "final_loss": round(result.final_loss, 5),
         },
     }
-    _write_json_atomic(out / "assets.json", assets)
+    write_json_atomic(out / "assets.json", assets)
     events.artifact(str(out / "assets.json"), bytes=(out / "assets.json").stat().st_size)
     return assets
 

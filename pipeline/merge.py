@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import multiprocessing
 import os
 import random
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from pipeline.atomicfile import write_json_atomic
 from pipeline.chat_records import RecordError
 from pipeline.events import EventWriter
 from pipeline.loss_mask import METHOD_PREFIX_DIFF, default_method
@@ -274,16 +274,6 @@ def _write_merged(out: Path, entries: list[tuple[str, int, int]]) -> str:
     return digest.hexdigest()
 
 
-def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def default_stats_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.stats.json")
 
@@ -391,7 +381,7 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         "truncated": sum(c.truncated for c in per_source.values()),
         "dataset_sha256": sha,
     }
-    _write_json_atomic(stats_path, stats)
+    write_json_atomic(stats_path, stats)
     events.artifact(str(out), bytes=out.stat().st_size, records=kept)
     events.artifact(str(stats_path), bytes=stats_path.stat().st_size)
     for line in _summary(stats):

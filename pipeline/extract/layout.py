@@ -7,12 +7,11 @@ writer share this module, so the estimate's per-sample size is the writer's exac
 from __future__ import annotations
 
 import json
-import os
 import struct
-from pathlib import Path
+
+from ..atomicfile import TEMP_SUFFIX
 
 ROWS_PER_DIR = 1000
-TEMP_SUFFIX = ".tmp"
 META = "meta.json"
 
 # dtype name -> (safetensors code, bytes per element)
@@ -58,33 +57,3 @@ def sample_bytes(tokens: int, hidden: int, dtype: str) -> int:
     return len(header(tokens, hidden, dtype)) + tokens * (9 + 4 * hidden * DTYPES[dtype][1])
 
 
-def write_all(fd: int, buf: memoryview | bytes) -> None:
-    view = memoryview(buf)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: Path, obj: object, tag: str = "") -> None:
-    """Temp + fsync + rename; `tag` keeps concurrent writers (ranks) off each other's temp."""
-    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), tag)
-
-
-def write_bytes_atomic(path: Path, data: bytes, tag: str = "") -> None:
-    tmp = path.with_name(f".{path.name}{tag}{TEMP_SUFFIX}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)

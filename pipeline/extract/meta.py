@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
-from .layout import META, write_json_atomic
+from ..atomicfile import write_json_atomic
+from .layout import META
 
 FORMAT = "eagle3-hidden-store/1"
 IDENTITY = ("format", "target", "num_layers", "hidden_size", "capture_layers", "dtype", "dataset_sha256", "max_len")

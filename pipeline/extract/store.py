@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from .errors import ExtractError
-from .layout import header, relpath, temp_relpath, write_all
+from ..atomicfile import write_all
+from .layout import header, relpath, temp_relpath
 
 WRITE_DELAY_ENV = "EAGLE3_EXTRACT_WRITE_DELAY"
 """Test hook: seconds each writer sleeps between fsync and rename, so a kill test can land
