@@ -235,9 +235,15 @@ def _stream(path: Path, out: TextIO, follow_until: Any = None, offset: int = 0) 
         time.sleep(0.2)
 
 
-def _cmd_logs(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+def _follow(rd: Any, out: TextIO) -> None:
+    """Stream a run's log until it ends (verification included); Ctrl-C reaches the caller."""
     from console.core.runs import manager
 
+    _stream(rd.output_log, out,
+            follow_until=lambda: manager.run_status(rd).state not in ("running", "verifying"))
+
+
+def _cmd_logs(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     project.config.phase(args.phase)
     rd = project.run_dir(args.phase)
     if rd is None:
@@ -248,11 +254,8 @@ def _cmd_logs(project: Any, args: argparse.Namespace, out: TextIO) -> int:
         _stream(rd.output_log, out)
         return EXIT_OK
 
-    def ended() -> bool:
-        return manager.run_status(rd).state not in ("running", "verifying")
-
     try:
-        _stream(rd.output_log, out, follow_until=ended)
+        _follow(rd, out)
     except KeyboardInterrupt:
         print(f"\n(stopped following; the phase goes on. eagle3 stop {args.config} {args.phase} stops it)",
               file=sys.stderr)
@@ -363,8 +366,6 @@ def _run_one(project: Any, phase_id: str, args: argparse.Namespace, overrides: d
 
 
 def _wait(project: Any, phase: Any, rd: Any, out: TextIO, args: argparse.Namespace) -> int:
-    from console.core.runs import manager
-
     if phase.kind == "service":
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
@@ -381,11 +382,8 @@ def _wait(project: Any, phase: Any, rd: Any, out: TextIO, args: argparse.Namespa
         print(f"eagle3: service {phase.id} not ready after {args.timeout:.0f}s; it keeps running", file=sys.stderr)
         return EXIT_FAIL
 
-    def ended() -> bool:
-        return manager.run_status(rd).state not in ("running", "verifying")
-
     try:
-        _stream(rd.output_log, out, follow_until=ended)
+        _follow(rd, out)
     except KeyboardInterrupt:
         print(f"\n(stopped waiting; {phase.id} goes on. eagle3 stop {args.config} {phase.id} stops it)",
               file=sys.stderr)
