@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from console.core.checks.context import CheckContext
@@ -50,13 +51,20 @@ class NeedsConfirmation(Eagle3Error):
 NEEDS_CHECK = "needs-done"
 
 
+@dataclass(frozen=True)
+class _StaleCheck:
+    run_id: str
+    why: str | None
+    until: float  # time.monotonic() after which the fingerprints are compared again
+
+
 class Project:
     def __init__(self, config: Config, gpu_reader=None, stale_ttl_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
         self.config = config
         self.journal = Journal(config.state_dir)
         self.gpu_reader = gpu_reader
         self.stale_ttl_s = stale_ttl_s
-        self._stale: dict[str, tuple[float, str | None, float | None]] = {}
+        self._stale: dict[str, _StaleCheck] = {}
         self.last_checks: dict[str, list[CheckResult]] = {}  # what the latest check/start saw
         self._lock = threading.Lock()
 
@@ -94,8 +102,8 @@ class Project:
             now = time.monotonic()
             with self._lock:
                 hit = self._stale.get(phase.id)
-            if hit and hit[2] == key and now - hit[0] < self.stale_ttl_s:  # type: ignore[comparison-overlap]
-                return hit[1]
+            if hit is not None and hit.run_id == key and now < hit.until:
+                return hit.why
             rec = provenance.read_record(self.config.state_dir, phase.id)
             why = None
             if rec is not None:
@@ -104,8 +112,11 @@ class Project:
                     why = "its command changed since it finished (config edited or --set)"
                 elif changed:
                     why = "changed since it finished: " + "; ".join(changed[:3])
+            # A store of a million files takes seconds to fingerprint: look again no sooner
+            # than 20 times that, so a console watching it does not walk it all day.
+            took = time.monotonic() - now
             with self._lock:
-                self._stale[phase.id] = (now, why, key)  # type: ignore[assignment]
+                self._stale[phase.id] = _StaleCheck(key, why, now + max(self.stale_ttl_s, 20 * took))
             return why
 
         def service_ready(phase: Phase) -> tuple[bool, str]:
