@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from console.core import provenance
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
@@ -82,9 +83,13 @@ class Project:
     def statuses(self, checks: Mapping[str, list[CheckResult]] | None = None,
                  probe_services: bool = True) -> list[PhaseStatus]:
         """Every phase's state from the files on disk. Cheap but does I/O: call it off the UI loop."""
-        from console.core import provenance
-
         runs: dict[str, tuple[RunDir | None, object]] = {}
+        records: dict[str, dict | None] = {}
+
+        def record(pid: str) -> dict | None:
+            if pid not in records:
+                records[pid] = provenance.read_record(self.config.state_dir, pid)
+            return records[pid]
 
         def run_of(pid: str):  # type: ignore[no-untyped-def]
             if pid not in runs:
@@ -93,7 +98,7 @@ class Project:
             return runs[pid]
 
         def record_time(pid: str) -> float | None:
-            rec = provenance.read_record(self.config.state_dir, pid)
+            rec = record(pid)
             return float(rec["finished_at"]) if rec and rec.get("finished_at") is not None else None
 
         def stale_reason(phase: Phase) -> str | None:
@@ -104,7 +109,7 @@ class Project:
                 hit = self._stale.get(phase.id)
             if hit is not None and hit.run_id == key and now < hit.until:
                 return hit.why
-            rec = provenance.read_record(self.config.state_dir, phase.id)
+            rec = record(phase.id)
             why = None
             if rec is not None:
                 changed = provenance.changed_paths(rec)

@@ -1,17 +1,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from console.core.checks.context import CheckContext
+from core_harness import ctx_for
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Config, Phase
+from console.core.config.model import CheckSpec, Phase
 
 
-def ctx_for(root: Path, phase: Phase | None = None) -> CheckContext:
-    cfg = Config(path=root / "eagle3.yaml", name="t", vars={}, state_dir=root / "state", volumes=(),
-                 phases=(phase,) if phase else (), fingerprint="f")
-    return CheckContext(cfg, phase=phase)
 
 
 def check(arg, ctx):
@@ -45,7 +40,7 @@ def test_expected_nonzero_and_string_argv_split_without_a_shell(tmp_path):
 def test_runs_in_the_config_folder_with_the_phase_env(tmp_path):
     phase = Phase(id="p", title="P", argv=("true",), env={"EAGLE3_TEST_VAR": "42"})
     code = "import os; print(os.getcwd(), os.environ['EAGLE3_TEST_VAR'])"
-    r = check([sys.executable, "-c", code], ctx_for(tmp_path, phase))
+    r = check([sys.executable, "-c", code], ctx_for(tmp_path, phase=phase))
     assert r.status == "pass" and r.evidence["output_tail"] == [f"{tmp_path} 42"]
 
 

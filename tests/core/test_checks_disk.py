@@ -6,16 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from core_harness import ctx_for
 from console.core.checks import disk
-from console.core.checks.context import CheckContext
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Config, Phase
+from console.core.config.model import CheckSpec, Phase
 
 
-def ctx_for(root: Path, phases=()) -> CheckContext:
-    cfg = Config(path=root / "eagle3.yaml", name="t", vars={}, state_dir=root / "state", volumes=(),
-                 phases=tuple(phases), fingerprint="f")
-    return CheckContext(cfg)
 
 
 def check(kind, arg, ctx):

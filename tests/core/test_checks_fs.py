@@ -1,16 +1,11 @@
 from __future__ import annotations
 
-from pathlib import Path
 
-from console.core.checks.context import CheckContext
+from core_harness import ctx_for
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Config
+from console.core.config.model import CheckSpec
 
 
-def ctx_for(root: Path) -> CheckContext:
-    cfg = Config(path=root / "eagle3.yaml", name="t", vars={}, state_dir=root / "state", volumes=(),
-                 phases=(), fingerprint="f")
-    return CheckContext(cfg)
 
 
 def check(kind, arg, ctx, severity="error"):

@@ -4,19 +4,14 @@ import http.server
 import os
 import socket
 import threading
-from pathlib import Path
 
 import pytest
 
-from console.core.checks.context import CheckContext
+from core_harness import ctx_for
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Config
+from console.core.config.model import CheckSpec
 
 
-def ctx_for(root: Path) -> CheckContext:
-    cfg = Config(path=root / "eagle3.yaml", name="t", vars={}, state_dir=root / "state", volumes=(),
-                 phases=(), fingerprint="f")
-    return CheckContext(cfg)
 
 
 def check(kind, arg, ctx):

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 import difflib
 import sys
-from pathlib import Path
 
 import pytest
 
-from console.core.checks.context import CheckContext
+from core_harness import ctx_for
 from console.core.checks.patch import parse_unified_diff
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Config
+from console.core.config.model import CheckSpec
 
 ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
 PATCHED = list(ORIGINAL)
@@ -19,10 +18,6 @@ OTHER_ORIG = ["def f():\n", "    return 1\n"]
 OTHER_PATCHED = ["def f():\n", "    return 2\n"]
 
 
-def ctx_for(root: Path) -> CheckContext:
-    cfg = Config(path=root / "eagle3.yaml", name="t", vars={}, state_dir=root / "state", volumes=(),
-                 phases=(), fingerprint="f")
-    return CheckContext(cfg)
 
 
 def check(arg, ctx):

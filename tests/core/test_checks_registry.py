@@ -2,25 +2,20 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from pathlib import Path
 
 import pytest
 
+from core_harness import ctx_for
 from console.core.checks import registry
-from console.core.checks.context import CheckContext
 from console.core.checks.kind import Outcome
 from console.core.checks.registry import KINDS, default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Config
+from console.core.config.model import CheckSpec
 
 DESIGN_KINDS = {"exists", "absent", "contains", "lacks", "free_space", "shm_free", "gpu_free_memory",
                 "gpus_idle", "port_free", "http_ok", "python_import", "patch_applied", "jsonl_records",
                 "fresh", "command"}
 
 
-def ctx_for(root: Path) -> CheckContext:
-    cfg = Config(path=root / "eagle3.yaml", name="t", vars={}, state_dir=root / "state", volumes=(),
-                 phases=(), fingerprint="f")
-    return CheckContext(cfg)
 
 
 def with_run(monkeypatch, kind: str, fn):

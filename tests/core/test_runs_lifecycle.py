@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from core_harness import config_for, wait_for
 from console.core.config.model import Config, Phase
 from console.core.errors import PhaseError
 from console.core.journal import Journal
@@ -23,22 +23,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def make_config(tmp_path: Path, *phases: Phase) -> Config:
-    return Config(path=tmp_path / "pipeline.yaml", name="t", vars={}, state_dir=tmp_path / "state",
-                  volumes=(), phases=phases, fingerprint="fp-1", overrides={"workdir": "/x"})
+    """The values argv.json must carry through: a fingerprint and a --set override."""
+    return config_for(tmp_path, *phases, fingerprint="fp-1", overrides={"workdir": "/x"})
 
 
 def py(code: str) -> tuple[str, ...]:
     return ("python", "-c", textwrap.dedent(code))
 
 
-def wait_for(pred, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def wait_ended(rd: RunDir, timeout: float = 10.0):

@@ -5,20 +5,17 @@ from __future__ import annotations
 import importlib.util
 import socket
 import time
-from pathlib import Path
 
 import pytest
 
+from core_harness import config_for
 from console.core.checks.result import CheckResult
-from console.core.config.model import CheckSpec, Config, Phase
+from console.core.config.model import CheckSpec, Phase
 from console.core.runs import manager, readiness, start_run, stop_run
 
 READY = CheckSpec(kind="http_ok", arg="http://127.0.0.1:1/health", name="health")
 
 
-def make_config(tmp_path: Path, *phases: Phase) -> Config:
-    return Config(path=tmp_path / "pipeline.yaml", name="t", vars={}, state_dir=tmp_path / "state",
-                  volumes=(), phases=phases, fingerprint="fp", overrides={})
 
 
 def test_readiness_follows_the_run_and_its_checks(tmp_path, monkeypatch):
@@ -31,7 +28,7 @@ def test_readiness_follows_the_run_and_its_checks(tmp_path, monkeypatch):
 
     monkeypatch.setattr(manager, "run_ready_checks", fake_checks)
     ph = Phase(id="serve", title="Serve", argv=("sleep", "30"), kind="service", ready=(READY,))
-    cfg = make_config(tmp_path, ph)
+    cfg = config_for(tmp_path, ph)
     assert readiness(cfg, "serve") == (False, [])  # never started: no check is even run
 
     start_run(cfg, ph)
@@ -48,7 +45,7 @@ def test_readiness_follows_the_run_and_its_checks(tmp_path, monkeypatch):
 
 def test_a_service_without_ready_checks_is_ready_while_running(tmp_path):
     ph = Phase(id="serve", title="Serve", argv=("sleep", "30"), kind="service")
-    cfg = make_config(tmp_path, ph)
+    cfg = config_for(tmp_path, ph)
     start_run(cfg, ph)
     try:
         assert readiness(cfg, ph) == (True, [])
@@ -75,7 +72,7 @@ def test_real_http_service_becomes_ready_and_stops(tmp_path):
                argv=("python", "-c", f"import time, http.server as h; time.sleep(1.5); "
                      f"h.ThreadingHTTPServer(('127.0.0.1', {port}), h.SimpleHTTPRequestHandler).serve_forever()"),
                ready=(CheckSpec(kind="http_ok", arg=f"http://127.0.0.1:{port}/health", name="health"),))
-    cfg = make_config(tmp_path, ph)
+    cfg = config_for(tmp_path, ph)
     start_run(cfg, ph)
     try:
         ok, results = readiness(cfg, ph)

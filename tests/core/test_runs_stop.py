@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from core_harness import config_for, wait_for
 from console.core.config.model import Config, Phase
 from console.core.journal import Journal
 from console.core.runs import procs, run_status, start_run, stop_run
@@ -35,19 +36,8 @@ STUBBORN = textwrap.dedent("""
 """)
 
 
-def make_config(tmp_path: Path, *phases: Phase) -> Config:
-    return Config(path=tmp_path / "pipeline.yaml", name="t", vars={}, state_dir=tmp_path / "state",
-                  volumes=(), phases=phases, fingerprint="fp", overrides={})
 
 
-def wait_for(pred, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def read_pid(path: Path) -> int | None:
@@ -65,7 +55,7 @@ def test_stop_leaves_no_grandchild_even_ones_that_ignore_sigterm(tmp_path):
               f'"{sys.executable}" stubborn.py daemon.pid daemon & '
               'trap "" TERM; echo $$ > shell.pid; wait; wait; wait; sleep 60')
     ph = Phase(id="extract", title="Extract", argv=("sh", "-c", script))
-    cfg = make_config(tmp_path, ph)
+    cfg = config_for(tmp_path, ph)
     rd = start_run(cfg, ph)
     try:
         _stop_and_check(cfg, rd, tmp_path)
@@ -108,7 +98,7 @@ def test_stop_a_polite_phase_lets_it_exit_on_sigterm(tmp_path):
         print("ready", flush=True)
         time.sleep(60)
     """)))
-    cfg = make_config(tmp_path, ph)
+    cfg = config_for(tmp_path, ph)
     rd = start_run(cfg, ph)
     wait_for(lambda: "ready" in rd.output_log.read_text().splitlines(), what="phase ready")
     assert stop_run(cfg, "train", grace=5.0)
@@ -120,7 +110,7 @@ def test_stop_a_polite_phase_lets_it_exit_on_sigterm(tmp_path):
 
 def test_stop_with_nothing_running_is_false(tmp_path):
     ph = Phase(id="merge", title="Merge", argv=("true",))
-    cfg = make_config(tmp_path, ph)
+    cfg = config_for(tmp_path, ph)
     assert stop_run(cfg, "merge") is False
     rd = start_run(cfg, ph)
     wait_for(lambda: run_status(rd).state == "succeeded", what="run to succeed")
@@ -130,7 +120,7 @@ def test_stop_with_nothing_running_is_false(tmp_path):
 
 def test_stop_kills_a_phase_whose_launcher_died(tmp_path):
     ph = Phase(id="serve", title="Serve", argv=("sleep", "60"), kind="service")
-    cfg = make_config(tmp_path, ph)
+    cfg = config_for(tmp_path, ph)
     rd = start_run(cfg, ph)
     info = wait_for(lambda: (p := rd.read_pid()) and p.child_pid and p, what="child pid")
     os.kill(info.pid, signal.SIGKILL)  # the launcher is gone (OOM killer, say)
