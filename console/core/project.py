@@ -18,7 +18,7 @@ from console.core.checks.result import CheckResult
 from console.core.config.loader import load_config
 from console.core.config.model import Config, Phase
 from console.core.errors import Eagle3Error, PhaseError
-from console.core.interpreter import path_with_interpreter
+from console.core.interpreter import locate, missing_message, path_with_interpreter
 from console.core.journal import Journal
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
@@ -50,6 +50,7 @@ class NeedsConfirmation(Eagle3Error):
 
 
 NEEDS_CHECK = "needs-done"
+PYTHON_CHECK = "interpreter"
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,9 @@ class Project:
         """Pre-flight checks of a phase, plus a synthetic one for its `needs`."""
         phase = self.config.phase(phase_id)
         results = [self._needs_result(phase)]
+        python = self._python_result(phase)
+        if python is not None:
+            results.append(python)
         results += run_checks(phase.checks, self.context(phase), overrides=dict(overrides or {}))
         for r in results:
             if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
@@ -164,6 +168,19 @@ class Project:
             self.journal.append("checks", phase=phase.id, results=[r.to_json() for r in results],
                                 passed=not any(r.blocking for r in results))
         return results
+
+    def _python_result(self, phase: Phase) -> CheckResult | None:
+        """A configured `python:` that names nothing runnable blocks the start with one
+        clear line instead of a phase that dies with "No such file"."""
+        setting = self.config.python_for(phase)
+        if not setting:
+            return None
+        found = locate(setting)
+        if found is None:
+            return CheckResult(PYTHON_CHECK, "python", "error", "fail", missing_message(setting),
+                               {"python": setting})
+        return CheckResult(PYTHON_CHECK, "python", "error", "pass", f"python is {found}",
+                           {"python": str(found)})
 
     def _needs_result(self, phase: Phase) -> CheckResult:
         if not phase.needs:
@@ -214,7 +231,7 @@ class Project:
             if not confirmed:
                 raise NeedsConfirmation(phase, self.confirmation_summary(phase.id))
             self.journal.append("confirm", phase=phase.id, summary=self.confirmation_summary(phase.id))
-        env = {**path_with_interpreter(), **dict(run_env or {})}
+        env = {**path_with_interpreter(setting=self.config.python_for(phase)), **dict(run_env or {})}
         return manager.start_run(self.config, phase, run_env=env, journal=self.journal)
 
     def _live_status(self, phase_id: str):  # type: ignore[no-untyped-def]

@@ -17,7 +17,7 @@ TAIL_LINES = 10
 def run_command(args: dict[str, Any], ctx: CheckContext) -> Outcome:
     argv, expect, timeout = args["argv"], args["expect"], args["timeout"]
     shown = shlex.join(argv)
-    done = run_bounded(argv, ctx.root, timeout, env=ctx.env())
+    done = run_bounded(ctx.argv(argv), ctx.root, timeout, env=ctx.env())
     ev: dict[str, Any] = {"argv": argv, "cwd": str(ctx.root), "expected_exit": expect}
     if done.error:
         ev["error"] = done.error

@@ -12,7 +12,7 @@ from typing import Callable
 
 from console.core.config.model import Config, Phase
 from console.core.telemetry.samples import GpuReading
-from console.core.interpreter import path_with_interpreter
+from console.core.interpreter import path_with_interpreter, python_argv
 
 
 def _nvml_reading() -> GpuReading:
@@ -52,13 +52,23 @@ class CheckContext:
     def resolve(self, p: str | os.PathLike[str]) -> Path:
         return self.config.resolve(p)
 
+    @property
+    def python(self) -> str | None:
+        """The phase's (or config's) `python:` setting; None means the console's own."""
+        return self.config.python_for(self.phase)
+
     def env(self) -> dict[str, str]:
-        """The environment a check's subprocess gets: the console's plus the phase's additions."""
+        """The environment a check's subprocess gets: the console's, the interpreter's bin
+        folder first on PATH, plus the phase's additions."""
         env = dict(os.environ)
-        env.update(path_with_interpreter(env))
+        env.update(path_with_interpreter(env, self.python))
         if self.phase is not None:
             env.update(self.phase.env)
         return env
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """A check command's argv with a leading `python` meaning the phase's interpreter."""
+        return python_argv(argv, self.python)
 
     def read_gpus(self) -> GpuReading:
         """One reading per context, so gpu_free_memory and gpus_idle see the same moment."""

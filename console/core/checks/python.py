@@ -61,7 +61,7 @@ def package_dir(answer: dict[str, Any]) -> Path | None:
 
 
 def run_python_import(args: dict[str, Any], ctx: CheckContext) -> Outcome:
-    module, python = args["module"], args.get("python")
+    module, python = args["module"], args.get("python") or ctx.python
     answer = find_module(module, python, ctx)
     who = answer.get("python") or python or "this interpreter"
     ev = {k: answer[k] for k in ("module", "python", "origin", "locations", "version", "error")

@@ -36,7 +36,7 @@ def _json_file(name: str, path: Path, ctx: CheckContext) -> Any:
 def _command(name: str, entry: Mapping[str, Any], ctx: CheckContext) -> Any:
     argv = list(entry["command"])
     timeout = float(entry.get("timeout") or COMMAND_TIMEOUT)
-    done = run_bounded(argv, ctx.root, timeout, env=ctx.env())
+    done = run_bounded(ctx.argv(argv), ctx.root, timeout, env=ctx.env())
     shown = shlex.join(argv)
     if done.error:
         raise ValueSourceError(f"value '{name}': {done.error}")

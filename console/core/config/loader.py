@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -18,10 +19,10 @@ from console.core.config.interpolate import InterpolationError, resolve_vars, su
 from console.core.config.model import CheckSpec, Config, Phase
 from console.core.errors import ConfigError
 
-TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "phases")
+TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "phases")
 PHASE_KEYS = (
     "id", "title", "description", "run", "env", "needs", "checks", "verify", "ready",
-    "inputs", "outputs", "deletes", "kind", "confirm",
+    "inputs", "outputs", "deletes", "kind", "confirm", "python",
 )
 CHECK_META_KEYS = ("name", "severity")
 # `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
@@ -221,6 +222,8 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
         q = Path(p).expanduser()
         return q if q.is_absolute() else (file.parent / q)
 
+    python = _python(r, top["python"][1], "python", resolve) if "python" in top else None
+
     phases_node = top["phases"][1]
     phase_nodes = r.sequence(phases_node, "phases")
     if not phase_nodes:
@@ -255,7 +258,22 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
         fingerprint=digest.hexdigest(),
         overrides=overrides,
         shm_dump=resolve(shm_dump) if shm_dump else None,
+        python=python,
     )
+
+
+def _python(r: _Reader, node: yaml.Node, key: str, resolve: Callable[[str], Path]) -> str:
+    """A `python:` setting: a path (relative to the config folder, made absolute without
+    following symlinks, since a venv's bin/python is one) or a bare name looked up on PATH.
+    Whether it exists is a pre-flight check, not a load error: a config is often read on a
+    machine that lacks the phase's environment."""
+    text = r.string(node, key)
+    if "/" not in text and not text.startswith("~"):
+        if any(c.isspace() for c in text):
+            raise r.error(node, key, f"'{text}' is not an interpreter: give the path of a python executable "
+                                     "(options belong in run:)")
+        return text
+    return os.path.abspath(resolve(text))
 
 
 def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
@@ -338,6 +356,7 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
         kind=kind,  # type: ignore[arg-type]
         confirm=r.boolean(entries["confirm"][1], f"{key}.confirm") if "confirm" in entries else False,
         line=node.start_mark.line + 1,
+        python=_python(r, entries["python"][1], f"{key}.python", resolve) if "python" in entries else None,
     ), needs
 
 

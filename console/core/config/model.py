@@ -49,6 +49,7 @@ class Phase:
     confirm: bool = False
     description: str = ""
     line: int | None = None
+    python: str | None = None  # this phase's `python:` (absolute path or a name on PATH)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,13 @@ class Config:
     fingerprint: str  # sha256 of the file text plus the --set overrides
     overrides: dict[str, str] = field(default_factory=dict)
     shm_dump: Path | None = None  # optional folder the shm panel counts
+    python: str | None = None  # the config's `python:`; None means the console's own
+
+    def python_for(self, phase: Phase | None) -> str | None:
+        """The `python:` setting a phase's commands run under (its own, else the config's)."""
+        if phase is not None and phase.python:
+            return phase.python
+        return self.python
 
     @property
     def root(self) -> Path:

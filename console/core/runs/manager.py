@@ -22,6 +22,7 @@ import console
 from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
 from console.core.errors import PhaseError
+from console.core.interpreter import python_argv
 from console.core.journal import Journal
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock
@@ -140,15 +141,6 @@ def run_status(rd: RunDir) -> RunStatus:
     return st
 
 
-def _python_argv(argv: tuple[str, ...]) -> list[str]:
-    """`python` in a config means the console's own interpreter (the one with the project's
-    packages), not whatever comes first on PATH."""
-    out = [str(a) for a in argv]
-    if out and out[0] in ("python", "python3"):
-        out[0] = sys.executable
-    return out
-
-
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -223,7 +215,7 @@ def _prepare(config: Config, ph: Phase, run_env: dict[str, str] | None, state_di
             break
         except FileExistsError:
             continue
-    argv = _python_argv(ph.argv)
+    argv = python_argv(ph.argv, config.python_for(ph))
     env = {**ph.env, **(run_env or {})}
     record = {
         "phase": ph.id, "run_id": rd.run_id, "argv": argv, "env": env,
