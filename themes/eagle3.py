@@ -57,6 +57,9 @@ ANSI = Theme(
     boost="ansi_default",
     dark=True,
     variables={
+        # Textual's own widgets (buttons, toasts, screens) read these under an ANSI theme.
+        "ansi-background": "ansi_default",
+        "ansi-foreground": "ansi_default",
         "border": "ansi_blue",
         "border-blurred": "ansi_bright_black",
         "block-cursor-background": "ansi_blue",

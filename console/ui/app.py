@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 
+from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.main_screen import Intervals, MainScreen
 from console.ui.theming import load_themes, resolve_theme
@@ -57,7 +58,22 @@ class ConsoleApp(App[int]):
         self.use_watchdog = watchdog
         self.watchdog: TtyWatchdog | None = None
         self.still_running: list[str] = []
+        self.crash: tuple[str, Path] | None = None  # (one line, crash log) once the console broke
         self.title = f"eagle3 · {project.config.name}"
+
+    def _handle_exception(self, error: Exception) -> None:
+        if self.crash is None:
+            path = write_crash_log(error, getattr(self.project.config, "state_dir", None))
+            self.crash = (one_line(error), path)
+        super()._handle_exception(error)
+
+    def _print_error_renderables(self) -> None:
+        if self.crash is None:
+            super()._print_error_renderables()
+            return
+        self._exit_renderables.clear()
+        line, path = self.crash
+        print(f"eagle3: the console crashed: {line} (details: {path})", file=sys.stderr)
 
     def get_default_screen(self) -> Screen:
         return MainScreen(self.project, clock=self.clock, intervals=self.intervals, **self.sources)
@@ -202,6 +218,8 @@ def run_console(project: Any, *, theme: str | None = None, mouse: bool = True, g
     if app.still_running and not headless:
         print(f"eagle3: console closed; still running: {', '.join(app.still_running)} "
               f"(re-attach: eagle3 console {project.config.path})")
+    if app.crash is not None:
+        return EXIT_CRASH
     if headless and screenshot:
         print(f"eagle3: screenshot saved to {screenshot}")
     return int(code or 0)
