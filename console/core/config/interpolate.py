@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 _REF = re.compile(r"\$\$\{|\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+MAX_VALUE = 65_536  # characters in one value after substitution
 
 
 class InterpolationError(ValueError):
@@ -29,8 +30,19 @@ def _suggest(name: str, known: list[str]) -> str:
 def substitute(text: str, lookup: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str:
     """Replace every `${name}` and `${env:NAME}` in `text` with values already resolved."""
     env = os.environ if environ is None else environ
+    size = [len(text)]
+
+    def grow(value: str) -> str:
+        size[0] += len(value)
+        if size[0] > MAX_VALUE:
+            raise InterpolationError(f"expands to more than {MAX_VALUE} characters (variables that repeat "
+                                     "each other many times?); a value is a path or a short setting")
+        return value
 
     def repl(m: re.Match[str]) -> str:
+        return grow(value_of(m))
+
+    def value_of(m: re.Match[str]) -> str:
         if m.group(0) == "$${":
             return "${"
         ref = m.group(1).strip()

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from console.core.config import bounds
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import CheckSpec, Config, Phase
 from console.core.errors import ConfigError
@@ -92,8 +93,14 @@ class _Reader:
             raise self.error(node, key, f"expected a single value, got {self._kind(node)}")
         return _restore(self.loader.construct_object(node))
 
-    def string(self, node: yaml.Node, key: str, *, interpolate: bool = True, allow_empty: bool = False) -> str:
-        value = self.scalar(node, key)
+    def string(self, node: yaml.Node, key: str, *, interpolate: bool = True, allow_empty: bool = False,
+               as_written: bool = False) -> str:
+        """`as_written`: a plain scalar keeps its text (YAML 1.1 would turn `yes` into true,
+        `0755` into 493 and `1.10` into 1.1: wrong for an argv item or an env value)."""
+        if as_written and isinstance(node, yaml.ScalarNode):
+            value: Any = _restore(node.value)
+        else:
+            value = self.scalar(node, key)
         if value is None or isinstance(value, (dict, list)):
             raise self.error(node, key, "expected a text value, got nothing" if value is None else "expected text")
         if isinstance(value, bool):
@@ -162,10 +169,16 @@ def load_config(
     if validate_check is None:
         from console.core.checks.registry import validate as validate_check
 
-    loader = yaml.SafeLoader(_protect(text))
+    protected = _protect(text)
+    loader = yaml.SafeLoader(protected)
     try:
         try:
+            bounds.check(protected)
             root = loader.get_single_node()
+        except bounds.BoundsError as e:
+            raise ConfigError(file, str(e), line=e.line, key=_restore(e.key) or None) from None
+        except RecursionError:
+            raise ConfigError(file, f"nested too deeply (more than {bounds.MAX_DEPTH} levels)") from None
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark else None
@@ -200,7 +213,7 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
             for k, kn, vn in r.mapping(vnode, "vars"):
                 if not VAR_NAME.match(k):
                     raise r.error(kn, f"vars.{k}", "variable names use letters, digits, _ . - and start with a letter")
-                raw_vars[k] = r.string(vn, f"vars.{k}", interpolate=False, allow_empty=True)
+                raw_vars[k] = r.string(vn, f"vars.{k}", interpolate=False, allow_empty=True, as_written=True)
                 var_nodes[k] = vn
     for k, v in overrides.items():
         if k not in raw_vars:
@@ -297,9 +310,10 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
         raise r.error(node, f"{key}.run", "missing: the command to run, as a list or a string")
     run_node = entries["run"][1]
     if isinstance(run_node, yaml.SequenceNode):
-        argv = [r.string(n, f"{key}.run[{j}]") for j, n in enumerate(r.sequence(run_node, f"{key}.run"))]
+        argv = [r.string(n, f"{key}.run[{j}]", as_written=True)
+                for j, n in enumerate(r.sequence(run_node, f"{key}.run"))]
     else:
-        text = r.string(run_node, f"{key}.run")
+        text = r.string(run_node, f"{key}.run", as_written=True)
         try:
             argv = shlex.split(text)
         except ValueError as e:
@@ -310,7 +324,7 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
     env: dict[str, str] = {}
     if "env" in entries:
         for k, kn, vn in r.mapping(entries["env"][1], f"{key}.env"):
-            env[k] = r.string(vn, f"{key}.env.{k}", allow_empty=True)
+            env[k] = r.string(vn, f"{key}.env.{k}", allow_empty=True, as_written=True)
     kind = "task"
     if "kind" in entries:
         kind = r.string(entries["kind"][1], f"{key}.kind")
