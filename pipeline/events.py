@@ -13,10 +13,14 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 ENV_VAR = "EAGLE3_EVENTS"
 KINDS = ("progress", "metric", "artifact", "message")
+MAX_LINE = 64 * 1024          # bytes in one event line; longer ones are skipped
+MAX_READ = 1024 * 1024        # bytes parsed per read_events call (one console poll)
+_SKIP_LIMIT = 64 * 1024 * 1024  # bytes scanned per call to get past an over-long line
+_SKIP_BLOCK = 1024 * 1024
 
 
 class EventWriter:
@@ -76,10 +80,13 @@ class Event:
 
 
 def parse_line(line: str | bytes) -> Event | None:
-    """One line back into an Event; None for a torn, blank or foreign line (never raises)."""
+    """One line back into an Event; None for a torn, blank, over-long or foreign line.
+    Never raises: a hostile line (200,000 `[`) must not stop a console's live stats."""
+    if len(line) > MAX_LINE:
+        return None
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError, MemoryError):
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
         return None
@@ -87,27 +94,65 @@ def parse_line(line: str | bytes) -> Event | None:
     kind = obj.pop("kind")
     try:
         t = float(t)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         t = 0.0
     return Event(t=t, kind=kind, data=obj)
 
 
-def read_events(path: str | os.PathLike[str], offset: int = 0) -> tuple[list[Event], int]:
-    """Events from byte `offset` up to the last complete line, and the offset to resume
-    from: a line still being written is left for the next call."""
+def _skip_to_line_start(f: BinaryIO, offset: int, limit: int) -> int | None:
+    """From inside a line, the offset just past its end, scanning at most `limit` bytes in
+    blocks (nothing is kept); None when no newline is there yet."""
+    pos = offset
+    while pos - offset < limit:
+        block = f.read(min(_SKIP_BLOCK, limit - (pos - offset)))
+        if not block:
+            return None
+        nl = block.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(block)
+    return None
+
+
+def read_events(path: str | os.PathLike[str], offset: int = 0,
+                max_bytes: int = MAX_READ) -> tuple[list[Event], int]:
+    """Events from byte `offset` up to the last complete line within `max_bytes`, and the
+    offset to resume from: a line still being written is left for the next call.
+
+    Bounded: at most `max_bytes` are parsed per call. A line longer than MAX_LINE is
+    skipped, even while it is still being written: the returned offset may then fall inside
+    it, and a call whose offset is not at a line start first skips to the next line (so 400
+    MB written with no newline are scanned once, never re-read on every poll)."""
+    want = max(int(max_bytes), MAX_LINE + 1)
     try:
         with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-    except FileNotFoundError:
+            if offset > 0:
+                f.seek(offset - 1)
+                if f.read(1) != b"\n":
+                    size = os.fstat(f.fileno()).st_size
+                    resume = _skip_to_line_start(f, offset, _SKIP_LIMIT)
+                    if resume is None:
+                        return [], min(size, offset + _SKIP_LIMIT)
+                    offset = resume
+                    f.seek(offset)
+            chunk = f.read(want)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
         return [], offset
     end = chunk.rfind(b"\n")
     if end < 0:
-        return [], offset
+        # No complete line: an over-long one is skipped, a short one waits for its end.
+        return [], (offset + len(chunk)) if len(chunk) > MAX_LINE else offset
     events = [e for e in (parse_line(ln) for ln in chunk[: end + 1].splitlines()) if e is not None]
-    return events, offset + end + 1
+    rest = len(chunk) - (end + 1)
+    return events, offset + (len(chunk) if rest > MAX_LINE else end + 1)
 
 
 def iter_events(path: str | os.PathLike[str]) -> Iterator[Event]:
-    events, _ = read_events(path)
-    yield from events
+    """Every event of a finished file, read in bounded steps."""
+    offset = 0
+    while True:
+        events, nxt = read_events(path, offset)
+        yield from events
+        if nxt == offset:
+            return
+        offset = nxt

@@ -236,7 +236,8 @@ class EventTail:
     still being written waits for the next poll) and feeds them to `stats`. Never raises: a
     missing file gives []. A file that shrank below the saved offset (a new run reusing the
     path) is read again from the start into a fresh `stats`. Thread-safe for one poller.
-    Reads use `pipeline.events.read_events`, which reads from the offset to the end.
+    Reads use `pipeline.events.read_events`: at most about 1 MiB parsed a poll, over-long
+    lines skipped once (never re-read), a hostile line ignored.
     """
 
     def __init__(self, path: str | os.PathLike[str], stats: LiveStats | None = None, window_s: float = 30.0) -> None:
