@@ -17,13 +17,13 @@ import yaml
 
 from console.core.config import bounds
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
-from console.core.config.model import CheckSpec, Config, Phase
+from console.core.config.model import CheckSpec, Config, NotifySpec, Phase
 from console.core.errors import ConfigError
 
-TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "phases")
+TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "phases")
 PHASE_KEYS = (
     "id", "title", "description", "run", "env", "needs", "checks", "verify", "ready",
-    "inputs", "outputs", "deletes", "kind", "confirm", "python",
+    "inputs", "outputs", "deletes", "kind", "confirm", "python", "stall_after", "notify",
 )
 CHECK_META_KEYS = ("name", "severity")
 # `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
@@ -62,6 +62,7 @@ class _Reader:
         self.file = file
         self.loader = loader
         self.lookup: Mapping[str, str] = lookup or {}
+        self.used_env: set[str] = set()  # ${env:NAME} names whose values were used
 
     def error(self, node: yaml.Node | None, key: str, message: str) -> ConfigError:
         line = node.start_mark.line + 1 if node is not None else None
@@ -114,7 +115,7 @@ class _Reader:
 
     def interpolate(self, node: yaml.Node, key: str, text: str) -> str:
         try:
-            return substitute(text, self.lookup)
+            return substitute(text, self.lookup, used_env=self.used_env)
         except InterpolationError as e:
             raise self.error(node, key, str(e)) from None
 
@@ -220,7 +221,7 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
             raise ConfigError(file, f"--set {k}={v}: no variable '{k}' under vars:" + _did_you_mean(k, list(raw_vars) or ["(none)"]), key=f"vars.{k}")
         raw_vars[k] = v
     try:
-        lookup = resolve_vars(raw_vars)
+        lookup = resolve_vars(raw_vars, used_env=r.used_env)
     except InterpolationError as e:
         node = var_nodes.get(e.var or "")
         raise r.error(node, f"vars.{e.var}", str(e)) from None
@@ -272,6 +273,8 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
         overrides=overrides,
         shm_dump=resolve(shm_dump) if shm_dump else None,
         python=python,
+        notify=_notify(r, top["notify"][1], "notify") if "notify" in top else (),
+        secret_env=tuple(sorted(r.used_env)),
     )
 
 
@@ -371,7 +374,71 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
         confirm=r.boolean(entries["confirm"][1], f"{key}.confirm") if "confirm" in entries else False,
         line=node.start_mark.line + 1,
         python=_python(r, entries["python"][1], f"{key}.python", resolve) if "python" in entries else None,
+        stall_after=_duration(r, entries["stall_after"][1], f"{key}.stall_after") if "stall_after" in entries else None,
+        notify=_notify(r, entries["notify"][1], f"{key}.notify") if "notify" in entries else (),
     ), needs
+
+
+def _duration(r: _Reader, node: yaml.Node, key: str) -> float:
+    from console.core.stall import parse_duration
+
+    try:
+        return parse_duration(r.scalar(node, key))
+    except ValueError as e:
+        raise r.error(node, key, str(e)) from None
+
+
+NOTIFY_KEYS = ("run", "on", "timeout")
+
+
+def _notify(r: _Reader, node: yaml.Node, key: str) -> tuple[NotifySpec, ...]:
+    """`notify:` entries: `{run: CMD, on: [ended, failed, stalled, blocked], timeout: 30s}`,
+    or just CMD (a list or a string split like a shell would) for every event."""
+    from console.core.notify import EVENTS, MAX_TIMEOUT
+
+    out = []
+    for j, en in enumerate(r.sequence(node, key)):
+        ek = f"{key}[{j}]"
+        fields: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        run_node = en
+        if isinstance(en, yaml.MappingNode):
+            # The key as written: YAML 1.1 reads a bare `on` as true.
+            fields = {(kn.value if isinstance(kn, yaml.ScalarNode) else str(k)): (kn, vn)
+                      for k, kn, vn in r.mapping(en, ek)}
+            for k, (kn, _) in fields.items():
+                if k not in NOTIFY_KEYS:
+                    raise r.error(kn, f"{ek}.{k}", "unknown notify key" + _did_you_mean(k, NOTIFY_KEYS))
+            if "run" not in fields:
+                raise r.error(en, f"{ek}.run", "missing: the command to run, as a list or a string")
+            run_node = fields["run"][1]
+        if isinstance(run_node, yaml.SequenceNode):
+            argv = [r.string(n, f"{ek}.run[{i}]", as_written=True)
+                    for i, n in enumerate(r.sequence(run_node, f"{ek}.run"))]
+        else:
+            text = r.string(run_node, f"{ek}.run", as_written=True)
+            try:
+                argv = shlex.split(text)
+            except ValueError as e:
+                raise r.error(run_node, f"{ek}.run", f"cannot split the command like a shell would: {e}") from None
+        if not argv:
+            raise r.error(run_node, f"{ek}.run", "the command is empty")
+        on: tuple[str, ...] = EVENTS
+        if "on" in fields:
+            on_node = fields["on"][1]
+            names = ([r.string(on_node, f"{ek}.on")] if isinstance(on_node, yaml.ScalarNode)
+                     else r.string_list(on_node, f"{ek}.on"))
+            for name in names:
+                if name not in EVENTS:
+                    raise r.error(on_node, f"{ek}.on", f"'{name}' is not a notify event ({', '.join(EVENTS)})"
+                                  + _did_you_mean(name, EVENTS))
+            on = tuple(names)
+        timeout = 30.0
+        if "timeout" in fields:
+            timeout = _duration(r, fields["timeout"][1], f"{ek}.timeout")
+            if not 0 < timeout <= MAX_TIMEOUT:
+                raise r.error(fields["timeout"][1], f"{ek}.timeout", f"between 1s and {int(MAX_TIMEOUT)}s")
+        out.append(NotifySpec(argv=tuple(argv), on=on, timeout=timeout))
+    return tuple(out)
 
 
 def _check(r: _Reader, node: yaml.Node, key: str, validate_check: Callable[[str, Any], str | None]) -> CheckSpec:

@@ -33,6 +33,15 @@ class CheckSpec:
 
 
 @dataclass(frozen=True)
+class NotifySpec:
+    """One `notify:` entry: a command run (detached, time-bounded) on some phase events."""
+
+    argv: tuple[str, ...]
+    on: tuple[str, ...] = ("ended", "failed", "stalled", "blocked")
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
 class Phase:
     id: str
     title: str
@@ -50,6 +59,8 @@ class Phase:
     description: str = ""
     line: int | None = None
     python: str | None = None  # this phase's `python:` (absolute path or a name on PATH)
+    stall_after: float | None = None  # seconds of silence that count as a stall; None: the default
+    notify: tuple[NotifySpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,8 @@ class Config:
     overrides: dict[str, str] = field(default_factory=dict)
     shm_dump: Path | None = None  # optional folder the shm panel counts
     python: str | None = None  # the config's `python:`; None means the console's own
+    secret_env: tuple[str, ...] = ()  # names of ${env:...} values used: redacted in records
+    notify: tuple[NotifySpec, ...] = ()  # config-wide `notify:` (every phase)
 
     def python_for(self, phase: Phase | None) -> str | None:
         """The `python:` setting a phase's commands run under (its own, else the config's)."""

@@ -1,0 +1,161 @@
+"""Operator notifications: the config's `notify:` commands (config-wide and per phase),
+run when a phase `ended`, `failed`, `stalled` or was `blocked`. This is how an operator
+wires a chat or mail script.
+
+Each command runs detached (its own session, through this module's small runner), with
+no stdin, bounded by its `timeout`, and its outcome (exit code or timeout, last output
+line) is journaled as `notify` by the runner itself, so the bound and the record hold even
+if the console quits meanwhile. A notifier that fails, hangs or is missing never touches
+the phase: the phase is another process that knows nothing of it.
+
+The command gets, as placeholders in its argv and as environment:
+  {event} EAGLE3_NOTIFY_EVENT   ended | failed | stalled | blocked
+  {phase} EAGLE3_PHASE          the phase id
+  {state} EAGLE3_STATE          the phase state (done, failed, stopped, running, blocked)
+  {run_id} EAGLE3_RUN_ID        the run id ("" for a blocked start)
+  {summary} EAGLE3_SUMMARY      one line for a human
+  {config} EAGLE3_CONFIG        the config file
+(`{...}` because `${...}` is the config's own interpolation, done at load time.)
+
+Runner exit codes (`python -m console.core.notify`): 0 the command ran (whatever its exit),
+2 a bad spec in $EAGLE3_NOTIFY_SPEC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EVENTS = ("ended", "failed", "stalled", "blocked")
+DEFAULT_TIMEOUT = 30.0
+MAX_TIMEOUT = 3600.0
+MAX_SUMMARY = 500
+SPEC_ENV = "EAGLE3_NOTIFY_SPEC"
+
+
+def placeholders(event: str, phase: str, state: str, run_id: str, summary: str, config: str) -> dict[str, str]:
+    summary = " ".join(summary.split())[:MAX_SUMMARY]
+    return {"event": event, "phase": phase, "state": state, "run_id": run_id or "",
+            "summary": summary, "config": config}
+
+
+def expand(argv: Sequence[str], values: dict[str, str]) -> list[str]:
+    out = []
+    for a in argv:
+        for k, v in values.items():
+            a = a.replace("{" + k + "}", v)
+        out.append(a)
+    return out
+
+
+def environment(values: dict[str, str]) -> dict[str, str]:
+    return {"EAGLE3_NOTIFY_EVENT": values["event"], "EAGLE3_PHASE": values["phase"],
+            "EAGLE3_STATE": values["state"], "EAGLE3_RUN_ID": values["run_id"],
+            "EAGLE3_SUMMARY": values["summary"], "EAGLE3_CONFIG": values["config"]}
+
+
+class Notifier:
+    """Fires the matching `notify:` commands of a config. Never raises."""
+
+    def __init__(self, config: Any, journal: Any) -> None:
+        self.config = config
+        self.journal = journal
+
+    def specs(self, phase_id: str, event: str) -> list[Any]:
+        out = [s for s in getattr(self.config, "notify", ()) if event in s.on]
+        try:
+            phase = self.config.phase(phase_id)
+        except Exception:  # noqa: BLE001 - a phase gone from an edited config: config-wide only
+            return out
+        return out + [s for s in getattr(phase, "notify", ()) if event in s.on]
+
+    def fire(self, event: str, phase_id: str, state: str, run_id: str | None, summary: str) -> int:
+        """Starts every matching command; how many were started."""
+        started = 0
+        values = placeholders(event, phase_id, state, run_id or "", summary, str(self.config.path))
+        for spec in self.specs(phase_id, event):
+            argv = expand(spec.argv, values)
+            payload = {"argv": argv, "timeout": spec.timeout, "cwd": str(self.config.root),
+                       "state_dir": str(self.config.state_dir), "event": event, "phase": phase_id,
+                       "run_id": run_id or ""}
+            env = {**os.environ, **environment(values), SPEC_ENV: json.dumps(payload)}
+            try:
+                subprocess.Popen([sys.executable, "-m", "console.core.notify"], env=env,
+                                 cwd=str(self.config.root), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True, close_fds=True)
+                started += 1
+            except Exception as exc:  # noqa: BLE001 - a notifier never breaks the console
+                self._journal(event, phase_id, run_id, argv[:1], error=f"could not start: {exc}")
+        return started
+
+    def _journal(self, event: str, phase_id: str, run_id: str | None, command: list[str], **fields: Any) -> None:
+        try:
+            self.journal.append("notify", phase=phase_id, run_id=run_id or "", on=event,
+                                command=command, **fields)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _run(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs one notifier command in its own process group, at most `timeout` seconds."""
+    argv = [str(a) for a in payload["argv"]]
+    timeout = min(float(payload.get("timeout") or DEFAULT_TIMEOUT), MAX_TIMEOUT)
+    started = time.monotonic()
+    tail: deque[str] = deque(maxlen=1)
+    try:
+        env = {k: v for k, v in os.environ.items() if k != SPEC_ENV}
+        proc = subprocess.Popen(argv, cwd=payload.get("cwd") or None, stdin=subprocess.DEVNULL, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0)
+    except OSError as exc:
+        return {"error": f"could not start {argv[0]}: {exc.strerror or exc}"}
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+        if lines:
+            tail.append(lines[-1][:200])
+        result: dict[str, Any] = {"exit_code": proc.returncode}
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        result = {"timed_out": True, "timeout_s": timeout}
+    result["took_s"] = round(time.monotonic() - started, 2)
+    if tail:
+        result["output"] = tail[0]
+    return result
+
+
+def main() -> int:
+    try:
+        payload = json.loads(os.environ[SPEC_ENV])
+        argv = list(payload["argv"])
+        if not argv:
+            raise ValueError("empty argv")
+    except (KeyError, ValueError, TypeError) as exc:
+        print(f"eagle3 notify: ${SPEC_ENV} is not a notifier spec ({exc})", file=sys.stderr)
+        return 2
+    result = _run(payload)
+    from console.core.journal import Journal
+
+    try:
+        Journal(Path(payload["state_dir"])).append(
+            "notify", phase=payload.get("phase"), run_id=payload.get("run_id"), on=payload.get("event"),
+            command=argv[:1], **result)
+    except OSError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Notifier commands: run detached with the phase, state, run id and summary as
+placeholders and environment; bounded by a timeout; journaled; never raising."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from core_harness import config_for, wait_for
+
+from console.core.config.model import NotifySpec, Phase
+from console.core.journal import Journal
+from console.core.notify import Notifier
+
+
+def _notifier(tmp_path: Path, *specs: NotifySpec, phase_specs: tuple[NotifySpec, ...] = ()) -> Notifier:
+    ph = Phase(id="extract", title="Extract", argv=("true",), notify=phase_specs)
+    cfg = config_for(tmp_path, ph)
+    cfg = cfg.__class__(**{**cfg.__dict__, "notify": specs})
+    return Notifier(cfg, Journal(cfg.state_dir))
+
+
+def _notify_records(tmp_path: Path) -> list[dict]:
+    return Journal(tmp_path / "state").read(events={"notify"})
+
+
+def test_a_notifier_gets_the_phase_state_run_and_summary(tmp_path: Path) -> None:
+    out = tmp_path / "note.txt"
+    script = ("import os, sys; open(sys.argv[1], 'w').write(' '.join(sys.argv[2:]) + '|' + "
+              "os.environ['EAGLE3_PHASE'] + ' ' + os.environ['EAGLE3_STATE'] + ' ' + os.environ['EAGLE3_RUN_ID']"
+              " + ' ' + os.environ['EAGLE3_NOTIFY_EVENT'] + ' ' + os.environ['EAGLE3_SUMMARY'])")
+    n = _notifier(tmp_path, NotifySpec(argv=(sys.executable, "-c", script, str(out), "{phase}", "{state}", "{run_id}"),
+                                       on=("failed",)))
+    assert n.fire("ended", "extract", "done", "r1", "fine") == 0  # not subscribed to `ended`
+    assert n.fire("failed", "extract", "failed", "r2", "exit code 3\nsecond line") == 1
+    text = wait_for(lambda: out.exists() and out.read_text(), what="the notifier's file")
+    assert text == "extract failed r2|extract failed r2 failed exit code 3 second line"
+    rec = wait_for(lambda: _notify_records(tmp_path), what="the notify journal record")[-1]
+    assert rec["phase"] == "extract" and rec["on"] == "failed" and rec["exit_code"] == 0
+    assert rec["command"] == [sys.executable]  # the program only: arguments may carry tokens
+
+
+def test_a_hanging_notifier_is_killed_at_its_timeout_and_journaled(tmp_path: Path) -> None:
+    n = _notifier(tmp_path, NotifySpec(argv=(sys.executable, "-c", "import time; time.sleep(60)"), timeout=1.0))
+    assert n.fire("stalled", "extract", "running", "r1", "silent") == 1
+    rec = wait_for(lambda: _notify_records(tmp_path), timeout=20, what="timeout record")[-1]
+    assert rec["timed_out"] is True and rec["took_s"] < 30
+
+
+def test_a_missing_notifier_is_journaled_and_does_not_raise(tmp_path: Path) -> None:
+    n = _notifier(tmp_path, phase_specs=(NotifySpec(argv=("/nonexistent/eagle3-notify",)),))
+    assert n.fire("blocked", "extract", "blocked", None, "checks fail") == 1
+    rec = wait_for(lambda: _notify_records(tmp_path), what="error record")[-1]
+    assert "could not start /nonexistent/eagle3-notify" in rec["error"]
+    assert n.fire("ended", "no-such-phase", "done", "r", "x") == 0  # config-wide only; none here
+
+
+def test_notify_and_stall_after_keys_load_and_bad_ones_name_the_key(tmp_path: Path) -> None:
+    import pytest
+
+    from console.core.config.loader import load_config
+    from console.core.errors import ConfigError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: n\nnotify:\n  - run: [notify-send, '{phase} {state}']\n    on: [failed, stalled]\n"
+                   "    timeout: 5s\nphases:\n  - id: a\n    run: [true]\n    stall_after: 15m\n"
+                   "    notify: ['mail -s {summary} ops']\n")
+    c = load_config(cfg)
+    assert c.notify[0] == NotifySpec(argv=("notify-send", "{phase} {state}"), on=("failed", "stalled"), timeout=5.0)
+    assert c.phases[0].stall_after == 900 and c.phases[0].notify[0].argv == ("mail", "-s", "{summary}", "ops")
+    cfg.write_text(cfg.read_text().replace("[failed, stalled]", "[failed, stoled]"))
+    with pytest.raises(ConfigError, match=r"c.yaml:4: notify\[0\].on: 'stoled' .*did you mean 'stalled'"):
+        load_config(cfg)
