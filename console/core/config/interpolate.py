@@ -27,8 +27,10 @@ def _suggest(name: str, known: list[str]) -> str:
     return f" (defined: {', '.join(sorted(known))})" if known else " (no variables are defined under vars:)"
 
 
-def substitute(text: str, lookup: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str:
-    """Replace every `${name}` and `${env:NAME}` in `text` with values already resolved."""
+def substitute(text: str, lookup: Mapping[str, str], environ: Mapping[str, str] | None = None,
+               used_env: set[str] | None = None) -> str:
+    """Replace every `${name}` and `${env:NAME}` in `text` with values already resolved.
+    `used_env` collects the names whose values came from the environment (secrets.py)."""
     env = os.environ if environ is None else environ
     size = [len(text)]
 
@@ -49,6 +51,8 @@ def substitute(text: str, lookup: Mapping[str, str], environ: Mapping[str, str] 
         if ref.startswith("env:"):
             name, _, default = ref[4:].partition(":-")
             if name in env:
+                if used_env is not None:
+                    used_env.add(name)
                 return env[name]
             if ":-" in ref:
                 return default
@@ -64,7 +68,8 @@ def substitute(text: str, lookup: Mapping[str, str], environ: Mapping[str, str] 
     return _REF.sub(repl, text)
 
 
-def resolve_vars(raw: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def resolve_vars(raw: Mapping[str, str], environ: Mapping[str, str] | None = None,
+                 used_env: set[str] | None = None) -> dict[str, str]:
     """Resolve variables that reference each other, in any order; a cycle is an error
     naming the chain (a -> b -> a)."""
     done: dict[str, str] = {}
@@ -93,7 +98,7 @@ def resolve_vars(raw: Mapping[str, str], environ: Mapping[str, str] | None = Non
             raise InterpolationError(f"variables refer to each other in a cycle: {chain}")
         visiting.append(name)
         try:
-            done[name] = substitute(raw[name], lazy, environ)
+            done[name] = substitute(raw[name], lazy, environ, used_env)
         except InterpolationError as e:
             if e.var is None:
                 e.var = name
