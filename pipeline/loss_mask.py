@@ -7,18 +7,38 @@ conversation up to each assistant turn (with the generation prompt) and up to th
 that turn, finds the assistant's content in the text between the two, and maps those
 characters to tokens through the fast tokenizer's offsets. A token is masked when it
 overlaps assistant text, the rule HF applies to marked templates.
+
+Two rules hold under both methods:
+- The special token that ends an assistant turn (`<|eot_id|>`, `<|im_end|>`, DeepSeek's
+  end of sentence, GLM's next `<|user|>`) is learnt too, as SpecForge's masks do: the target
+  emits it, so the drafter must learn to end a turn. It is the first special token after the
+  content, with only whitespace between; a later turn's header is never learnt.
+- A special token's literal text inside a message (`<|end|>` written by a user or in an
+  answer) is text: such a message's content is tokenized as text (split special tokens),
+  never into the control tokens the template writes. Only records holding such text take
+  this piecewise path (cut at the content's edges, where templates put a newline or a
+  special token anyway); every other record is tokenized in one call, exactly as the
+  target's server would.
 """
 
 from __future__ import annotations
 
+import re
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from pipeline.chat_template import has_generation_markers
 
 METHOD_MARKERS = "generation-markers"
 METHOD_PREFIX_DIFF = "prefix-diff"
 METHODS = (METHOD_MARKERS, METHOD_PREFIX_DIFF)
+
+# Private-use characters around special-token text in messages, so it can be found in the
+# rendered conversation after the template has placed it (transformers 5's
+# `sanitize_control_tokens` marks the same way, but cannot return offsets or masks).
+_OPEN, _CLOSE = "\ue000", "\ue001"
 
 
 @dataclass(frozen=True)
@@ -29,6 +49,39 @@ class Encoded:
     @property
     def loss_tokens(self) -> int:
         return sum(self.loss_mask)
+
+
+@dataclass(frozen=True)
+class _Specials:
+    ids: frozenset[int]
+    pattern: re.Pattern | None  # any special token's text
+
+
+_specials_cache: weakref.WeakKeyDictionary[Any, _Specials] = weakref.WeakKeyDictionary()
+
+
+def _specials(tokenizer: Any) -> _Specials:
+    try:
+        return _specials_cache[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    ids = {int(i) for i, tok in decoder.items() if getattr(tok, "special", False)}
+    ids |= set(getattr(tokenizer, "all_special_ids", []) or [])
+    texts = {str(tok) for i, tok in decoder.items() if int(i) in ids}
+    texts |= {t for t in getattr(tokenizer, "all_special_tokens", []) or [] if t}
+    texts = sorted((t for t in texts if t and not t.isspace()), key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+    found = _Specials(frozenset(ids), pattern)
+    try:
+        _specials_cache[tokenizer] = found
+    except TypeError:
+        pass
+    return found
+
+
+def special_token_ids(tokenizer: Any) -> frozenset[int]:
+    return _specials(tokenizer).ids
 
 
 def default_method(tokenizer: Any) -> str:
@@ -45,7 +98,7 @@ def _render(tokenizer: Any, messages: Sequence[dict], generation_prompt: bool) -
         return tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=generation_prompt
         )
-    except Exception:
+    except Exception:  # noqa: BLE001 - any template error means "cannot render this prefix"
         return None
 
 
@@ -88,6 +141,19 @@ def assistant_char_spans(tokenizer: Any, messages: Sequence[dict], full: str) ->
     return spans
 
 
+def generation_char_spans(tokenizer: Any, messages: Sequence[dict]) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the spans its template marks with `{% generation %}`."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, indices = render_jinja_template(
+        conversations=[list(messages)],
+        chat_template=tokenizer.chat_template,
+        return_assistant_tokens_mask=True,
+        **tokenizer.special_tokens_map,
+    )
+    return rendered[0], [(int(a), int(b)) for a, b in indices[0] if b > a]
+
+
 def mask_from_offsets(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:
     """1 for every token overlapping a span; both sequences are in text order."""
     mask = [0] * len(offsets)
@@ -102,25 +168,132 @@ def mask_from_offsets(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[
     return mask
 
 
+def mask_end_of_turn(
+    ids: Sequence[int], offsets: Sequence[tuple[int, int]], text: str, mask: list[int], special_ids: frozenset[int]
+) -> None:
+    """After each masked run, also mask the special token that closes it (whitespace between
+    included), unless the run already ends with a special token (a generation block that
+    holds its end-of-turn token)."""
+    n = len(ids)
+    for t in range(n - 1):
+        if not mask[t] or mask[t + 1] or ids[t] in special_ids:
+            continue
+        j = t + 1
+        while j < n and ids[j] not in special_ids and text[offsets[j][0] : offsets[j][1]].isspace():
+            j += 1
+        if j < n and ids[j] in special_ids:
+            mask[t + 1 : j + 1] = [1] * (j - t)
+
+
+def _mark(messages: Sequence[dict], pattern: re.Pattern) -> list[dict]:
+    """Wrap every content that holds special-token text in markers (inside its outer
+    whitespace, so a template that trims still trims): it is tokenized as text, whole."""
+
+    def mark(text: str) -> str:
+        text = text.replace(_OPEN, "").replace(_CLOSE, "")
+        if not pattern.search(text):
+            return text
+        core = text.strip()
+        lead = text[: len(text) - len(text.lstrip())]
+        return lead + _OPEN + core + _CLOSE + text[len(lead) + len(core) :]
+
+    return [{**m, "content": mark(m["content"])} for m in messages]
+
+
+def _unmark(marked: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]]]:
+    """The text without markers, the spans moved with it, and the marked (literal) ranges."""
+    new_pos = [0] * (len(marked) + 1)
+    out: list[str] = []
+    literals: list[tuple[int, int]] = []
+    n = 0
+    opened = -1
+    for i, ch in enumerate(marked):
+        new_pos[i] = n
+        if ch == _OPEN:
+            opened = n
+        elif ch == _CLOSE:
+            if opened >= 0 and n > opened:
+                literals.append((opened, n))
+            opened = -1
+        else:
+            out.append(ch)
+            n += 1
+    new_pos[len(marked)] = n
+    return "".join(out), [(new_pos[a], new_pos[b]) for a, b in spans], literals
+
+
+def _encode_piece(tokenizer: Any, text: str, as_text: bool, first: bool) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and offsets of one piece; after the first piece a newline is put in front and taken
+    off again, so SentencePiece adds no start-of-text space (the trick transformers uses)."""
+    lead = "" if first else "\n"
+    enc = tokenizer(
+        lead + text, add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=as_text
+    )
+    ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+    if lead:
+        k = 0
+        while k < len(ids) and offsets[k][1] <= len(lead):
+            k += 1
+        if k < len(ids) and offsets[k][0] < len(lead):  # the newline merged into a token: keep it whole
+            k = 0
+            lead = ""
+        ids, offsets = ids[k:], offsets[k:]
+    shift = len(lead)
+    return ids, [(max(a - shift, 0), max(b - shift, 0)) for a, b in offsets]
+
+
+def tokenize(tokenizer: Any, text: str, literals: Sequence[tuple[int, int]] = ()) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and character offsets of `text`; the `literals` ranges are tokenized as plain text."""
+    if not literals:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+    pieces: list[tuple[int, int, bool]] = []
+    pos = 0
+    for a, b in literals:
+        if a > pos:
+            pieces.append((pos, a, False))
+        pieces.append((a, b, True))
+        pos = b
+    if pos < len(text):
+        pieces.append((pos, len(text), False))
+    ids: list[int] = []
+    offsets: list[tuple[int, int]] = []
+    for k, (a, b, as_text) in enumerate(pieces):
+        piece_ids, piece_offsets = _encode_piece(tokenizer, text[a:b], as_text, first=k == 0)
+        ids += piece_ids
+        offsets += [(a + s, a + e) for s, e in piece_offsets]
+    return ids, offsets
+
+
+def _encode(tokenizer: Any, messages: Sequence[dict], method: str) -> Encoded:
+    specials = _specials(tokenizer)
+    marked = specials.pattern is not None and any(specials.pattern.search(m["content"]) for m in messages)
+    msgs = _mark(messages, specials.pattern) if marked else list(messages)
+    if method == METHOD_MARKERS:
+        full, spans = generation_char_spans(tokenizer, msgs)
+    else:
+        full = tokenizer.apply_chat_template(msgs, tokenize=False)
+        spans = assistant_char_spans(tokenizer, msgs, full)
+    literals: list[tuple[int, int]] = []
+    if marked:
+        full, spans, literals = _unmark(full, spans)
+    ids, offsets = tokenize(tokenizer, full, literals)
+    mask = mask_from_offsets(offsets, spans)
+    mask_end_of_turn(ids, offsets, full, mask, specials.ids)
+    return Encoded(ids, mask)
+
+
 def encode_prefix_diff(tokenizer: Any, messages: Sequence[dict]) -> Encoded:
-    full = tokenizer.apply_chat_template(list(messages), tokenize=False)
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    spans = assistant_char_spans(tokenizer, messages, full)
-    return Encoded(list(enc["input_ids"]), mask_from_offsets(enc["offset_mapping"], spans))
+    return _encode(tokenizer, messages, METHOD_PREFIX_DIFF)
 
 
 def encode_markers(tokenizer: Any, messages: Sequence[dict]) -> Encoded:
-    out = tokenizer.apply_chat_template(
-        list(messages), tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-    )
-    return Encoded(list(out["input_ids"]), [int(x) for x in out["assistant_masks"]])
+    return _encode(tokenizer, messages, METHOD_MARKERS)
 
 
 def encode(tokenizer: Any, messages: Sequence[dict], method: str | None = None) -> Encoded:
     """`method` None picks `default_method(tokenizer)`."""
     method = method or default_method(tokenizer)
-    if method == METHOD_MARKERS:
-        return encode_markers(tokenizer, messages)
-    if method == METHOD_PREFIX_DIFF:
-        return encode_prefix_diff(tokenizer, messages)
-    raise ValueError(f"unknown mask method {method!r}; use one of {', '.join(METHODS)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown mask method {method!r}; use one of {', '.join(METHODS)}")
+    return _encode(tokenizer, messages, method)

@@ -6,7 +6,7 @@ they generate; byte-level BPE needs no unknown token and round-trips any string.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
@@ -14,8 +14,11 @@ from transformers import PreTrainedTokenizerFast
 from pipeline.chat_template import BOS, CHAT_TEMPLATE, END, PAD, SPECIAL_TOKENS
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int = 1024, min_frequency: int = 2) -> Tokenizer:
-    """Deterministic for the same texts in the same order."""
+def train_bpe(
+    texts: Iterable[str], vocab_size: int = 1024, min_frequency: int = 2, special_tokens: Iterable[str] = SPECIAL_TOKENS
+) -> Tokenizer:
+    """Deterministic for the same texts in the same order; tests pass other templates'
+    special tokens (Llama 3, ChatML, ...) to build look-alikes of production tokenizers."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -24,7 +27,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 1024, min_frequency: int =
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -32,12 +35,19 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 1024, min_frequency: int =
     return tok
 
 
-def wrap(tok: Tokenizer, chat_template: str = CHAT_TEMPLATE, model_max_length: int = 2048) -> PreTrainedTokenizerFast:
+def wrap(
+    tok: Tokenizer,
+    chat_template: str = CHAT_TEMPLATE,
+    model_max_length: int = 2048,
+    bos: str = BOS,
+    eos: str = END,
+    pad: str = PAD,
+) -> PreTrainedTokenizerFast:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token=BOS,
-        eos_token=END,
-        pad_token=PAD,
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )

@@ -81,7 +81,7 @@ def test_masked_tokens_decode_to_exactly_the_assistant_turns(data, tmp_path, tok
     multi_turn = 0
     for rec in records:
         conv = data["by_id"][rec["id"]]["conversations"]
-        wanted = [m["content"] for m in conv if m["role"] == "assistant"]
+        wanted = [m["content"] + "<|end|>" for m in conv if m["role"] == "assistant"]
         multi_turn += len(wanted) > 1
         assert len(rec["input_ids"]) == len(rec["loss_mask"])
         assert rec["input_ids"] == tokenizer.apply_chat_template(conv)["input_ids"]
@@ -113,7 +113,7 @@ def test_prefix_diff_masks_only_the_assistant_copy_of_repeated_text(data):
         {"role": "assistant", "content": "red blue"},
     ]
     enc = encode(tok, conv, METHOD_PREFIX_DIFF)
-    assert [tok.decode(r) for r in _masked_runs(enc.input_ids, enc.loss_mask)] == ["red blue  ", "red blue"]
+    assert [tok.decode(r) for r in _masked_runs(enc.input_ids, enc.loss_mask)] == ["red blue  <|end|>", "red blue<|end|>"]
 
 
 def test_prefix_diff_follows_a_template_that_rewrites_content(data):
@@ -125,7 +125,7 @@ def test_prefix_diff_follows_a_template_that_rewrites_content(data):
     ]
     trimmed = _template_variant(data, "trim")
     enc = encode(trimmed, conv, METHOD_PREFIX_DIFF)
-    assert [trimmed.decode(r) for r in _masked_runs(enc.input_ids, enc.loss_mask)] == ["red blue", "red blue"]
+    assert [trimmed.decode(r) for r in _masked_runs(enc.input_ids, enc.loss_mask)] == ["red blue<|end|>", "red blue<|end|>"]
 
     # content no longer findable: the whole rendered assistant turn is learnt, never nothing
     upper = _template_variant(data, "upper")
@@ -205,7 +205,8 @@ def test_include_and_exclude_pick_sources(data, tmp_path, capsys):
     [
         ('{"id": "x", "conversations": [{"role": "user", "content": "a"}, {"role": "assistant"}]}', "conversations[1].content"),
         ('{"id": "x", "conversations": [{"role": "robot", "content": "a"}]}', "conversations[0].role"),
-        ('{"conversations": [{"role": "user", "content": "a"}]}', "'id'"),
+        ('{"id": ["x"], "conversations": [{"role": "user", "content": "a"}]}', "'id'"),
+        ('{"prompt": "a", "response": "b"}', "keys found: 'prompt', 'response'"),
         ('{"id": "x", "conversations": [', "not valid JSON"),
     ],
 )
