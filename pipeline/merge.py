@@ -8,10 +8,19 @@ Each record is rendered with the target's own chat template (the drafter must se
 the token stream the target serves), masked to the assistant's text, and cut or dropped
 at --max-len. Tokenizing runs in worker processes over fixed chunks; the shuffle uses only
 the seed and the input order, so the output is byte-identical for any --workers. Output
-and stats are written to temporary names and renamed.
+and stats are written to temporary names and renamed; the stats carry the dataset's
+sha256, so a kill between the two renames (new dataset, old stats) is caught by a verify
+that compares them (and the old stats are removed first, so it can only read as missing).
+Temporary files of a merge that was killed are removed by the next run; SIGTERM removes
+its own.
+
+Records come in the shapes `pipeline.chat_records` accepts (ours, OpenAI `messages`,
+ShareGPT); the stats name each source's shape. A record with more text than --max-len
+tokens could hold is dropped (or cut) before tokenizing, and a line over the line bound
+is skipped unread; both are counted and reported.
 
 Exit codes: 0 ok, 2 bad arguments or input (one line naming file, line and field),
-1 any other failure.
+1 any other failure, 130 interrupted, 143 stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,31 +31,43 @@ import multiprocessing
 import os
 import random
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline.atomicfile import write_json_atomic
 from pipeline.chat_records import RecordError
 from pipeline.events import EventWriter
-from pipeline.loss_mask import METHOD_PREFIX_DIFF, default_method
+from pipeline.loss_mask import default_method
 from pipeline.merge_chunks import (
     Chunk,
     ChunkResult,
     EncodeSettings,
     SourceCounts,
+    char_bound,
     encode_chunk,
     init_worker,
+    line_bound,
     load_tokenizer,
+    read_lines,
 )
 
 
 class UsageError(Exception):
     """Bad arguments or input: exit 2 with this one line."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind through every `finally`, so temporary files go with us.
+    A BaseException, so no `except Exception` on the way swallows it."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +94,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=("truncate", "drop"),
         default="truncate",
         help="what to do with a record longer than --max-len (default truncate)",
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="skip input lines longer than this unread (default: 8 bytes per character --max-len could keep, "
+        "at least 16 MiB)",
     )
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     p.add_argument("--include", nargs="+", action="extend", default=[], metavar="SRC", help="keep only these sources")
@@ -118,8 +147,9 @@ def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> 
     return found
 
 
-def plan_chunks(sources: list[Source], chunk_samples: int) -> tuple[list[Chunk], int]:
-    """Split every source into runs of `chunk_samples` non-blank lines, by byte range."""
+def plan_chunks(sources: list[Source], chunk_samples: int, max_line_bytes: int) -> tuple[list[Chunk], int]:
+    """Split every source into runs of `chunk_samples` non-blank lines, by byte range (a
+    line over `max_line_bytes` is passed over in blocks, never read whole)."""
     chunks: list[Chunk] = []
     total = 0
     for src in sources:
@@ -127,9 +157,9 @@ def plan_chunks(sources: list[Source], chunk_samples: int) -> tuple[list[Chunk],
         first_line = 1
         n = 0
         with open(src.path, "rb") as f:
-            for line_no, raw in enumerate(f, 1):
-                pos += len(raw)
-                if raw.strip():
+            for line_no, (raw, size) in enumerate(read_lines(f, None, max_line_bytes), 1):
+                pos += size
+                if raw is None or raw.strip():
                     n += 1
                 if n == chunk_samples:
                     chunks.append(Chunk(len(chunks), src.name, str(src.path), start, pos, first_line, n))
@@ -154,12 +184,12 @@ def check_tokenizer(path: str) -> tuple[Any, str]:
         raise UsageError(f"--tokenizer {path} does not exist; pass the tokenizer or target model folder")
     try:
         tokenizer = load_tokenizer(path)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the same operator error
         raise UsageError(f"--tokenizer {path}: cannot load a tokenizer from it ({type(exc).__name__}: {exc})") from None
     if not isinstance(getattr(tokenizer, "chat_template", None), str) or not tokenizer.chat_template:
         raise UsageError(f"--tokenizer {path} has no chat_template; merge renders every record with it")
     method = default_method(tokenizer)
-    if method == METHOD_PREFIX_DIFF and not getattr(tokenizer, "is_fast", False):
+    if not getattr(tokenizer, "is_fast", False):
         raise UsageError(f"--tokenizer {path} is a slow tokenizer; loss masks need a fast one (tokenizer.json)")
     return tokenizer, method
 
@@ -204,8 +234,9 @@ def _run_chunks(
     # importing transformers).
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    initargs = (settings, tokenizer) if ctx.get_start_method() == "fork" else (settings,)
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker, initargs=initargs) as pool:
+    initargs = (settings, tokenizer if ctx.get_start_method() == "fork" else None, True)
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker, initargs=initargs)
+    try:
         pending = {pool.submit(encode_chunk, c) for c in chunks}
         first_error: RecordError | None = None
         while pending:
@@ -217,9 +248,19 @@ def _run_chunks(
                 if res.error is not None and first_error is None:
                     first_error = res.error
             if first_error is not None:
-                for fut in pending:
-                    fut.cancel()
                 break
+    except BaseException as exc:
+        # stopped or failed: kill the workers now instead of waiting for their chunks
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(exc, BrokenProcessPool):
+            raise RuntimeError(  # noqa: TRY004 - a failure to report, not a type check
+                "a tokenizer worker died (killed by a memory limit or the OOM killer?); "
+                "rerun with fewer --workers or a lower --max-len"
+            ) from None
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)
     errors = [r.error for r in results if r is not None and r.error is not None]
     if errors:
         raise errors[0]  # the earliest chunk's, so the message does not depend on timing
@@ -254,7 +295,9 @@ def _shuffled_entries(results: list[ChunkResult], seed: int) -> list[tuple[str, 
     return entries
 
 
-def _write_merged(out: Path, entries: list[tuple[str, int, int]]) -> str:
+def _write_merged(out: Path, entries: list[tuple[str, int, int]], stats_path: Path) -> str:
+    """Writes the dataset and returns its sha256. The old stats go first: a kill before
+    the new stats land leaves a dataset without stats, never one with the wrong ones."""
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     digest = hashlib.sha256()
     reader = _PartReader()
@@ -266,6 +309,7 @@ def _write_merged(out: Path, entries: list[tuple[str, int, int]]) -> str:
                 f.write(blob)
             f.flush()
             os.fsync(f.fileno())
+        stats_path.unlink(missing_ok=True)
         os.replace(tmp, out)
     finally:
         reader.close()
@@ -278,13 +322,71 @@ def default_stats_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.stats.json")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"  # a zombie is dead
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_leftovers(out: Path) -> list[Path]:
+    """Part folders and temporary datasets of merges into `out` whose process is gone
+    (a SIGKILL, an OOM kill, a lost machine): they are named for their pid."""
+    removed: list[Path] = []
+    for pattern in (f".{out.name}.parts-*", f".{out.name}.tmp-*"):
+        for path in out.parent.glob(pattern):
+            pid = path.name.rsplit("-", 1)[-1]
+            if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _shape_of(shapes: dict[str, int]) -> str:
+    if not shapes:
+        return "none"
+    return next(iter(shapes)) if len(shapes) == 1 else "mixed"
+
+
 def _report_drops(
-    name: str, c: SourceCounts, examples: list[str], max_len: int, on_long: str, events: EventWriter
+    name: str,
+    c: SourceCounts,
+    examples: list[str],
+    oversize: list[str],
+    args: argparse.Namespace,
+    bounds: tuple[int, int],
+    events: EventWriter,
 ) -> None:
+    max_chars, max_line = bounds
     notes: list[str] = []
-    if c.dropped_too_long:
-        how = "dropped" if on_long == "drop" else "dropped (no assistant tokens left after truncation)"
-        notes.append(f"{c.dropped_too_long} of {c.read} samples longer than --max-len {max_len} {how}")
+    if c.lines_too_long:
+        notes.append(
+            f"{c.lines_too_long} lines longer than {max_line} bytes skipped unread and dropped "
+            f"(e.g. {', '.join(e for e in oversize if 'bytes)' in e)}); raise --max-line-bytes to read them"
+        )
+    if c.over_char_bound:
+        how = "dropped" if args.on_long == "drop" else "cut to that many characters"
+        shown = ", ".join(e for e in oversize if "bytes)" not in e)
+        notes.append(
+            f"{c.over_char_bound} samples hold more text than --max-len {args.max_len} tokens could ever keep "
+            f"(over {max_chars} characters): {how} before tokenizing (e.g. {shown})"
+        )
+    long_dropped = c.dropped_too_long - c.lines_too_long
+    if long_dropped:
+        how = "dropped" if args.on_long == "drop" else "dropped (no assistant tokens left after truncation)"
+        notes.append(f"{long_dropped} of {c.read} samples longer than --max-len {args.max_len} {how}")
     if c.dropped_empty_mask:
         notes.append(
             f"{c.dropped_empty_mask} samples have no assistant tokens to learn, dropped (e.g. {', '.join(examples)})"
@@ -301,6 +403,8 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         raise UsageError(f"--max-len must be at least 1, got {args.max_len}")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.max_line_bytes is not None and args.max_line_bytes < 2:
+        raise UsageError(f"--max-line-bytes must be at least 2, got {args.max_line_bytes}")
     if not args.sources:
         trailing = (args.include or args.exclude or [None])[-1]
         hint = ""
@@ -315,6 +419,11 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         raise UsageError(f"--out {out} is a folder; pass a file path such as {out / 'train.jsonl'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     stats_path.parent.mkdir(parents=True, exist_ok=True)
+    stale = remove_stale_leftovers(out)
+    if stale:
+        print(f"merge: removed {len(stale)} leftovers of killed merges ({', '.join(p.name for p in stale[:3])})", flush=True)
+    max_chars = char_bound(tokenizer, args.max_len)
+    max_line = args.max_line_bytes or line_bound(max_chars)
 
     workers = args.workers
     print(
@@ -323,7 +432,7 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         flush=True,
     )
     lines = sum(_count_lines(s.path) for s in sources)
-    chunks, total = plan_chunks(sources, max(16, min(1000, -(-lines // (workers * 4)))))
+    chunks, total = plan_chunks(sources, max(16, min(1000, -(-lines // (workers * 4)))), max_line)
     events.progress(0, total, unit="samples", stage="tokenize")
 
     parts_dir = out.with_name(f".{out.name}.parts-{os.getpid()}")
@@ -331,18 +440,25 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         shutil.rmtree(parts_dir)
     parts_dir.mkdir()
     try:
-        settings = EncodeSettings(args.tokenizer, method, args.max_len, args.on_long, str(parts_dir))
+        settings = EncodeSettings(
+            args.tokenizer, method, args.max_len, args.on_long, str(parts_dir), max_chars, max_line
+        )
         progress = _Progress(total, events)
         results = _run_chunks(chunks, settings, tokenizer, workers, progress)
         progress.add(0, final=True)
 
         per_source: dict[str, SourceCounts] = {s.name: SourceCounts() for s in sources}
         examples: dict[str, list[str]] = {s.name: [] for s in sources}
+        oversize: dict[str, list[str]] = {s.name: [] for s in sources}
+        shapes: dict[str, dict[str, int]] = {s.name: {} for s in sources}
         for chunk, res in zip(chunks, results):
             per_source[chunk.source].add(res.counts)
             examples[chunk.source] += res.empty_examples
+            oversize[chunk.source] += res.oversize_examples
+            for shape, n in res.shapes.items():
+                shapes[chunk.source][shape] = shapes[chunk.source].get(shape, 0) + n
         for name, c in per_source.items():
-            _report_drops(name, c, examples[name][:3], args.max_len, args.on_long, events)
+            _report_drops(name, c, examples[name][:3], oversize[name][:3], args, (max_chars, max_line), events)
 
         kept = sum(c.records for c in per_source.values())
         if kept == 0:
@@ -352,7 +468,7 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
                 f"every sample was dropped ({too_long} too long, {empty} with no assistant tokens); "
                 f"nothing written to {out}. Raise --max-len or use --on-long truncate"
             )
-        sha = _write_merged(out, _shuffled_entries(results, args.seed))
+        sha = _write_merged(out, _shuffled_entries(results, args.seed), stats_path)
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
 
@@ -365,8 +481,12 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         "seed": args.seed,
         "tokenizer": args.tokenizer,
         "mask_method": method,
+        "char_bound": max_chars,
+        "line_bound": max_line,
         "sources": {
             name: {
+                "shape": _shape_of(shapes[name]),
+                "shapes": shapes[name],
                 "records": c.records,
                 "tokens": c.tokens,
                 "loss_tokens": c.loss_tokens,
@@ -374,6 +494,8 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
                 "dropped_too_long": c.dropped_too_long,
                 "dropped_empty_mask": c.dropped_empty_mask,
                 "truncated": c.truncated,
+                "over_char_bound": c.over_char_bound,
+                "lines_too_long": c.lines_too_long,
             }
             for name, c in per_source.items()
         },
@@ -403,9 +525,16 @@ def _summary(stats: dict) -> Iterator[str]:
     )
 
 
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     started = time.monotonic()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with EventWriter.from_env() as events:
             merge(args, events)
@@ -413,11 +542,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"merge: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("merge: interrupted", file=sys.stderr)
+        print("merge: interrupted; temporary files removed", file=sys.stderr)
         return 130
-    except Exception as exc:  # the program's edge: one line, no traceback
+    except Terminated:
+        print("merge: stopped by SIGTERM; temporary files removed", file=sys.stderr)
+        return 143
+    except MemoryError:
+        print("merge: error: out of memory; lower --max-len or --max-line-bytes, or use fewer --workers", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the program's edge: one line, no traceback
         print(f"merge: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     print(f"merge: wrote {args.out} in {time.monotonic() - started:.1f}s", flush=True)
     return 0
 

@@ -4,20 +4,34 @@ Lives apart from the CLI so worker processes import only this (and the tokenizer
 pickled references never point at `__main__`. A worker writes its kept records to a part
 file and returns only their byte positions and counts: the parent shuffles positions, not
 token lists, so a merge far larger than memory still fits.
+
+Two bounds keep one huge record from costing minutes and gigabytes (a 50 MB record once
+took 124 s and 20 GB in the tokenizer): a line longer than `max_line_bytes` is skipped
+unread, in blocks; a record with more text than `--max-len` tokens could ever hold (more
+than `max_len` x the longest token's characters x a margin) is dropped, or cut to that
+many characters before tokenizing when truncating, which keeps the same first tokens.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pipeline.chat_records import RecordError, parse_record
-from pipeline.loss_mask import encode
+from pipeline.loss_mask import encode, special_token_ids
 
 EXAMPLES_KEPT = 3
+CHAR_MARGIN = 2
+"""Slack on the characters bound for normalizers that fold several characters into one."""
+MIN_LINE_BYTES = 16 * 2**20
+LINE_BYTES_PER_CHAR = 8
+"""JSON spends up to 6 bytes on one character (\\uXXXX), plus keys and punctuation."""
+_SKIP_BLOCK = 2**20
 
 
 @dataclass(frozen=True)
@@ -40,8 +54,10 @@ class SourceCounts:
     dropped_too_long: int = 0
     dropped_empty_mask: int = 0
     truncated: int = 0
+    over_char_bound: int = 0
+    lines_too_long: int = 0
 
-    def add(self, other: "SourceCounts") -> None:
+    def add(self, other: SourceCounts) -> None:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
@@ -56,6 +72,8 @@ class ChunkResult:
     entries: list[tuple[int, int]] = field(default_factory=list)
     counts: SourceCounts = field(default_factory=SourceCounts)
     empty_examples: list[str] = field(default_factory=list)
+    oversize_examples: list[str] = field(default_factory=list)
+    shapes: dict[str, int] = field(default_factory=dict)
     error: RecordError | None = None
 
 
@@ -66,6 +84,8 @@ class EncodeSettings:
     max_len: int
     on_long: str
     parts_dir: str
+    max_chars: int
+    max_line_bytes: int
 
 
 _worker: tuple[Any, EncodeSettings] | None = None
@@ -77,10 +97,65 @@ def load_tokenizer(path: str) -> Any:
     return AutoTokenizer.from_pretrained(path)
 
 
-def init_worker(settings: EncodeSettings, tokenizer: Any = None) -> None:
-    """Pool initializer: one tokenizer per process, loaded once."""
+def max_token_chars(tokenizer: Any) -> int:
+    """The most characters one token can stand for: its vocab string's length (byte-level
+    BPE spells a byte as one character, so this bounds characters too). Special tokens
+    are left out: text that spells one is tokenized as text."""
+    special = special_token_ids(tokenizer)
+    longest = max((len(t) for t, i in tokenizer.get_vocab().items() if i not in special), default=1)
+    return max(longest, 1)
+
+
+def char_bound(tokenizer: Any, max_len: int) -> int:
+    """Characters of content beyond which a record surely has more than `max_len` tokens."""
+    return max_len * max_token_chars(tokenizer) * CHAR_MARGIN
+
+
+def line_bound(max_chars: int) -> int:
+    return max(MIN_LINE_BYTES, max_chars * LINE_BYTES_PER_CHAR)
+
+
+def read_lines(f: IO[bytes], end: int | None, limit: int) -> Iterator[tuple[bytes | None, int]]:
+    """(line, bytes it took) from the file's position up to byte `end`; the line is None
+    when longer than `limit` bytes: the rest of it is skipped in blocks, never held whole."""
+    pos = f.tell()
+    while end is None or pos < end:
+        size = limit + 1 if end is None else min(limit + 1, end - pos)
+        line = f.readline(size)
+        if not line:
+            return
+        n = len(line)
+        if n > limit and not line.endswith(b"\n"):
+            while end is None or pos + n < end:
+                rest = f.readline(_SKIP_BLOCK)
+                n += len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield None, n
+        else:
+            yield line, n
+        pos += n
+
+
+def cut_conversation(messages: list[dict[str, str]], max_chars: int) -> list[dict[str, str]]:
+    """The conversation's first `max_chars` characters of content, messages after the cut left out."""
+    kept: list[dict[str, str]] = []
+    left = max_chars
+    for msg in messages:
+        if left <= 0:
+            break
+        kept.append(msg if len(msg["content"]) <= left else {**msg, "content": msg["content"][:left]})
+        left -= len(msg["content"])
+    return kept
+
+
+def init_worker(settings: EncodeSettings, tokenizer: Any = None, pool_worker: bool = False) -> None:
+    """Pool initializer: one tokenizer per process, loaded once. SIGTERM kills a pool
+    worker outright: the parent is the one that cleans up."""
     global _worker
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if pool_worker:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _worker = (tokenizer if tokenizer is not None else load_tokenizer(settings.tokenizer), settings)
 
 
@@ -90,24 +165,41 @@ def encode_chunk(chunk: Chunk) -> ChunkResult:
     part = str(Path(s.parts_dir) / f"{chunk.index:07d}.jsonl")
     result = ChunkResult(chunk.index, part)
     counts = result.counts
-    with open(chunk.path, "rb") as f:
+    with open(chunk.path, "rb") as f, open(part, "wb") as out:
         f.seek(chunk.start)
-        data = f.read(chunk.end - chunk.start)
-    offset = 0
-    with open(part, "wb") as out:
-        for k, raw in enumerate(data.split(b"\n")):
+        line = chunk.first_line - 1
+        offset = 0
+        for raw, size in read_lines(f, chunk.end, s.max_line_bytes):
+            line += 1
+            if raw is None:
+                counts.read += 1
+                counts.lines_too_long += 1
+                counts.dropped_too_long += 1
+                if len(result.oversize_examples) < EXAMPLES_KEPT:
+                    result.oversize_examples.append(f"{chunk.path}:{line} ({size} bytes)")
+                continue
             if not raw.strip():
                 continue
-            line = chunk.first_line + k
             counts.read += 1
             try:
-                rec = parse_record(raw, chunk.path, line)
+                rec = parse_record(raw, chunk.path, line, chunk.source)
             except RecordError as exc:
                 result.error = exc
                 return result
+            del raw
+            result.shapes[rec.shape] = result.shapes.get(rec.shape, 0) + 1
+            conversation = rec.conversations
+            if sum(len(m["content"]) for m in conversation) > s.max_chars:
+                counts.over_char_bound += 1
+                if len(result.oversize_examples) < EXAMPLES_KEPT:
+                    result.oversize_examples.append(f"{rec.id} ({chunk.path}:{line})")
+                if s.on_long == "drop":
+                    counts.dropped_too_long += 1
+                    continue
+                conversation = cut_conversation(conversation, s.max_chars)
             try:
-                enc = encode(tokenizer, rec.conversations, s.method)
-            except Exception as exc:
+                enc = encode(tokenizer, conversation, s.method)
+            except Exception as exc:  # noqa: BLE001 - a template error on this record, reported with its line
                 result.error = RecordError(chunk.path, line, "conversations", f"the chat template failed on it: {exc}")
                 return result
             ids, mask = enc.input_ids, enc.loss_mask
