@@ -1,0 +1,24 @@
+"""The SGLang hidden-state dump patch: a few lines injected into SGLang's model files that
+call pipeline.sglang_dump during prefill (pipeline/sglang_dump.py says what they do).
+
+    python -m pipeline.patch apply|verify|revert|status (--file PATH | --module DOTTED.NAME)
+
+`--module sglang.srt.models.deepseek_v2` finds the file the way Python would import it, without
+importing sglang (whose __init__ pulls in torch and CUDA): run it with the SGLang environment's
+interpreter. Supported files are known by the sha256 of their original content (recipes.py);
+any other content is refused, with the supported versions named.
+
+- apply: original -> patched, atomically, keeping the original beside it as
+  `<file>.eagle3-orig`. Applying to a patched file changes nothing.
+- verify: exit 0 only when the file is exactly the patched text of a supported original
+  (what the console's `patch_applied` check runs).
+- revert: patched -> the original, byte for byte (rebuilt from the patched text and checked
+  against the original's sha256), and the backup is removed. Reverting an original file
+  changes nothing.
+- status: prints `original`, `patched` or `unknown`, the SGLang version and the file.
+
+Exit codes: 0 done (or nothing to do; verify: patched), 1 verify: not patched,
+2 bad arguments or a file/module that cannot be found or read, 3 refused: content this patcher
+does not know (another SGLang version, or a file edited by hand), 4 the file or its backup
+cannot be written.
+"""

@@ -1,0 +1,40 @@
+"""`python -m pipeline.patch apply|verify|revert|status --file PATH | --module NAME`
+(exit codes in pipeline/patch/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipeline.patch import patcher
+from pipeline.patch.patcher import EXIT_NOT_PATCHED, EXIT_OK, PatchError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.patch",
+                                 description="Apply, verify or revert the SGLang hidden-state dump patch.")
+    ap.add_argument("action", choices=["apply", "verify", "revert", "status"])
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--file", type=Path, help="the model file, e.g. .../sglang/srt/models/deepseek_v2.py")
+    where.add_argument("--module", help="the model module, e.g. sglang.srt.models.deepseek_v2 "
+                                        "(found by this interpreter without importing sglang)")
+    args = ap.parse_args(argv)
+    try:
+        path = args.file if args.file is not None else patcher.module_file(args.module)
+        if args.action == "status":
+            print(patcher.status(path).describe(path))
+            return EXIT_OK
+        if args.action == "verify":
+            ok, line = patcher.verify(path)
+            print(line)
+            return EXIT_OK if ok else EXIT_NOT_PATCHED
+        print(patcher.apply(path) if args.action == "apply" else patcher.revert(path))
+        return EXIT_OK
+    except PatchError as e:
+        print(f"pipeline.patch: {e}", file=sys.stderr)
+        return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
