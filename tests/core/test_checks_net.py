@@ -117,3 +117,46 @@ def test_port_free_fails_naming_the_listening_pid(tmp_path):
 def test_bad_net_arguments(kind, arg, problem):
     msg = validate(kind, arg)
     assert msg is not None and problem in msg
+
+
+class InfoHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"model_path": "/models/Kimi-K2.5", "is_generation": true}' if self.path == "/model_info" else b"<html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def info_server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), InfoHandler)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_http_ok_json_passes_when_the_server_serves_the_configured_model(info_server, tmp_path):
+    r = check("http_ok", {"url": f"{info_server}/model_info", "json": {"model_path": "/models/Kimi-K2.5"}},
+              ctx_for(tmp_path))
+    assert r.status == "pass" and "/models/Kimi-K2.5" in r.message
+
+
+def test_http_ok_json_fails_naming_the_model_the_server_serves(info_server, tmp_path):
+    r = check("http_ok", {"url": f"{info_server}/model_info", "json": {"model_path": "/models/Llama-3.1-8B"}},
+              ctx_for(tmp_path))
+    assert r.status == "fail"
+    assert 'model_path is "/models/Kimi-K2.5", expected "/models/Llama-3.1-8B"' in r.message
+
+
+def test_http_ok_json_fails_on_an_answer_that_is_not_json(info_server, tmp_path):
+    r = check("http_ok", {"url": f"{info_server}/other", "json": {"model_path": "x"}}, ctx_for(tmp_path))
+    assert r.status == "fail" and "not JSON" in r.message
+
+
+def test_http_ok_json_must_be_a_mapping():
+    assert "json" in (validate("http_ok", {"url": "http://127.0.0.1:1/x", "json": "model_path"}) or "")

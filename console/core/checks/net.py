@@ -1,9 +1,11 @@
 """Network: port_free (the server's port is not taken by a leftover one) and http_ok
-(a service answers, e.g. SGLang's /health)."""
+(a service answers, e.g. SGLang's /health; with `json: {model_path: ...}` it also says
+which model it serves, e.g. SGLang's /model_info)."""
 
 from __future__ import annotations
 
 import errno
+import json
 import socket
 import time
 import urllib.error
@@ -15,6 +17,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome
 
 BODY_EXCERPT = 200
+JSON_BODY_MAX = 1 << 20
 
 
 def listener(port: int) -> dict[str, Any]:
@@ -84,10 +87,11 @@ def run_http_ok(args: dict[str, Any], ctx: CheckContext) -> Outcome:
     ev: dict[str, Any] = {"url": url, "expected_status": want}
     started = time.monotonic()
     body = b""
+    want_json = args.get("json") or {}
     try:
         with _opener(url).open(url, timeout=timeout) as resp:
             status = resp.status
-            body = resp.read(BODY_EXCERPT)
+            body = resp.read(JSON_BODY_MAX + 1 if want_json else BODY_EXCERPT)
     except urllib.error.HTTPError as e:
         status = e.code
         try:
@@ -118,7 +122,34 @@ def run_http_ok(args: dict[str, Any], ctx: CheckContext) -> Outcome:
             ev["body"] = excerpt
         return Outcome(False, f"{url} answered HTTP {status}, expected {want}"
                               + (f": {excerpt[:80]}" if excerpt else ""), ev)
+    if want_json:
+        return _json_fields(url, status, body, want_json, ev)
     return Outcome(True, f"{url} answered HTTP {status}", ev)
+
+
+def _json_fields(url: str, status: int, body: bytes, want: dict[str, Any], ev: dict[str, Any]) -> Outcome:
+    """Fields of the JSON answer (dotted keys) equal the expected values."""
+    from console.core.checks.jsonfile import _MISSING, _same, _show, dig
+
+    if len(body) > JSON_BODY_MAX:
+        return Outcome(False, f"{url} answered over {JSON_BODY_MAX} bytes; expected a small JSON object", ev)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        excerpt = body[:BODY_EXCERPT].decode("utf-8", "replace").strip()
+        ev["body"] = excerpt
+        return Outcome(False, f"{url} answered HTTP {status} but not JSON: {excerpt[:80]}", ev)
+    compared, bad = {}, []
+    for key, value in want.items():
+        got = dig(data, key)
+        compared[key] = {"got": None if got is _MISSING else got, "want": value}
+        if got is _MISSING or not _same(got, value):
+            bad.append(f"{key} is {_show(got)}, expected {json.dumps(value)}")
+    ev["compared"] = compared
+    if bad:
+        return Outcome(False, f"{url} answered, but " + "; ".join(bad), ev)
+    summary = ", ".join(f"{k}={json.dumps(v['got'])}" for k, v in compared.items())
+    return Outcome(True, f"{url} answered HTTP {status} with {summary}", ev)
 
 
 def _url_label(a: dict[str, Any]) -> str:
@@ -130,6 +161,6 @@ KINDS = (
     Kind("port_free", {"port": Field("port", required=True), "host": Field("text", default="127.0.0.1")},
          run_port_free, lambda a: str(a["port"]), scalar="port"),
     Kind("http_ok", {"url": Field("url", required=True), "status": Field("int", default=200),
-                     "timeout": Field("number", default=3.0)},
+                     "timeout": Field("number", default=3.0), "json": Field("mapping")},
          run_http_ok, _url_label, scalar="url", budget=lambda a: a["timeout"] + 2),
 )
