@@ -14,8 +14,8 @@ does not find (a missing `lm_head.weight` serves at acceptance 1.00), so a check
 lacks any of them, or holds one of the wrong shape, is refused before anything is written.
 The folder is written under a temporary name and renamed into place.
 
---checkpoint takes a training output folder (its `latest` pointer names the checkpoint)
-or one checkpoint folder. --verify reads DRAFTER's safetensors header and config.json
+--checkpoint takes a training run folder (pipeline.train --out: its checkpoints/latest
+pointer names the checkpoint) or one checkpoint folder. --verify reads DRAFTER's safetensors header and config.json
 without torch and checks every required key; with --target, that the capture layers and
 shapes fit that target.
 
@@ -40,6 +40,7 @@ PROG = "python -m pipeline.export"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 LATEST = "latest"
+CHECKPOINTS = "checkpoints"
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta")
 # Keys SGLang reads from the draft's config.json (checked against the wheel in tests).
@@ -94,23 +95,22 @@ def target_text_config(target: Path) -> dict:
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder: `path` itself, or what its `latest` pointer names."""
+    """A checkpoint folder: `path` itself, or what the `latest` pointer of a training run
+    (`path/checkpoints/latest`) or of its checkpoints folder (`path/latest`) names."""
     path = Path(path)
     if not path.is_dir():
         raise BadInput(f"--checkpoint {path} is not a folder; pass a training output folder or a checkpoint folder")
-    pointer = path / LATEST
-    if pointer.is_file():
+    for pointer in (path / CHECKPOINTS / LATEST, path / LATEST):
+        if not pointer.is_file():
+            continue
         name = pointer.read_text().strip()
-        if not name or "\n" in name or len(name) > 4096:
-            raise BadInput(f"{pointer}: expected one checkpoint name, got {name[:80]!r}")
-        ckpt = (path / name) if not os.path.isabs(name) else Path(name)
-        if not ckpt.is_dir():
+        if not name or "/" in name or "\n" in name or len(name) > 255:
+            raise BadInput(f"{pointer}: expected one checkpoint folder name, got {name[:80]!r}")
+        if not (pointer.parent / name).is_dir():
             raise BadInput(f"{pointer} names {name!r}, which is not a folder; was the checkpoint deleted?")
-        return ckpt
-    if pointer.is_dir() or pointer.is_symlink():
-        return pointer.resolve()
-    if not (path / WEIGHTS_FILE).exists() and not (path / CONFIG_FILE).exists():
-        raise BadInput(f"--checkpoint {path} has neither a '{LATEST}' pointer nor {WEIGHTS_FILE}; "
+        return pointer.parent / name
+    if not (path / WEIGHTS_FILE).exists():
+        raise BadInput(f"--checkpoint {path} has no {CHECKPOINTS}/{LATEST} pointer and no {WEIGHTS_FILE}; "
                        "has training written a checkpoint yet?")
     return path
 
