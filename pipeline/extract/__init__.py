@@ -2,9 +2,25 @@
 
 Store layout (DESIGN.md section 2), as readers (training, checks) see it:
 
-    <out>/meta.json                         target, layers, hidden size, capture layers, dtype, dataset sha256
-    <out>/manifest.jsonl                    one line per finished sample: index, id, tokens, bytes, file
+    <out>/meta.json                         format, target (path, informational), target_fingerprint,
+                                            layers, hidden size, capture layers, dtype, dataset sha256,
+                                            records, limit
+    <out>/manifest.jsonl                    one line per finished sample:
+                                            {"index","id","tokens","bytes","file","xxh3"}
     <out>/rows_<k>/<index>.safetensors      input_ids, loss_mask, hidden_state, aux_hidden_state
+    <out>/.extract.rank<r>.lock             held (flock) by the process writing as rank r
+
+API for other writers and readers of the store (all but `write_sample` are torch-free):
+- `store.write_sample(out, Sample, hidden) -> dict`: writes one sample atomically and
+  returns its manifest line; append it with `manifest.ManifestWriter.add(line)`.
+- `store_lock.StoreLock(out, rank, world_size).acquire()`: one extraction per store;
+  raises `StoreInUse` ("store OUT in use by pid N").
+- `pipeline.target_fingerprint.target_fingerprint(model_dir) -> "wfp1:<hex>"`: the
+  target's identity by its weights, as meta.json's `target_fingerprint`.
+- `integrity.verify_store(out, model=None, checksums="sample"|"all"|"none", sample=64)
+  -> StoreReport` (`.ok`, `.problems`, `.to_json()`): what `--verify` runs; a trainer
+  calls it before it trusts a store.
+- `pipeline.checksum.file_checksum(path)`: a sample file's xxh3, as in its manifest line.
 
 A finished store has exactly one `manifest.jsonl`, sorted by index. While a sharded run is
 in flight each rank appends to `manifest.rank<r>.jsonl`; call `read_manifest(out)` to see

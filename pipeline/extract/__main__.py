@@ -3,9 +3,22 @@ estimate how many bytes that will take.
 
     python -m pipeline.extract --backend hf --model TARGET --data MERGED.jsonl --out STORE [...]
     python -m pipeline.extract --estimate --model TARGET --stats STATS.json [--dtype bf16] [--json]
+    python -m pipeline.extract --verify --out STORE [--model TARGET] [--sample N] [--json]
+    python -m pipeline.extract --backend sglang --server URL --dump-dir DIR --model TARGET --data MERGED.jsonl --out STORE
 
-Exit codes: 0 done (or this rank's share done), 2 bad input, 3 stopped by the disk reserve
-(free space and rerun to resume), 1 anything else.
+Exit codes: 0 done (or this rank's share done; --verify: the store is intact), 2 bad input
+(also: "store STORE in use by pid N", another extraction writes to it), 3 stopped by the
+disk reserve or a full disk (free space and rerun to resume), 1 anything else (--verify:
+the store has problems, each printed on one line), 4 (--backend sglang) the server is
+unreachable or failed --max-failures requests in a row: restart it and rerun to resume
+(pipeline/extract/sglang_client.py).
+
+--verify checks every sample's size and checksum (with --sample N: N random ones and the
+last N written), that the manifest lists every sample, and with --model that the target's
+weights are those the store was written with (pipeline/extract/integrity.py). --json
+prints StoreReport.to_json(): {"ok", "out", "expected", "samples", "tokens", "bytes",
+"sizes_checked", "checksums_checked", "target_fingerprint", "model_fingerprint",
+"problems", "problem_count"}.
 """
 
 from __future__ import annotations
@@ -27,7 +40,12 @@ PROG = "python -m pipeline.extract"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Extract EAGLE-3 hidden states from a target model.")
     p.add_argument("--estimate", action="store_true", help="print the bytes a run will write, and exit")
-    p.add_argument("--backend", default="hf", choices=["hf"], help="capture backend (default hf: transformers)")
+    p.add_argument("--verify", action="store_true",
+                   help="check the store at --out (sizes, checksums, completeness; with --model its target) and exit")
+    p.add_argument("--sample", type=int, default=None,
+                   help="--verify only: checksum N random samples and the last N written instead of all")
+    p.add_argument("--backend", default="hf", choices=["hf", "sglang"],
+                   help="capture backend (default hf: transformers; sglang: a patched SGLang server, see sglang_client.py)")
     p.add_argument("--model", type=Path, help="target model folder (save_pretrained layout)")
     p.add_argument("--data", type=Path, help="merged dataset (JSONL)")
     p.add_argument("--out", type=Path, help="store folder")
@@ -45,7 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="extract only the first N samples of the dataset")
     p.add_argument("--window", type=int, default=2048, help="samples sorted together by length (default 2048)")
     p.add_argument("--dtype", default="bf16", help="--estimate only: bytes per value (bf16, fp16, fp32)")
-    p.add_argument("--json", action="store_true", help="--estimate only: print a JSON object")
+    p.add_argument("--json", action="store_true", help="--estimate, --verify: print a JSON object")
+    s = p.add_argument_group("--backend sglang")
+    s.add_argument("--server", help="the extraction-mode server's URL, e.g. http://127.0.0.1:30000")
+    s.add_argument("--dump-dir", type=Path, help="the server's dump folder (its EAGLE3_DUMP_DIR)")
+    s.add_argument("--dump-budget", default="8GB", help="bytes the dump folder may hold: the server's "
+                   "EAGLE3_DUMP_BUDGET (default 8GB); requests are held back to stay under it")
+    s.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    s.add_argument("--request-timeout", type=float, default=600.0,
+                   help="seconds one request may take, answer and dump included (default 600)")
+    s.add_argument("--retries", type=int, default=3, help="attempts per sample (default 3)")
+    s.add_argument("--max-failures", type=int, default=20,
+                   help="failed attempts in a row that mean the server is dead: stop with exit 4 (default 20)")
     return p
 
 
@@ -67,6 +96,23 @@ def _estimate(args: argparse.Namespace) -> int:
         print(f"extract estimate: {format_bytes(est['bytes'])} for {est['tokens']:,} tokens in {est['records']:,} "
               f"samples (hidden {est['hidden']}, {est['dtype']})", file=sys.stderr)
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .integrity import verify_store
+
+    _need(args, "out")
+    if args.sample is not None and args.sample < 1:
+        raise BadInput(f"--sample must be at least 1, got {args.sample}")
+    mode = "all" if args.sample is None else "sample"
+    report = verify_store(args.out, model=args.model, checksums=mode, sample=args.sample or 0)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        for line in report.problems:
+            print(f"verify: {line}", flush=True)
+        print(f"verify: {report.summary()}", flush=True)
+    return 0 if report.ok else 1
 
 
 def _extract(args: argparse.Namespace) -> int:
@@ -94,6 +140,8 @@ def _extract(args: argparse.Namespace) -> int:
     dtype = "bfloat16" if device.startswith("cuda") else "float32"
     job = prepare(options, target, dtype, shard)
     events = EventWriter.from_env()
+    for index, why in sorted(job.damaged.items()):
+        print(f"extract: sample {index} fails the resume check and will be extracted again: {why}", flush=True)
     todo = job.rank_todo_samples
     tag = f"rank {shard.rank}/{shard.world_size}: " if shard.world_size > 1 else ""
     print(f"extract: {tag}{job.total} samples in the run, {len(job.done)} already in the manifest; "
@@ -132,6 +180,12 @@ def _extract(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.verify:
+            return _verify(args)
+        if args.backend == "sglang" and not args.estimate:
+            from .sglang_client import extract
+
+            return extract(args)
         return _estimate(args) if args.estimate else _extract(args)
     except ExtractError as e:
         print(f"extract: {e}", file=sys.stderr, flush=True)

@@ -1,7 +1,13 @@
 """Everything decided before the target is loaded: inputs validated, store opened, plan made.
 
 This half needs no torch, so bad input (a wrong path, a torn dataset, a store built from
-another target, a full disk) is refused in a second, before minutes of weight loading.
+another target, a full disk, a store another run is writing) is refused in a second, before
+minutes of weight loading.
+
+Resume trusts the manifest, but not blindly: every listed sample of this rank must have its
+file at the manifest's size (one stat each), and the last 64 written must match their xxh3
+checksums (integrity.resume_damage). A sample that fails is dropped from `done`, named in
+`Job.damaged`, and extracted again.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from .batching import PlannedBatch, plan_batches
 from .dataset import DatasetIndex, index_dataset
 from .errors import BadInput, ExtractError
 from .estimate import read_stats
+from .integrity import RESUME_CHECKSUMS, manifest_in_order, resume_damage
 from .layout import sample_bytes
-from .manifest import read_manifest
 from .meta import TargetInfo, build_meta, capture_layers, ensure_meta
 from .reserve import DiskGuard
 from .sharding import Shard
+from .store_lock import StoreLock
 
 
 @dataclass
@@ -59,6 +66,8 @@ class Job:
     batches: list[PlannedBatch]  # this rank's plan, whole (done batches included)
     guard: DiskGuard
     todo: list[PlannedBatch] = field(default_factory=list)
+    damaged: dict[int, str] = field(default_factory=dict)  # listed in the manifest, failed the resume check
+    lock: StoreLock | None = None  # held until the process ends (or release())
 
     @property
     def out(self) -> Path:
@@ -83,6 +92,16 @@ def prepare(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shar
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"cannot create the output folder {out} (--out): {e.strerror}") from None
+    lock = StoreLock(out, shard.rank, shard.world_size).acquire()
+    try:
+        return _prepare_locked(options, target, dtype, shard, out, layers, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare_locked(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shard, out: Path,
+                    layers: list[int], lock: StoreLock) -> Job:
     guard = DiskGuard(out, options.reserve)
     guard.check(0)
     dataset = index_dataset(Path(options.data), options.max_len, target.vocab_size)
@@ -94,16 +113,22 @@ def prepare(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shar
                 f"{options.stats}: dataset_sha256 is {want} but {options.data} hashes to {dataset.sha256}; "
                 "the stats belong to another dataset: rerun pipeline.merge or pass the matching --stats"
             )
-    meta = build_meta(target, dtype, dataset.path, dataset.sha256, len(dataset), options.max_len, shard.world_size)
+    meta = build_meta(target, dtype, dataset.path, dataset.sha256, len(dataset), options.max_len, shard.world_size,
+                      options.limit)
     ensure_meta(out, meta, shard.rank)
-    try:
-        done = read_manifest(out)
-    except OSError as e:
-        raise ExtractError(f"cannot read the manifest in {out}: {e}") from None
     total = len(dataset) if options.limit is None else min(options.limit, len(dataset))
     mine = list(shard.indices(total))
+    try:
+        entries = manifest_in_order(out)
+        done = {e["index"]: e for e in entries}
+        mine_set = set(mine)
+        damaged = resume_damage(out, [e for e in entries if e["index"] in mine_set], last=RESUME_CHECKSUMS)
+    except OSError as e:
+        raise ExtractError(f"cannot read the manifest in {out}: {e}") from None
+    for i in damaged:
+        done.pop(i, None)
     batches = plan_batches(mine, dataset.lengths, options.batch_tokens, options.window)
     job = Job(options=options, target=target, dtype=dtype, shard=shard, dataset=dataset, total=total,
-              layers=layers, meta=meta, done=done, batches=batches, guard=guard)
+              layers=layers, meta=meta, done=done, batches=batches, guard=guard, damaged=damaged, lock=lock)
     job.todo = [b for b in batches if job.write_positions(b)]
     return job

@@ -2,24 +2,32 @@
 
 A resume that silently appended hidden states of another target or dataset would give a
 drafter training data that disagrees with itself; the identity fields below must match
-exactly, and the first differing one is named in the refusal. `world_size` and the
-dataset's path are informational: a store may be resumed with another number of GPUs, or
-with the same dataset moved.
+exactly, and the first differing one is named in the refusal. The target is identified by
+`target_fingerprint` (pipeline/target_fingerprint.py: its weights' safetensors headers and
+sampled blocks), so new weights saved at the same path are refused and the same weights at
+a new path are accepted. `target` (the path), `world_size`, `limit` and the dataset's path
+are informational: a store may be resumed with another number of GPUs, a larger --limit, or
+with the same dataset or target moved. `records` and `limit` say how many samples a
+finished store holds (integrity.expected_samples).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BadInput
 from ..atomicfile import write_json_atomic
+from ..target_fingerprint import FingerprintError, target_fingerprint
+from .errors import BadInput
 from .layout import META
 
-FORMAT = "eagle3-hidden-store/1"
-IDENTITY = ("format", "target", "num_layers", "hidden_size", "capture_layers", "dtype", "dataset_sha256", "max_len")
+FORMAT = "eagle3-hidden-store/2"
+"""/2: manifest lines carry an xxh3 checksum and meta.json a target_fingerprint."""
+IDENTITY = ("format", "target_fingerprint", "num_layers", "hidden_size", "capture_layers", "dtype",
+            "dataset_sha256", "max_len")
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class TargetInfo:
     num_layers: int
     hidden_size: int
     vocab_size: int
+    fingerprint: str = ""  # target_fingerprint() of its weights
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> "TargetInfo":
@@ -41,7 +50,12 @@ class TargetInfo:
             raise BadInput(f"target {model_dir} has no config.json (--model); point --model at a save_pretrained folder") from None
         except ValueError as e:
             raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
-        return cls.from_config(cfg, os.path.abspath(model_dir), cfg_path)
+        info = cls.from_config(cfg, os.path.abspath(model_dir), cfg_path)
+        try:
+            fingerprint = target_fingerprint(model_dir)
+        except FingerprintError as e:
+            raise BadInput(f"{e} (--model)") from None
+        return dataclasses.replace(info, fingerprint=fingerprint)
 
     @classmethod
     def from_config(cls, cfg: dict, path: str, where: object = "config") -> "TargetInfo":
@@ -73,10 +87,11 @@ def capture_layers(num_layers: int) -> list[int]:
 
 
 def build_meta(target: TargetInfo, dtype: str, dataset: Path, dataset_sha256: str,
-               records: int, max_len: int | None, world_size: int) -> dict:
+               records: int, max_len: int | None, world_size: int, limit: int | None = None) -> dict:
     return {
         "format": FORMAT,
         "target": target.path,
+        "target_fingerprint": target.fingerprint,
         "model_type": target.model_type,
         "num_layers": target.num_layers,
         "hidden_size": target.hidden_size,
@@ -86,6 +101,7 @@ def build_meta(target: TargetInfo, dtype: str, dataset: Path, dataset_sha256: st
         "dataset": os.path.abspath(dataset),
         "dataset_sha256": dataset_sha256,
         "records": records,
+        "limit": limit,
         "max_len": max_len,
         "world_size": world_size,
     }
@@ -110,6 +126,13 @@ def ensure_meta(out: Path, meta: dict, rank: int) -> None:
         return
     for key in IDENTITY:
         if old.get(key) != meta.get(key):
+            if key == "target_fingerprint":
+                raise BadInput(
+                    f"{out / META}: target_fingerprint is {old.get(key)!r} in the store but the target "
+                    f"{meta.get('target')} has {meta.get(key)!r}: its weights differ from those the store was "
+                    f"written with (changed in place, or another model); a store must not mix two targets: "
+                    "restore those weights, or pass a new --out"
+                )
             raise BadInput(
                 f"{out / META}: field {key!r} is {old.get(key)!r} in the store but {meta.get(key)!r} for this run; "
                 "resume only with the same target, dataset, dtype and --max-len, or pass a new --out"

@@ -7,6 +7,7 @@ check out, so a reader never sees a partial sample under a final name. The safet
 header comes from `layout.header` and the tensor bytes go to the file straight from the
 (pinned) host buffers with os.write, skipping the serialise-to-bytes copy that
 `safetensors.torch.save` makes; `safetensors.safe_open` reads these files like any other.
+The xxh3 checksum (pipeline/checksum.py) is taken over those same buffers on the way out.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .errors import ExtractError
 from ..atomicfile import write_all
+from ..checksum import ALGO, Checksum
+from .errors import ExtractError
 from .layout import header, relpath, temp_relpath
 
 WRITE_DELAY_ENV = "EAGLE3_EXTRACT_WRITE_DELAY"
@@ -69,8 +71,13 @@ def _bytes_of(x: torch.Tensor) -> memoryview:
     return memoryview(x.reshape(-1).view(torch.uint8).numpy())
 
 
-def write_sample(out: Path, s: Sample, hidden: int, finite: bool = True) -> tuple[str, int]:
-    """Write one sample atomically; returns (path relative to `out`, bytes)."""
+def write_sample(out: Path, s: Sample, hidden: int, finite: bool = True) -> dict:
+    """Write one sample atomically; returns its manifest line as a dict:
+    {"index", "id", "tokens", "bytes", "file" (relative to `out`), "xxh3"}.
+
+    Every writer of the store (this HF backend, the SGLang client) calls this and appends
+    the returned dict to the manifest unchanged, so their lines are identical. The checksum
+    is computed over the same buffers as they go to the file: no extra copy, no re-read."""
     dtype = s.hidden_state.dtype
     validate(s, hidden, dtype, finite)
     t = s.input_ids.shape[0]
@@ -79,10 +86,12 @@ def write_sample(out: Path, s: Sample, hidden: int, finite: bool = True) -> tupl
     rel = relpath(s.index)
     final, tmp = out / rel, out / temp_relpath(s.index)
     final.parent.mkdir(parents=True, exist_ok=True)
+    digest = Checksum()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         for part in (head, _bytes_of(s.input_ids), _bytes_of(s.hidden_state),
                      _bytes_of(s.aux_hidden_state), _bytes_of(s.loss_mask)):
+            digest.update(part)
             write_all(fd, part)
         os.fsync(fd)
         size = os.fstat(fd).st_size
@@ -96,4 +105,4 @@ def write_sample(out: Path, s: Sample, hidden: int, finite: bool = True) -> tupl
     if delay:
         time.sleep(float(delay))
     os.replace(tmp, final)
-    return rel, size
+    return {"index": s.index, "id": s.id, "tokens": t, "bytes": size, "file": rel, ALGO: digest.hexdigest()}

@@ -124,6 +124,6 @@ class WriterPool:
             hidden_state=batch.final[p, :t],
             aux_hidden_state=batch.aux[p, :t],
         )
-        rel, nbytes = write_sample(self.out, sample, self.hidden, finite=not bool(batch.bad[p]))
-        self.manifest.add({"index": index, "id": sample.id, "tokens": t, "bytes": nbytes, "file": rel})
-        self.on_written(t, nbytes)
+        entry = write_sample(self.out, sample, self.hidden, finite=not bool(batch.bad[p]))
+        self.manifest.add(entry)
+        self.on_written(t, entry["bytes"])

@@ -130,8 +130,9 @@ def load_store(out: Path) -> dict[str, dict]:
 
 
 def store_files(out: Path) -> list[str]:
-    """Every file under the store except the lock file, relative paths."""
-    return sorted(str(p.relative_to(out)) for p in Path(out).rglob("*") if p.is_file() and p.name != ".manifest.lock")
+    """Every file under the store except the lock files, relative paths."""
+    return sorted(str(p.relative_to(out)) for p in Path(out).rglob("*")
+                  if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".lock")))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,203 @@
+"""Is a hidden-state store whole? `verify_store` answers for `--verify`, the console's
+`store_intact` check (through `--verify --json`) and the trainer; `resume_damage` is the
+cheaper look a resume takes before it trusts the manifest. Torch-free.
+
+What the manifest promises for each sample (one JSON line, written by `store.write_sample`):
+
+    {"index": 17, "id": "...", "tokens": 412, "bytes": 13505656,
+     "file": "rows_0/17.safetensors", "xxh3": "<16 hex: xxh3_64 of the whole file>"}
+
+`verify_store(out, model=None, checksums="sample"|"all"|"none", sample=64) -> StoreReport`:
+- meta.json exists and is this format; the manifest lists every index below the run's
+  total (meta "records", cut by meta "limit");
+- every listed file exists with the manifest's size (one stat each);
+- the checksums of all files ("all"), of `sample` random ones plus the last `sample`
+  written ("sample"), or none;
+- with `model`, the target's weight fingerprint equals meta's `target_fingerprint`.
+`StoreReport.ok` is True when `problems` is empty; each problem is one line naming the file
+or the field. `to_json()` is what `--verify --json` prints.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..checksum import ALGO, file_checksum
+from ..target_fingerprint import FingerprintError, target_fingerprint
+from .errors import BadInput
+from .manifest import manifest_files, parse_entries
+from .meta import FORMAT, read_meta
+
+CHECKSUM_MODES = ("all", "sample", "none")
+RESUME_CHECKSUMS = 64
+MAX_PROBLEM_LINES = 50
+
+
+def expected_samples(meta: dict) -> int | None:
+    """How many samples a finished store holds: meta's records, cut by its --limit."""
+    records = meta.get("records")
+    if not isinstance(records, int):
+        return None
+    limit = meta.get("limit")
+    return min(records, limit) if isinstance(limit, int) else records
+
+
+def manifest_in_order(out: Path) -> list[dict]:
+    """Every manifest entry of the store in the order written (main manifest, then each
+    rank's part); a later line for an index replaces an earlier one."""
+    entries: dict[int, dict] = {}
+    for path in manifest_files(Path(out)):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        for e in parse_entries(data):
+            entries.pop(e["index"], None)
+            entries[e["index"]] = e
+    return list(entries.values())
+
+
+def _entry_problem(out: Path, e: dict, checksum: bool) -> str | None:
+    """What is wrong with one manifest entry's file, or None."""
+    rel, want = e.get("file"), e.get("bytes")
+    if not isinstance(rel, str) or not isinstance(want, int):
+        return f"manifest line for sample {e['index']} lacks file or bytes: {e}"
+    path = out / rel
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return f"{path}: missing (sample {e['index']}, {e.get('tokens')} tokens, manifest says {want} bytes)"
+    except OSError as err:
+        return f"{path}: cannot stat ({err.strerror}) (sample {e['index']})"
+    if size != want:
+        return (f"{path}: {size} bytes, the manifest says {want} (sample {e['index']}, {e.get('tokens')} tokens); "
+                "truncated or overwritten")
+    if checksum:
+        want_sum = e.get(ALGO)
+        if not isinstance(want_sum, str):
+            return f"{path}: the manifest line has no {ALGO} checksum (sample {e['index']})"
+        try:
+            got = file_checksum(path)
+        except OSError as err:
+            return f"{path}: cannot read ({err.strerror}) (sample {e['index']})"
+        if got != want_sum:
+            return (f"{path}: {ALGO} {got}, the manifest says {want_sum} (sample {e['index']}, {e.get('tokens')} "
+                    "tokens); its content changed after it was written")
+    return None
+
+
+def resume_damage(out: Path, entries: list[dict], last: int = RESUME_CHECKSUMS) -> dict[int, str]:
+    """Samples a resume must not trust, by index -> why: every file's size, and the
+    checksums of the `last` entries written (in `entries` order)."""
+    out = Path(out)
+    bad: dict[int, str] = {}
+    tail = {e["index"] for e in entries[-last:]} if last > 0 else set()
+    for e in entries:
+        problem = _entry_problem(out, e, checksum=e["index"] in tail)
+        if problem:
+            bad[e["index"]] = problem
+    return bad
+
+
+@dataclass
+class StoreReport:
+    out: str
+    ok: bool = False
+    expected: int | None = None  # samples a finished store holds (meta records, --limit)
+    samples: int = 0  # in the manifest
+    tokens: int = 0
+    bytes: int = 0
+    sizes_checked: int = 0
+    checksums_checked: int = 0
+    target_fingerprint: str | None = None  # meta's
+    model_fingerprint: str | None = None  # of --model, when given
+    problems: list[str] = field(default_factory=list)
+    problem_count: int = 0
+
+    def add(self, line: str) -> None:
+        self.problem_count += 1
+        if len(self.problems) < MAX_PROBLEM_LINES:
+            self.problems.append(line)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        head = (f"store {self.out}: {self.samples}/{self.expected if self.expected is not None else '?'} samples, "
+                f"{self.tokens:,} tokens, {self.bytes:,} bytes; {self.sizes_checked} sizes and "
+                f"{self.checksums_checked} checksums checked")
+        if self.ok:
+            return head + "; intact"
+        more = self.problem_count - len(self.problems)
+        tail = f" (and {more} more)" if more > 0 else ""
+        return head + f"; {self.problem_count} problem(s){tail}"
+
+
+def verify_store(out: Path | str, *, model: Path | str | None = None, checksums: str = "sample",
+                 sample: int = RESUME_CHECKSUMS, seed: int | None = None) -> StoreReport:
+    """Check the store at `out` (module docstring); raises BadInput only when `out` is not a folder."""
+    if checksums not in CHECKSUM_MODES:
+        raise ValueError(f"checksums must be one of {CHECKSUM_MODES}, got {checksums!r}")
+    out = Path(out)
+    if not out.is_dir():
+        raise BadInput(f"no store at {out}: not a folder (--out)")
+    rep = StoreReport(out=str(out))
+    try:
+        meta = read_meta(out)
+    except BadInput as e:
+        rep.add(str(e))
+        meta = {}
+    if meta is None:
+        rep.add(f"{out / 'meta.json'}: missing; this is not a finished store (extraction never started here?)")
+        meta = {}
+    elif meta and meta.get("format") != FORMAT:
+        rep.add(f"{out / 'meta.json'}: format {meta.get('format')!r}, expected {FORMAT!r}; "
+                "re-extract into a new --out (this store predates size and checksum records)")
+    rep.expected = expected_samples(meta)
+    rep.target_fingerprint = meta.get("target_fingerprint")
+    entries = manifest_in_order(out)
+    rep.samples = len(entries)
+    rep.tokens = sum(int(e.get("tokens", 0)) for e in entries)
+    rep.bytes = sum(int(e.get("bytes", 0)) for e in entries)
+    if rep.expected is not None:
+        have = {e["index"] for e in entries}
+        missing = [i for i in range(rep.expected) if i not in have]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            rep.add(f"{out}/manifest.jsonl: {len(missing)} of {rep.expected} samples missing (indices {shown}); "
+                    "rerun the extraction to resume")
+        records = meta["records"]
+        extra = [i for i in have if i >= records or i < 0]
+        if extra:
+            rep.add(f"{out}/manifest.jsonl: {len(extra)} samples outside the dataset's 0..{records - 1} "
+                    f"(e.g. {min(extra)})")
+    elif meta:
+        rep.add(f"{out / 'meta.json'}: no 'records' count, cannot tell whether the manifest is complete")
+    if checksums == "all":
+        to_sum = {e["index"] for e in entries}
+    elif checksums == "sample" and sample > 0:
+        rng = random.Random(seed)
+        picks = rng.sample(entries, min(sample, len(entries)))
+        to_sum = {e["index"] for e in picks} | {e["index"] for e in entries[-sample:]}
+    else:
+        to_sum = set()
+    for e in entries:
+        problem = _entry_problem(out, e, checksum=e["index"] in to_sum)
+        rep.sizes_checked += 1
+        rep.checksums_checked += e["index"] in to_sum
+        if problem:
+            rep.add(problem)
+    if model is not None:
+        try:
+            rep.model_fingerprint = target_fingerprint(model)
+        except FingerprintError as e:
+            rep.add(f"--model: {e}")
+        else:
+            if rep.model_fingerprint != rep.target_fingerprint:
+                rep.add(f"{out / 'meta.json'}: target_fingerprint {rep.target_fingerprint}, but {model} has "
+                        f"{rep.model_fingerprint}; the target's weights changed since this store was written")
+    rep.ok = rep.problem_count == 0
+    return rep
