@@ -203,22 +203,49 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
+def _llama3_inv_freq(inv_freq: torch.Tensor, p: dict) -> torch.Tensor:
+    """Llama 3.1's frequency-dependent scaling (the same rule transformers and SGLang apply)."""
+    factor, low, high = float(p["factor"]), float(p.get("low_freq_factor", 1.0)), float(p.get("high_freq_factor", 4.0))
+    old_len = float(p["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    mid = (1 - smooth) * scaled / factor + smooth * scaled
+    is_mid = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(is_mid, mid, scaled)
+
+
 class Rotary(nn.Module):
-    """cos/sin for the target's rope settings (transformers computes every rope_type)."""
+    """cos/sin for the target's rope settings. default, linear and llama3 are computed here;
+    any other rope_type goes through transformers' table of rope initialisers."""
 
     def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
-        from transformers import LlamaConfig
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+        p = cfg.rope_parameters()
+        kind = p.get("rope_type", "default")
+        self.scaling = 1.0
+        dim = cfg.head_dim
+        inv_freq = 1.0 / (float(p["rope_theta"]) ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        if kind == "linear":
+            inv_freq = inv_freq / float(p["factor"])
+        elif kind == "llama3":
+            inv_freq = _llama3_inv_freq(inv_freq, p)
+        elif kind != "default":
+            from transformers import LlamaConfig
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-        lc = LlamaConfig(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_attention_heads,
-                         num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
-                         max_position_embeddings=cfg.max_position_embeddings,
-                         rope_parameters=cfg.rope_parameters())
-        self.inner = LlamaRotaryEmbedding(lc)
+            if kind not in ROPE_INIT_FUNCTIONS:
+                raise ValueError(f"rope_type {kind!r} is not known to transformers")
+            lc = LlamaConfig(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_attention_heads,
+                             num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                             max_position_embeddings=cfg.max_position_embeddings, rope_parameters=p)
+            inv_freq, self.scaling = ROPE_INIT_FUNCTIONS[kind](lc, None)
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.inner(x, position_ids)
+        freqs = position_ids[..., None].float() * self.inv_freq.to(x.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos() * self.scaling, emb.sin() * self.scaling
 
 
 class Eagle3Drafter(nn.Module):

@@ -63,7 +63,27 @@ def test_config_round_trips_through_sglang_dict_keeping_rope_spelling():
     assert old.rope_parameters()["rope_type"] == "llama3"
     # the llama3 scaling changes the low frequencies, so it really reaches the rotary
     m_old, m_new = Eagle3Drafter(old), Eagle3Drafter(new)
-    assert not torch.allclose(m_old.rotary.inner.inv_freq, m_new.rotary.inner.inv_freq)
+    assert not torch.allclose(m_old.rotary.inv_freq, m_new.rotary.inv_freq)
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "default", "rope_theta": 10000.0},
+    {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+    {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64},
+])
+def test_rotary_matches_transformers_llama(rope):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    cfg = DrafterConfig.from_target({**TARGET_CFG, "rope_parameters": rope}, 64)
+    ours = Eagle3Drafter(cfg).rotary
+    theirs = LlamaRotaryEmbedding(LlamaConfig(hidden_size=32, num_attention_heads=4, head_dim=8,
+                                              max_position_embeddings=256, rope_parameters=dict(rope)))
+    x, pos = torch.zeros(1, 300, 8), torch.arange(300)[None]
+    for a, b in zip(ours(x, pos), theirs(x, pos)):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_config_caps_draft_vocab_at_the_target_vocab_and_rejects_bad_sglang_dicts():
