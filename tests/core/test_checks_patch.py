@@ -1,11 +1,17 @@
 from __future__ import annotations
 
 import difflib
+import importlib.util
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-
 from core_harness import ctx_for
+
+from console.core.checks import patch as patch_kind
 from console.core.checks.patch import parse_unified_diff
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.config.model import CheckSpec
@@ -130,3 +136,78 @@ def test_not_a_diff(tmp_path):
 def test_bad_patch_arguments():
     assert "root or module, not both" in validate("patch_applied", {"patch": "p", "root": "r", "module": "m"})
     assert "did you mean 'strip'" in validate("patch_applied", {"patch": "p", "strp": 1})
+
+
+# -- the form without a diff: python -m pipeline.patch verify ------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sglang_model_file(name: str) -> Path:
+    """A file of the real SGLang 0.5.23 wheel (tests/pipeline/sglang_wheel.py fetches and caches it)."""
+    spec = importlib.util.spec_from_file_location("sglang_wheel_for_core", REPO / "tests" / "pipeline" / "sglang_wheel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.unpacked_source() / "sglang" / "srt" / "models" / name
+
+
+def fake_python(tmp_path: Path, stdout: str, code: int, sleep: int = 0) -> Path:
+    """An 'interpreter' that records how it was called and answers like the verifier would."""
+    exe = tmp_path / "fakepy"
+    exe.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv\necho \"$PYTHONPATH\" > {tmp_path}/pythonpath\n"
+                   f"sleep {sleep}\nprintf '%s' '{stdout}'\necho 'No module named pipeline.patch' >&2\nexit {code}\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_the_module_and_file_forms_validate_and_name_themselves():
+    assert validate("patch_applied", {"module": "sglang.srt.models.deepseek_v2"}) is None
+    assert validate("patch_applied", {"file": "models/llama.py", "python": "/envs/sgl/bin/python"}) is None
+    assert default_name("patch_applied", {"module": "sglang.srt.models.deepseek_v2"}) == \
+        "patch_applied:sglang.srt.models.deepseek_v2"
+    assert default_name("patch_applied", {"file": "x/llama.py"}) == "patch_applied:llama.py"
+    assert "one of module or file" in validate("patch_applied", {"module": "a.b", "file": "f.py"})
+    assert "one of module or file" in validate("patch_applied", {})
+    assert "file is for the form without patch" in validate("patch_applied", {"patch": "p", "file": "f.py"})
+    assert "root is used only with patch" in validate("patch_applied", {"module": "a.b", "root": "r"})
+    assert "strip is used only with patch" in validate("patch_applied", {"file": "f.py", "strip": 1})
+
+
+def test_the_real_verifier_on_a_real_sglang_file(tmp_path):
+    target = tmp_path / "deepseek_v2.py"
+    shutil.copyfile(sglang_model_file("deepseek_v2.py"), target)
+    r = check({"file": "deepseek_v2.py"}, ctx_for(tmp_path))
+    assert r.status == "fail"
+    assert r.message.startswith(f"not applied: original sglang 0.5.23 deepseek_v2.py {target}")
+    assert r.message.endswith(f"run python -m pipeline.patch apply --file {target}")
+    done = subprocess.run([sys.executable, "-m", "pipeline.patch", "apply", "--file", str(target)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    r = check({"file": "deepseek_v2.py"}, ctx_for(tmp_path))
+    assert r.status == "pass" and r.message == f"patched sglang 0.5.23 deepseek_v2.py {target}"
+    assert r.evidence["state"] == "patched" and r.evidence["exit"] == 0
+    target.write_bytes(target.read_bytes() + b"# tweak\n")
+    r = check({"file": "deepseek_v2.py"}, ctx_for(tmp_path))
+    assert r.status == "fail" and r.message.startswith("unknown ") and "supported: sglang 0.5.23" in r.message
+
+
+def test_the_verifier_runs_in_the_named_interpreter_with_this_pipeline_on_its_path(tmp_path):
+    exe = fake_python(tmp_path, "original sglang 0.5.23 deepseek_v2.py /site/sglang/srt/models/deepseek_v2.py", 1)
+    r = check({"module": "sglang.srt.models.deepseek_v2", "python": str(exe)}, ctx_for(tmp_path))
+    assert (tmp_path / "argv").read_text().split() == ["-m", "pipeline.patch", "verify", "--module",
+                                                       "sglang.srt.models.deepseek_v2"]
+    assert (tmp_path / "pythonpath").read_text().strip().split(os.pathsep)[0] == str(REPO)
+    assert r.status == "fail" and r.message.startswith("not applied: original sglang 0.5.23")
+    assert r.message.endswith("run python -m pipeline.patch apply --module sglang.srt.models.deepseek_v2")
+
+
+def test_an_interpreter_that_cannot_run_the_verifier_is_a_failure_saying_why(tmp_path, monkeypatch):
+    exe = fake_python(tmp_path, "", 1)
+    r = check({"module": "sglang.srt.models.llama", "python": str(exe)}, ctx_for(tmp_path))
+    assert r.status == "fail" and "failed (exit 1): No module named pipeline.patch" in r.message
+    r = check({"module": "sglang.srt.models.llama", "python": str(tmp_path / "nope")}, ctx_for(tmp_path))
+    assert r.status == "fail" and "not found" in r.message
+    monkeypatch.setattr(patch_kind, "VERIFY_TIMEOUT", 0.5)
+    slow = fake_python(tmp_path, "patched", 0, sleep=30)
+    r = check({"module": "sglang.srt.models.llama", "python": str(slow)}, ctx_for(tmp_path))
+    assert r.status == "fail" and "did not answer within 0.5 s" in r.message

@@ -1,10 +1,20 @@
-"""patch_applied: every hunk of a unified diff is present in the installed files (the
-SGLang hidden-state patch, typically). Pure Python: each hunk's after-lines must appear
-contiguously in its target file; a hunk that is missing is told apart as "not applied"
-(its before-lines are there) or "the file differs from both"."""
+"""patch_applied, in two forms.
+
+- `{patch: DIFF, root?|module?, python?, strip?}`: every hunk of a unified diff is present in
+  the installed files (a team's own patch). Pure Python: each hunk's after-lines must appear
+  contiguously in its target file; a hunk that is missing is told apart as "not applied"
+  (its before-lines are there) or "the file differs from both".
+- `{module: M, python?}` or `{file: F, python?}`: our SGLang dump patch, asked of
+  `python -m pipeline.patch verify` (exit 0 only for the exact patched text of a supported
+  SGLang version), run as a bounded subprocess by the interpreter of the check's `python`, else
+  the phase's: the server environment's, which resolves the module to the SGLang it will serve
+  with. The console never imports sglang or torch itself; the subprocess finds `pipeline`
+  beside this console's package (PYTHONPATH), even in an environment that does not install it.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,9 +22,13 @@ from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome
-from console.core.checks.python import find_module, package_dir
+from console.core.checks.python import find_module, interpreter, package_dir
+from console.core.checks.subproc import run_bounded
+from console.core.interpreter import interpreter_path
 
 DEV_NULL = "/dev/null"
+VERIFY_TIMEOUT = 30.0
+VERIFY_STATES = ("patched", "original", "unknown")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -48,7 +62,7 @@ def parse_unified_diff(text: str) -> list[FilePatch]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    lines = [ln.removesuffix("\r") for ln in lines]
     files: list[FilePatch] = []
     i = 0
     while i < len(lines):
@@ -151,7 +165,7 @@ def run_patch_applied(args: dict[str, Any], ctx: CheckContext) -> Outcome:
     if root is None:
         return Outcome(False, why or "no root", ev)
     ev["root"] = str(root)
-    strip = args["strip"]
+    strip = args["strip"] if args["strip"] is not None else 1
     total = sum(max(1, len(f.hunks)) for f in files)
     applied = 0
     checked: list[str] = []
@@ -176,7 +190,7 @@ def run_patch_applied(args: dict[str, Any], ctx: CheckContext) -> Outcome:
         except OSError as e:
             first = first or {"file": rel, "why": f"cannot read it: {e.strerror or e}"}
             continue
-        lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+        lines = [ln.removesuffix("\r") for ln in lines]
         if lines and lines[-1] == "":
             lines.pop()
         if not fp.hunks:
@@ -202,7 +216,63 @@ def run_patch_applied(args: dict[str, Any], ctx: CheckContext) -> Outcome:
                          f"file{'s' if nfiles != 1 else ''} under {root}", ev)
 
 
+def _pipeline_root() -> Path | None:
+    """The folder holding the `pipeline` package shipped with this console (the checkout, or
+    site-packages), so another interpreter can run `-m pipeline.patch` without installing it."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pipeline" / "patch" / "__main__.py").is_file() else None
+
+
+def run_patch_verify(args: dict[str, Any], ctx: CheckContext) -> Outcome:
+    if args.get("python"):
+        exe = interpreter(args["python"], ctx)
+        if exe is None:
+            return Outcome(False, f"interpreter {args['python']} not found", {"python": args["python"]})
+        python = str(exe)
+    else:
+        python = interpreter_path(ctx.python)
+    where = ["--module", args["module"]] if args.get("module") else ["--file", str(ctx.resolve(args["file"]))]
+    argv = [python, "-m", "pipeline.patch", "verify", *where]
+    env = ctx.env()
+    root = _pipeline_root()
+    if root is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+    ev: dict[str, Any] = {"argv": argv}
+    done = run_bounded(argv, ctx.root, VERIFY_TIMEOUT, env=env)
+    if done.error:
+        return Outcome(False, f"cannot run the patch verifier: {done.error}", ev)
+    if done.timed_out:
+        return Outcome(False, f"{python} -m pipeline.patch verify did not answer within {VERIFY_TIMEOUT:g} s", ev)
+    out = done.stdout.strip().splitlines()
+    line = out[-1] if out else ""
+    state = line.split(" ", 1)[0] if line else ""
+    ev.update(exit=done.code, state=state if state in VERIFY_STATES else None)
+    if done.code == 0 and state == "patched":
+        return Outcome(True, line, ev)
+    target = " ".join(where)
+    if done.code == 1 and state == "original":
+        return Outcome(False, f"not applied: {line}; run python -m pipeline.patch apply {target}", ev)
+    if done.code == 1 and state == "unknown":
+        return Outcome(False, line, ev)
+    tail = done.tail(1)
+    why = tail[0] if tail else f"exit {done.code}"
+    return Outcome(False, f"{python} -m pipeline.patch verify {target} failed (exit {done.code}): {why}", ev)
+
+
+def run_patch(args: dict[str, Any], ctx: CheckContext) -> Outcome:
+    return run_patch_applied(args, ctx) if args.get("patch") else run_patch_verify(args, ctx)
+
+
 def _cross(a: dict[str, Any]) -> str | None:
+    if not a.get("patch"):
+        if a.get("root") or a.get("strip") is not None:
+            return f"{'root' if a.get('root') else 'strip'} is used only with patch (a unified diff)"
+        if bool(a.get("module")) == bool(a.get("file")):
+            return ("give patch (a unified diff to look for), or one of module or file "
+                    "(checked by python -m pipeline.patch verify)")
+        return None
+    if a.get("file"):
+        return "file is for the form without patch: {file: F} asks python -m pipeline.patch verify"
     if a.get("root") and a.get("module"):
         return "give root or module, not both"
     if a.get("python") and not a.get("module"):
@@ -210,10 +280,21 @@ def _cross(a: dict[str, Any]) -> str | None:
     return None
 
 
+def _label(a: dict[str, Any]) -> str:
+    if a.get("patch"):
+        return Path(a["patch"]).name
+    return a.get("module") or Path(a["file"]).name
+
+
+def _budget(a: dict[str, Any]) -> float:
+    if a.get("patch"):
+        return 35.0 if a.get("python") else 0.0
+    return VERIFY_TIMEOUT + 5
+
+
 KINDS = (
     Kind("patch_applied",
-         {"patch": Field("path", required=True), "root": Field("path"), "module": Field("module"),
-          "python": Field("path"), "strip": Field("count", default=1)},
-         run_patch_applied, lambda a: Path(a["patch"]).name, scalar="patch", cross=_cross,
-         budget=lambda a: 35.0 if a.get("python") else 0.0),
+         {"patch": Field("path"), "root": Field("path"), "module": Field("module"), "file": Field("path"),
+          "python": Field("path"), "strip": Field("count")},
+         run_patch, _label, scalar="patch", cross=_cross, budget=_budget),
 )
