@@ -1,0 +1,506 @@
+"""The SGLang extraction backend: a patched SGLang server computes the hidden states, this
+client sends it the dataset and moves each request's dump into the store.
+
+    python -m pipeline.extract --backend sglang --server http://127.0.0.1:30000 \\
+        --dump-dir /dev/shm/sglang_hs --model TARGET --data MERGED.jsonl --out STORE
+
+Each sample is one `POST /generate` of its token ids (max_new_tokens 1, request id KEY,
+dumps.py); the patched server writes `<dump-dir>/<KEY>.safetensors` during prefill. Up to
+`--concurrency` requests are in flight, and a request is sent only while the bytes its dump
+will take, plus those of every dump in flight or not yet moved, fit in `--dump-budget` (the
+server's EAGLE3_DUMP_BUDGET): the client holds back before the folder fills rather than
+letting the server refuse. Each dump is validated (dumps.py), written into the store through
+the same writer, manifest and meta as the HF backend (the loss mask comes from the dataset,
+never from the server), and deleted. A store made by either backend is the same to training.
+
+A failed attempt (HTTP error or timeout, a `.error` file, a dump that does not appear or does
+not validate) is retried up to `--retries` times. `--max-failures` failed attempts in a row
+(no success between them) mean the server is gone or broken: the run stops sending, lets the
+requests in flight end, and exits 4. What is in the manifest stays; rerunning the same
+command with a live server resumes.
+
+Exit codes (those of pipeline.extract, plus one): 0 done, 1 other failure (including samples
+that failed every retry while others succeeded), 2 bad input (or a server serving another
+model), 3 stopped by the disk reserve, 4 the server failed (unreachable at start, or
+--max-failures failed attempts in a row).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .dataset import Record
+from .dumps import BadDump, DumpFolder, dump_bytes, key_index, request_key
+from .errors import BadInput, ExtractError, ReserveStop
+from .job import Job
+from .manifest import ManifestWriter, finalize
+from .progress import Progress
+from .reserve import format_bytes
+from .sglang_http import ServerError, SGLangServer
+from .store import Sample, write_sample
+
+DTYPE = "bfloat16"
+TORCH_DTYPE = torch.bfloat16
+SERVER_FAILED_EXIT = 4
+
+
+class ServerFailed(ExtractError):
+    """The server is unreachable or failed too many requests in a row; rerun to resume."""
+
+    exit_code = SERVER_FAILED_EXIT
+
+
+class AttemptFailed(Exception):
+    """One attempt at one sample failed; str() is the reason."""
+
+
+@dataclass
+class SGLangOptions:
+    server: str
+    dump_dir: Path
+    dump_budget: int = 8 * 10**9
+    concurrency: int = 8
+    request_timeout: float = 600.0
+    max_failures: int = 20
+    retries: int = 3
+
+    def validate(self) -> None:
+        for name in ("concurrency", "max_failures", "retries"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.concurrency > 1024:
+            raise BadInput(f"--concurrency must be at most 1024, got {self.concurrency}")
+        if not 0 < self.request_timeout <= 86400:
+            raise BadInput(f"--request-timeout must be between 0 and 86400 seconds, got {self.request_timeout:g}")
+        if self.dump_budget < 1:
+            raise BadInput(f"--dump-budget must be positive, got {self.dump_budget}")
+
+
+def same_model(reported: str, model: Path) -> bool:
+    if reported == str(model):
+        return True
+    return os.path.exists(reported) and os.path.realpath(reported) == os.path.realpath(model)
+
+
+def check_server(server: SGLangServer, model: Path) -> str:
+    """The model path the server reports, refusing a dead server or one serving another model."""
+    try:
+        reported = server.model_path()
+    except ServerError as e:
+        raise ServerFailed(f"cannot use the SGLang server: {e}; start the server phase "
+                           "(python -m pipeline.serve --mode extract) and rerun") from None
+    if not same_model(reported, model):
+        raise BadInput(f"the server at {server.url} serves {reported!r}, not the target {str(model)!r} (--model); "
+                       "restart it on the target or pass the target it serves")
+    return reported
+
+
+class DumpBudget:
+    """Bytes of the dump folder promised to requests in flight and dumps not yet moved."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int, abort: Callable[[], bool]) -> bool:
+        with self._cond:
+            while self.used + n > self.limit:
+                if abort():
+                    return False
+                self._cond.wait(0.1)
+            self.used += n
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+
+@dataclass
+class Latencies:
+    window: deque = field(default_factory=lambda: deque(maxlen=256))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, seconds: float) -> None:
+        with self.lock:
+            self.window.append(seconds)
+
+    def summary(self) -> tuple[float, float] | None:
+        """(mean, max) in ms over the last requests, or None before the first."""
+        with self.lock:
+            if not self.window:
+                return None
+            return sum(self.window) / len(self.window) * 1000, max(self.window) * 1000
+
+
+@dataclass
+class SGLangResult:
+    samples: int
+    tokens: int
+    bytes: int
+    seconds: float
+    done: int
+    total: int
+    complete: bool
+    retried: int
+    budget_peak: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class Extraction:
+    """One run over the samples not yet in the manifest; see the module docstring."""
+
+    def __init__(self, job: Job, opts: SGLangOptions, server: SGLangServer, events,
+                 log: Callable[[str], None] = print, stop: threading.Event | None = None,
+                 event_every: float = 2.0, log_every: float = 10.0) -> None:
+        self.job, self.opts, self.server, self.events, self.log = job, opts, server, events, log
+        self.stop = stop or threading.Event()
+        self.folder = DumpFolder(opts.dump_dir)
+        self.hidden = job.target.hidden_size
+        self.budget = DumpBudget(opts.dump_budget)
+        self.latency = Latencies()
+        self.progress = Progress(job.out, job.total, events, 0, 1, log=log,
+                                 event_every=event_every, log_every=log_every)
+        self.event_every, self.log_every = event_every, log_every
+        self._lock = threading.Lock()
+        self._consecutive = 0
+        self._last_failure = ""
+        self.dead: str | None = None
+        self.fatal: BaseException | None = None
+        self.failed: dict[int, str] = {}
+        self.retried = 0
+        self._last_metric = self._last_log = 0.0
+
+    def halted(self) -> bool:
+        return self.stop.is_set() or self.dead is not None or self.fatal is not None
+
+    def _failure(self, index: int, attempt: int, reason: str) -> bool:
+        """Count a failed attempt; True when the run must stop (server dead)."""
+        with self._lock:
+            self._consecutive += 1
+            self._last_failure = f"sample {index}, attempt {attempt}: {reason}"
+            if self._consecutive >= self.opts.max_failures and self.dead is None:
+                self.dead = self._last_failure
+            return self.dead is not None
+
+    def _success(self) -> None:
+        with self._lock:
+            self._consecutive = 0
+
+    def _wait_for_dump(self, key: str, deadline: float) -> None:
+        dump, error = self.folder.dump_path(key), self.folder.error_path(key)
+        delay = 0.001
+        while not dump.exists():
+            if error.exists():
+                reason = self.folder.take_error(key)
+                raise AttemptFailed(f"the server refused to dump it: {reason}")
+            if time.monotonic() >= deadline:
+                raise AttemptFailed(
+                    f"the server answered but no dump appeared in {self.folder.path} within "
+                    f"{self.opts.request_timeout:g} s; is it patched (pipeline.patch apply) and started with "
+                    f"EAGLE3_DUMP_DIR={self.folder.path} (pipeline.serve --dump-dir)?")
+            if self.stop.wait(delay):
+                raise AttemptFailed("stopped by a signal")
+            delay = min(delay * 2, 0.05)
+
+    def _attempt(self, rec: Record, key: str):
+        deadline = time.monotonic() + self.opts.request_timeout
+        if not self.folder.dump_path(key).exists():  # else a dump left by an earlier attempt or run
+            self.folder.error_path(key).unlink(missing_ok=True)
+            try:
+                self.server.generate(rec.input_ids, key)
+            except ServerError as e:
+                raise AttemptFailed(str(e)) from None
+            self._wait_for_dump(key, deadline)
+        try:
+            return self.folder.read(key, rec.input_ids, self.hidden, TORCH_DTYPE)
+        except BadDump as e:
+            raise AttemptFailed(f"rejected dump: {e}") from None
+        except FileNotFoundError:
+            raise AttemptFailed(f"dump {self.folder.dump_path(key)} vanished before it was read") from None
+
+    def _store(self, rec: Record, dump) -> None:
+        t = len(rec.input_ids)
+        need = self.job.bytes_of(t)
+        self.job.guard.check(need, done=self.progress.tally.done, total=self.job.total)
+        sample = Sample(index=rec.index, id=rec.id, input_ids=dump.input_ids,
+                        loss_mask=torch.tensor(rec.loss_mask, dtype=torch.uint8),
+                        hidden_state=dump.hidden_state.contiguous(),
+                        aux_hidden_state=dump.aux_hidden_state.contiguous())
+        try:
+            entry = write_sample(self.job.out, sample, self.hidden)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ReserveStop(self.job.guard.stop_message(self.job.guard.free())) from None
+            raise ExtractError(f"writing sample {rec.index} to {self.job.out} failed: {e}") from None
+        self.manifest.add(entry)
+        self.progress.note_written(t, entry["bytes"])
+        self.job.guard.note_written(entry["bytes"])
+
+    def _one(self, rec: Record) -> None:
+        key = request_key(rec.index, rec.input_ids)
+        size = dump_bytes(len(rec.input_ids), self.hidden)
+        if not self.budget.acquire(size, self.halted):
+            return
+        try:
+            for attempt in range(1, self.opts.retries + 1):
+                t0 = time.monotonic()
+                try:
+                    dump = self._attempt(rec, key)
+                except AttemptFailed as e:
+                    self.folder.discard(key)
+                    if self.stop.is_set():
+                        return
+                    dead = self._failure(rec.index, attempt, str(e))
+                    if dead:
+                        return
+                    if attempt == self.opts.retries:
+                        with self._lock:
+                            self.failed[rec.index] = str(e)
+                        self.log(f"extract: sample {rec.index} failed {attempt} times, giving up on it: {e}")
+                        return
+                    with self._lock:
+                        self.retried += 1
+                    self.log(f"extract: sample {rec.index} attempt {attempt} failed, retrying: {e}")
+                    if self.stop.wait(min(0.05 * 2 ** attempt, 5.0)) or self.halted():
+                        return
+                    continue
+                self.latency.add(time.monotonic() - t0)
+                self._success()
+                self._store(rec, dump)
+                self.folder.discard(key)
+                return
+        finally:
+            self.budget.release(size)
+
+    def _worker(self, work: queue.Queue) -> None:
+        while True:
+            rec = work.get()
+            if rec is None:
+                return
+            if self.halted():
+                continue
+            try:
+                self._one(rec)
+            except BaseException as e:  # noqa: BLE001 - handed to the main thread
+                with self._lock:
+                    if self.fatal is None:
+                        self.fatal = e
+
+    def _tick(self, force: bool = False) -> None:
+        self.progress.tick(force)
+        now = time.monotonic()
+        if force or now - self._last_metric >= self.event_every:
+            self._last_metric = now
+            files, nbytes = self.folder.occupancy()
+            self.events.metric("dump_folder_bytes", nbytes, files=files, budget=self.opts.dump_budget,
+                               reserved=self.budget.used, path=str(self.folder.path))
+            lat = self.latency.summary()
+            if lat is not None:
+                self.events.metric("request_latency_ms", round(lat[0], 1), max_ms=round(lat[1], 1))
+            if force or now - self._last_log >= self.log_every:
+                self._last_log = now
+                mean = f", request latency {lat[0]:,.0f} ms (max {lat[1]:,.0f})" if lat else ""
+                self.log(f"extract: dump folder {files} files, {format_bytes(nbytes)} of "
+                         f"{format_bytes(self.opts.dump_budget)}{mean}")
+
+    def run(self, todo: list[int]) -> SGLangResult:
+        job = self.job
+        self.manifest = ManifestWriter(job.out, 0, 1)
+        work: queue.Queue = queue.Queue(maxsize=self.opts.concurrency)
+        threads = [threading.Thread(target=self._worker, args=(work,), name=f"extract-sglang-{n}", daemon=True)
+                   for n in range(self.opts.concurrency)]
+        for th in threads:
+            th.start()
+        reader = job.dataset.open()
+        t0 = time.monotonic()
+        try:
+            for i in todo:
+                if self.halted():
+                    break
+                rec = reader.read(i)
+                while not self.halted():
+                    try:
+                        work.put(rec, timeout=0.1)
+                        break
+                    except queue.Full:
+                        self._tick()
+                self._tick()
+        finally:
+            reader.close()
+            for _ in threads:
+                while True:
+                    try:
+                        work.put(None, timeout=0.1)
+                        break
+                    except queue.Full:
+                        self._tick()
+            for th in threads:
+                while th.is_alive():
+                    th.join(0.1)
+                    self._tick()
+            self.manifest.close()
+        seconds = time.monotonic() - t0
+        self._tick(force=True)
+        return self._finish(seconds)
+
+    def _finish(self, seconds: float) -> SGLangResult:
+        job, p = self.job, self.progress
+        if self.fatal is not None:
+            if isinstance(self.fatal, ReserveStop):
+                self.events.message(str(self.fatal), level="error")
+            raise self.fatal
+        if self.dead is not None:
+            msg = (f"stopped: {self.opts.max_failures} failed attempts in a row, the SGLang server at "
+                   f"{self.server.url} looks dead or broken (last: {self.dead}); {p.tally.done} of {job.total} "
+                   "samples are in the store: restart the server and rerun the same command to resume")
+            self.events.message(msg, level="error")
+            raise ServerFailed(msg)
+        if self.stop.is_set():
+            raise ExtractError(f"stopped by a signal after writing {p.samples} samples; "
+                               "rerun the same command to resume")
+        if self.failed:
+            first = min(self.failed)
+            msg = (f"{len(self.failed)} samples failed {self.opts.retries} attempts each (first: sample {first}: "
+                   f"{self.failed[first]}); the other {p.tally.done} of {job.total} are in the store: "
+                   "fix the cause and rerun the same command to retry them")
+            self.events.message(msg, level="error")
+            raise ExtractError(msg)
+        complete = finalize(job.out, job.total)
+        self.folder.sweep(keep=set())
+        tally = p.tally
+        tally.refresh()
+        if complete:
+            self.events.artifact(str(job.out), bytes=tally.bytes, samples=tally.done, tokens=tally.tokens)
+        return SGLangResult(samples=p.samples, tokens=p.tokens, bytes=p.bytes, seconds=seconds, done=tally.done,
+                            total=job.total, complete=complete, retried=self.retried,
+                            budget_peak=self.budget.peak)
+
+
+def plan(job: Job, opts: SGLangOptions) -> list[int]:
+    """The indices still to do; refuses a sample whose dump could never fit the budget."""
+    todo = []
+    for i in range(job.total):
+        if i in job.done:
+            continue
+        t = job.dataset.lengths[i]
+        need = dump_bytes(t, job.target.hidden_size)
+        if need > opts.dump_budget:
+            raise BadInput(f"sample {i} has {t} tokens, whose dump takes about {format_bytes(need)}, more than "
+                           f"the dump budget of {format_bytes(opts.dump_budget)} (--dump-budget); raise the "
+                           "budget on the server and here, or merge with a lower --max-len")
+        todo.append(i)
+    return todo
+
+
+def leftover_keys(job: Job, folder: DumpFolder, todo: list[int]) -> set[str]:
+    """Keys of the dumps a killed run left that are still useful: samples still to do,
+    whose key matches this dataset's record (only those few records are read)."""
+    pending = set(todo)
+    keys = set()
+    reader = job.dataset.open()
+    try:
+        for key in folder.dump_keys():
+            index = key_index(key)
+            if index is not None and index in pending and request_key(index, reader.read(index).input_ids) == key:
+                keys.add(key)
+    finally:
+        reader.close()
+    return keys
+
+
+def extract(args) -> int:
+    """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py; raises
+    ExtractError subclasses, returns 0 when this run's work is done."""
+    from .job import ExtractOptions, prepare
+    from .meta import TargetInfo
+    from .reserve import parse_size
+    from .sharding import Shard
+
+    missing = [f"--{n.replace('_', '-')}" for n in ("model", "data", "out", "server", "dump_dir")
+               if getattr(args, n) is None]
+    if missing:
+        raise BadInput(f"missing {', '.join(missing)} (needed by --backend sglang); "
+                       "see python -m pipeline.extract --help")
+    sizes = {}
+    for flag in ("reserve", "dump_budget"):
+        try:
+            sizes[flag] = parse_size(getattr(args, flag))
+        except ValueError as e:
+            raise BadInput(f"--{flag.replace('_', '-')}: {e}") from None
+    opts = SGLangOptions(server=args.server, dump_dir=args.dump_dir, dump_budget=sizes["dump_budget"],
+                         concurrency=args.concurrency, request_timeout=args.request_timeout,
+                         max_failures=args.max_failures, retries=args.retries)
+    opts.validate()
+    target = TargetInfo.from_dir(args.model)
+    options = ExtractOptions(data=args.data, out=args.out, stats=args.stats, max_len=args.max_len,
+                             reserve=sizes["reserve"], limit=args.limit)
+    options.validate()
+    try:
+        server = SGLangServer(args.server, timeout=opts.request_timeout)
+    except ValueError as e:
+        raise BadInput(f"--server: {e}") from None
+    reported = check_server(SGLangServer(args.server, timeout=min(opts.request_timeout, 30.0)), args.model)
+    job = prepare(options, target, DTYPE, Shard(0, 1))
+    try:
+        return _run(job, opts, server, reported)
+    finally:
+        server.close()
+        if getattr(job, "lock", None) is not None:
+            job.lock.release()
+
+
+def _run(job: Job, opts: SGLangOptions, server: SGLangServer, reported: str) -> int:
+    import signal
+
+    from ..events import EventWriter
+
+    for index, why in sorted(getattr(job, "damaged", {}).items()):
+        print(f"extract: sample {index} fails the resume check and will be extracted again: {why}", flush=True)
+    folder = DumpFolder(opts.dump_dir)
+    try:
+        folder.path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"cannot create the dump folder {folder.path} (--dump-dir): {e.strerror}") from None
+    todo = plan(job, opts)
+    swept, swept_bytes = folder.sweep(keep=leftover_keys(job, folder, todo))
+    print(f"extract: {job.total} samples in the run, {len(job.done)} already in the manifest, {len(todo)} to send "
+          f"to {server.url} (serving {reported}), {opts.concurrency} at a time; dump folder {folder.path} "
+          f"(budget {format_bytes(opts.dump_budget)}), capture layers {job.layers}, store {job.out}"
+          + (f"; removed {swept} stale dump files ({format_bytes(swept_bytes)})" if swept else ""), flush=True)
+    if not todo:
+        complete = finalize(job.out, job.total)
+        print("extract: nothing left to do" + ("; store complete" if complete else ""), flush=True)
+        return 0
+    stop = threading.Event()
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main_thread else None
+    try:
+        events = EventWriter.from_env()
+        result = Extraction(job, opts, server, events, log=lambda s: print(s, flush=True), stop=stop).run(todo)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    print(f"extract: wrote {result.samples} samples, {result.tokens:,} tokens, {format_bytes(result.bytes)} in "
+          f"{result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s); {result.retried} retried attempts; "
+          f"dump budget peak {format_bytes(result.budget_peak)}", flush=True)
+    if result.complete:
+        print(f"extract: store complete: {job.out} ({result.done} samples)", flush=True)
+    return 0

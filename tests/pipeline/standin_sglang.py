@@ -1,0 +1,270 @@
+"""A stand-in for an extraction-mode SGLang server: the same HTTP (/health, /model_info,
+/get_model_info, /generate with rid) and the same dump-folder protocol (/tmp/dump_protocol.md,
+pipeline/sglang_dump.py), without a model. SGLang cannot run on the test machines; this lets
+the extraction client be tested end to end against a real socket and a real folder.
+
+Hidden states are a deterministic function of the token ids (`states`), so a test can
+compute what the store must hold. Dumps are written by the real hook's writer
+(pipeline.sglang_dump.DumpHook.dump): it waits for room in the byte budget, then gives up
+with `<KEY>.error`, and never takes the folder over the budget (`max_occupancy` records the
+most the folder held right after each write).
+
+Fault knobs: `die_after` (answer N /generate requests, then drop every connection and stop
+listening), `corrupt` ({sample index: "truncate" | "nan" | "ids"} on that sample's first
+dump), `dump_delay` (the dump lands that many seconds after the answer), `latency` (seconds
+before the prefill), `fast` (one precomputed block of values for every request: the bench).
+
+Run as a program it reads EAGLE3_DUMP_DIR / EAGLE3_DUMP_BUDGET / EAGLE3_DUMP_WAIT like the
+real server and accepts `sglang.launch_server` flags (unknown ones are ignored):
+
+    python tests/pipeline/standin_sglang.py --model-path M --host 127.0.0.1 --port 30000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Self
+
+import torch
+
+from pipeline.atomicfile import write_bytes_atomic
+from pipeline.sglang_dump import DumpConfig, DumpHook, dump_bytes
+
+KEY_PREFIX = "e3-"
+
+
+def states(input_ids: list[int], hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden_state [T,H], aux_hidden_state [T,3H]) in bf16: what the stand-in 'computes'."""
+    t = len(input_ids)
+    ids = torch.tensor(input_ids, dtype=torch.float32)[:, None]
+    pos = torch.arange(t, dtype=torch.float32)[:, None]
+    col = torch.arange(4 * hidden, dtype=torch.float32)[None, :]
+    x = torch.sin(ids * 0.37 + pos * 0.011 + col * 0.13).to(torch.bfloat16)
+    return x[:, :hidden].contiguous(), x[:, hidden:].contiguous()
+
+
+def occupancy(folder: Path) -> int:
+    total = 0
+    with os.scandir(folder) as it:
+        for e in it:
+            try:
+                if e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
+
+
+def read_hidden(model_path: str) -> int:
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    return int(text["hidden_size"])
+
+
+class StandIn:
+    def __init__(self, model_path: str | Path, dump_dir: str | Path | None, hidden: int | None = None,
+                 budget: int = 8 * 10**9, wait: float = 120.0, host: str = "127.0.0.1", port: int = 0,
+                 die_after: int | None = None, corrupt: dict[int, str] | None = None, dump_delay: float = 0.0,
+                 latency: float = 0.0, fast: bool = False) -> None:
+        self.model_path = str(model_path)
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self.hidden = hidden if hidden is not None else read_hidden(self.model_path)
+        self.budget, self.wait = budget, wait
+        self.die_after, self.corrupt = die_after, dict(corrupt or {})
+        self.dump_delay, self.latency, self.fast = dump_delay, latency, fast
+        self.requests = 0
+        self.per_key: dict[str, int] = {}
+        self.dumps = 0
+        self.errors = 0
+        self.max_occupancy = 0
+        self.inflight = self.max_inflight = 0  # /generate requests being answered at once
+        self.dead = False
+        self._lock = threading.Lock()
+        self._fast_block: torch.Tensor | None = None
+        self.hook = DumpHook(DumpConfig(self.dump_dir, budget, wait), poll=0.005) if self.dump_dir else None
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="standin-sglang", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.dead = True
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.dead:
+            self.stop()
+
+    def _die(self) -> None:
+        self.dead = True
+        threading.Thread(target=lambda: (self.httpd.shutdown(), self.httpd.server_close()), daemon=True).start()
+
+    def tensors(self, input_ids: list[int]) -> dict[str, torch.Tensor]:
+        if self.fast:
+            t = len(input_ids)
+            if self._fast_block is None or self._fast_block.shape[0] < t:
+                self._fast_block = torch.cat(states([7] * max(t, 256), self.hidden), dim=1)
+            block = self._fast_block[:t]
+            final, aux = block[:, : self.hidden], block[:, self.hidden:]
+        else:
+            final, aux = states(input_ids, self.hidden)
+        return {"input_ids": torch.tensor(input_ids, dtype=torch.int64), "hidden_state": final,
+                "aux_hidden_state": aux}
+
+    def prefill(self, rid: str, input_ids: list[int]) -> None:
+        """What the patched model does for one request during extend: pipeline.sglang_dump's
+        hook writes the dump (budget, lock, atomic rename, .error when there is no room)."""
+        if self.hook is None or not rid.startswith(KEY_PREFIX):
+            return
+        if self.latency:
+            time.sleep(self.latency)
+        tensors = self.tensors(input_ids)
+        index = int(rid.split("-")[1])
+        with self._lock:
+            fault = self.corrupt.pop(index, None)
+        if fault == "nan":
+            tensors["hidden_state"] = tensors["hidden_state"].clone()
+            tensors["hidden_state"][0, 0] = float("nan")
+        elif fault == "ids":
+            tensors["input_ids"] = tensors["input_ids"].flip(0).contiguous()
+        if fault == "truncate":
+            data = dump_bytes(tensors, {"rid": rid, "tokens": str(len(input_ids))})
+            write_bytes_atomic(self.hook.config.dir / f"{rid}.safetensors", data[: len(data) // 2])
+            return
+        if self.dump_delay:
+            threading.Thread(target=self._write_later, args=(rid, tensors), daemon=True).start()
+        else:
+            self.write(rid, tensors)
+
+    def _write_later(self, rid: str, tensors: dict[str, torch.Tensor]) -> None:
+        time.sleep(self.dump_delay)
+        self.write(rid, tensors)
+
+    def write(self, rid: str, tensors: dict[str, torch.Tensor]) -> None:
+        assert self.hook is not None
+        ok = self.hook.dump(rid, tensors["input_ids"], tensors["hidden_state"], tensors["aux_hidden_state"])
+        with self._lock:
+            if ok:
+                self.dumps += 1
+                self.max_occupancy = max(self.max_occupancy, occupancy(self.hook.config.dir))
+            else:
+                self.errors += 1
+
+
+def _handler(standin: StandIn):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()  # no Nagle: headers and body go in two writes (uvicorn sets it too)
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def log_message(self, *args) -> None:  # quiet
+            pass
+
+        def _send(self, status: int, obj: object) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _dropped(self) -> bool:
+            if standin.dead:
+                self.close_connection = True
+                return True
+            return False
+
+        def do_GET(self) -> None:
+            if self._dropped():
+                return
+            if self.path == "/health":
+                self._send(200, {})
+            elif self.path in ("/model_info", "/get_model_info"):
+                self._send(200, {"model_path": standin.model_path, "is_generation": True})
+            else:
+                self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            if self._dropped():
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path != "/generate":
+                self._send(404, {"detail": "Not Found"})
+                return
+            with standin._lock:
+                standin.requests += 1
+                if standin.die_after is not None and standin.requests > standin.die_after:
+                    standin._die()
+                    self.close_connection = True
+                    return
+            try:
+                req = json.loads(raw)
+                ids = [int(x) for x in req["input_ids"]]
+                rid = str(req.get("rid") or "")
+            except (ValueError, KeyError, TypeError) as e:
+                self._send(400, {"error": f"bad request: {e}"})
+                return
+            with standin._lock:
+                standin.per_key[rid] = standin.per_key.get(rid, 0) + 1
+                standin.inflight += 1
+                standin.max_inflight = max(standin.max_inflight, standin.inflight)
+            try:
+                standin.prefill(rid, ids)
+            finally:
+                with standin._lock:
+                    standin.inflight -= 1
+            self._send(200, {"text": "", "output_ids": [0],
+                             "meta_info": {"id": rid, "prompt_tokens": len(ids), "completion_tokens": 1}})
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="stand-in for an extraction-mode sglang.launch_server")
+    p.add_argument("--model-path", "--model", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--port-file", help="write the bound port here once listening")
+    args, _unknown = p.parse_known_args(argv)
+    dump = DumpConfig.from_env()
+    standin = StandIn(args.model_path, dump.dir if dump else None, budget=dump.budget if dump else 1,
+                      wait=dump.wait if dump else 0.0, host=args.host, port=args.port)
+    if args.port_file:
+        Path(args.port_file).write_text(str(standin.httpd.server_address[1]))
+    print(f"stand-in SGLang server on {standin.url} serving {standin.model_path}", flush=True)
+    try:
+        standin.httpd.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

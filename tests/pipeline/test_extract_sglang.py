@@ -1,0 +1,211 @@
+"""The SGLang extraction client end to end against the stand-in server (standin_sglang.py):
+a real socket, a real dump folder, the real store writer."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from standin_sglang import StandIn, states
+
+from pipeline.events import iter_events
+from pipeline.extract.__main__ import main
+from pipeline.extract.dumps import dump_bytes, request_key
+from pipeline.extract.manifest import read_manifest
+
+HIDDEN = 32
+LAYERS = 8
+VOCAB = 128
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    """A target folder as the client sees it: config.json and a weights file (its fingerprint)."""
+    from safetensors.torch import save_file
+
+    d = tmp_path_factory.mktemp("target") / "tiny-target"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": HIDDEN,
+                                               "num_hidden_layers": LAYERS, "vocab_size": VOCAB}))
+    save_file({"embed": torch.zeros(VOCAB, HIDDEN)}, str(d / "model.safetensors"))
+    return d
+
+
+def records(n: int, seed: int = 3, length: int | None = None) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        t = length or rng.randint(3, 48)
+        out.append({"id": f"r{i}", "source": "t", "input_ids": [rng.randrange(VOCAB) for _ in range(t)],
+                    "loss_mask": [int(rng.random() < 0.6) for _ in range(t)]})
+    return out
+
+
+def write_data(path: Path, recs: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def run(target: Path, data: Path, out: Path, dumps: Path, url: str, *more: str) -> int:
+    return main(["--backend", "sglang", "--server", url, "--dump-dir", str(dumps), "--model", str(target),
+                 "--data", str(data), "--out", str(out), "--reserve", "0", "--concurrency", "4", *more])
+
+
+def leftovers(dumps: Path) -> list[str]:
+    """Files in the dump folder other than the server's empty writer lock."""
+    return sorted(p.name for p in dumps.iterdir() if not p.name.endswith(".lock"))
+
+
+def assert_store_is_what_the_server_computed(out: Path, recs: list[dict]) -> None:
+    from safetensors.torch import load_file
+
+    done = read_manifest(out)
+    assert sorted(done) == list(range(len(recs)))
+    assert (out / "manifest.jsonl").exists() and not list(out.glob("manifest.rank*"))
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["dtype"] == "bfloat16" and meta["hidden_size"] == HIDDEN and meta["records"] == len(recs)
+    for i, r in enumerate(recs):
+        t = load_file(out / done[i]["file"])
+        final, aux = states(r["input_ids"], HIDDEN)
+        assert t["input_ids"].tolist() == r["input_ids"]
+        assert t["loss_mask"].tolist() == r["loss_mask"] and t["loss_mask"].dtype == torch.uint8
+        assert torch.equal(t["hidden_state"], final), f"sample {i}"
+        assert torch.equal(t["aux_hidden_state"], aux), f"sample {i}"
+        assert done[i]["id"] == r["id"] and done[i]["tokens"] == len(r["input_ids"])
+
+
+def test_a_normal_run_stores_what_the_server_computed_and_a_rerun_sends_nothing(
+        tmp_path, target, monkeypatch, capsys):
+    recs = records(24)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "shm" / "hs", tmp_path / "store"
+    monkeypatch.setenv("EAGLE3_EVENTS", str(tmp_path / "events.jsonl"))
+    with StandIn(target, dumps) as server:
+        assert run(target, data, out, dumps, server.url) == 0
+        assert_store_is_what_the_server_computed(out, recs)
+        assert leftovers(dumps) == [], "every dump is deleted once in the store"
+        assert server.requests == len(recs)
+        assert all(k == request_key(int(k.split("-")[1]), recs[int(k.split("-")[1])]["input_ids"])
+                   for k in server.per_key)
+        assert "store complete" in capsys.readouterr().out
+
+        assert run(target, data, out, dumps, server.url) == 0
+        assert server.requests == len(recs), "a finished store sends nothing on a rerun"
+        assert "nothing left to do" in capsys.readouterr().out
+    events = list(iter_events(tmp_path / "events.jsonl"))
+    progress = [e for e in events if e.kind == "progress"]
+    assert progress[-1].get("done") == len(recs) and progress[-1].get("tokens") == sum(len(r["input_ids"]) for r in recs)
+    names = {e.get("name") for e in events if e.kind == "metric"}
+    assert {"dump_folder_bytes", "request_latency_ms"} <= names
+    assert any(e.kind == "artifact" for e in events)
+
+
+def test_a_server_that_dies_mid_run_stops_with_exit_4_and_a_rerun_completes(tmp_path, target, capsys):
+    recs = records(30, seed=5)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    with StandIn(target, dumps, die_after=10) as server:
+        code = run(target, data, out, dumps, server.url, "--max-failures", "4")
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert "looks dead" in err and "rerun the same command to resume" in err and "Traceback" not in err
+    kept = len(read_manifest(out))
+    assert 0 < kept <= 10
+
+    with StandIn(target, dumps) as again:
+        assert run(target, data, out, dumps, again.url) == 0
+        assert again.requests == len(recs) - kept, "the rerun sends only what is missing"
+    assert_store_is_what_the_server_computed(out, recs)
+
+
+def test_a_dump_folder_at_its_budget_throttles_and_loses_nothing(tmp_path, target, capsys):
+    recs = records(16, seed=7, length=40)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    one = dump_bytes(40, HIDDEN)
+    budget = 2 * one + one // 2  # room for two dumps
+    with StandIn(target, dumps, budget=budget, wait=10.0, dump_delay=0.01) as server:
+        assert run(target, data, out, dumps, server.url, "--dump-budget", str(budget), "--concurrency", "6") == 0
+        assert server.errors == 0, "the client held back: the server never had to refuse"
+        assert server.max_inflight <= 2, "no more requests in flight than the budget holds dumps"
+        assert 0 < server.max_occupancy <= budget
+        assert server.requests == len(recs)
+    assert_store_is_what_the_server_computed(out, recs)
+    assert "dump budget peak" in capsys.readouterr().out
+
+
+def test_a_sample_too_big_for_the_dump_budget_is_refused_before_sending(tmp_path, target, capsys):
+    recs = records(3, length=40)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    with StandIn(target, tmp_path / "hs") as server:
+        assert run(target, data, tmp_path / "store", tmp_path / "hs", server.url, "--dump-budget", "1000") == 2
+        assert server.requests == 0
+    assert "more than the dump budget" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fault", ["truncate", "nan", "ids"])
+def test_a_corrupt_dump_is_rejected_and_retried(tmp_path, target, capsys, fault):
+    recs = records(8, seed=11)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    with StandIn(target, dumps, corrupt={3: fault}) as server:
+        assert run(target, data, out, dumps, server.url) == 0
+        key = request_key(3, recs[3]["input_ids"])
+        assert server.per_key[key] == 2, "sent again after the bad dump"
+    assert_store_is_what_the_server_computed(out, recs)
+    assert "rejected dump" in capsys.readouterr().out
+
+
+def test_a_server_that_writes_no_dumps_is_reported_not_waited_on_forever(tmp_path, target, capsys):
+    recs = records(4)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    with StandIn(target, None) as server:  # answers, but unpatched: no dump folder
+        code = run(target, data, tmp_path / "store", tmp_path / "hs", server.url,
+                   "--request-timeout", "0.3", "--max-failures", "3", "--retries", "2")
+    err = capsys.readouterr().err
+    assert code == 4
+    assert "no dump appeared" in err and "EAGLE3_DUMP_DIR" in err
+
+
+def test_a_server_serving_another_model_is_refused(tmp_path, target, capsys):
+    data = write_data(tmp_path / "train.jsonl", records(2))
+    with StandIn(tmp_path, tmp_path / "hs", hidden=HIDDEN) as server:
+        assert run(target, data, tmp_path / "store", tmp_path / "hs", server.url) == 2
+        assert server.requests == 0
+    err = capsys.readouterr().err
+    assert "not the target" in err and str(target) in err
+
+
+def test_no_server_at_start_is_exit_4_with_what_to_do(tmp_path, target, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = write_data(tmp_path / "train.jsonl", records(2))
+    assert run(target, data, tmp_path / "store", tmp_path / "hs", f"http://127.0.0.1:{port}") == 4
+    err = capsys.readouterr().err
+    assert "connection refused" in err and "pipeline.serve" in err
+
+
+def test_dumps_left_by_a_killed_run_are_reused_or_swept(tmp_path, target, capsys):
+    recs = records(6, seed=13)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    with StandIn(target, dumps) as early:
+        early.prefill(request_key(2, recs[2]["input_ids"]), recs[2]["input_ids"])  # killed before moving it
+        early.prefill(request_key(4, [1, 2, 3]), [1, 2, 3])  # another dataset's leftover
+        (dumps / "e3-5-0000000000000000.error").write_text("old failure\n")
+    with StandIn(target, dumps) as server:
+        assert run(target, data, out, dumps, server.url) == 0
+        assert request_key(2, recs[2]["input_ids"]) not in server.per_key, "the leftover dump was used"
+        assert server.requests == len(recs) - 1
+    assert leftovers(dumps) == []
+    assert_store_is_what_the_server_computed(out, recs)
