@@ -26,6 +26,9 @@ KEY_PREFIX = "e3-"
 DUMP_SUFFIX = ".safetensors"
 ERROR_SUFFIX = ".error"
 ERROR_MAX_BYTES = 4096
+SERVER_ROOM = 4096
+"""Bytes of the budget the server keeps for .error files (pipeline.sglang_dump.ERROR_ROOM):
+dumps may fill the budget less this."""
 HEADER_ALLOWANCE = 1024
 """Bytes allowed for a dump's safetensors header when sizing it before it exists (the real
 header of three tensors plus metadata is about 300 bytes)."""

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from .dataset import Record
-from .dumps import BadDump, DumpFolder, dump_bytes, key_index, request_key
+from .dumps import SERVER_ROOM, BadDump, DumpFolder, dump_bytes, key_index, request_key
 from .errors import BadInput, ExtractError, ReserveStop
 from .job import Job
 from .manifest import ManifestWriter, finalize
@@ -82,8 +82,13 @@ class SGLangOptions:
             raise BadInput(f"--concurrency must be at most 1024, got {self.concurrency}")
         if not 0 < self.request_timeout <= 86400:
             raise BadInput(f"--request-timeout must be between 0 and 86400 seconds, got {self.request_timeout:g}")
-        if self.dump_budget < 1:
-            raise BadInput(f"--dump-budget must be positive, got {self.dump_budget}")
+        if self.dump_room < 1:
+            raise BadInput(f"--dump-budget must be more than {SERVER_ROOM} bytes, got {self.dump_budget}")
+
+    @property
+    def dump_room(self) -> int:
+        """What the dumps may take of the budget: the server keeps SERVER_ROOM for .error files."""
+        return self.dump_budget - SERVER_ROOM
 
 
 def same_model(reported: str, model: Path) -> bool:
@@ -174,7 +179,7 @@ class Extraction:
         self.stop = stop or threading.Event()
         self.folder = DumpFolder(opts.dump_dir)
         self.hidden = job.target.hidden_size
-        self.budget = DumpBudget(opts.dump_budget)
+        self.budget = DumpBudget(opts.dump_room)
         self.latency = Latencies()
         self.progress = Progress(job.out, job.total, events, 0, 1, log=log,
                                  event_every=event_every, log_every=log_every)
@@ -402,7 +407,7 @@ def plan(job: Job, opts: SGLangOptions) -> list[int]:
             continue
         t = job.dataset.lengths[i]
         need = dump_bytes(t, job.target.hidden_size)
-        if need > opts.dump_budget:
+        if need > opts.dump_room:
             raise BadInput(f"sample {i} has {t} tokens, whose dump takes about {format_bytes(need)}, more than "
                            f"the dump budget of {format_bytes(opts.dump_budget)} (--dump-budget); raise the "
                            "budget on the server and here, or merge with a lower --max-len")

@@ -145,7 +145,7 @@ def test_a_sample_too_big_for_the_dump_budget_is_refused_before_sending(tmp_path
     recs = records(3, length=40)
     data = write_data(tmp_path / "train.jsonl", recs)
     with StandIn(target, tmp_path / "hs") as server:
-        assert run(target, data, tmp_path / "store", tmp_path / "hs", server.url, "--dump-budget", "1000") == 2
+        assert run(target, data, tmp_path / "store", tmp_path / "hs", server.url, "--dump-budget", "8000") == 2
         assert server.requests == 0
     assert "more than the dump budget" in capsys.readouterr().err
 
