@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 
 from ..events import EventWriter
-from .errors import BadInput, ExtractError
+from .errors import BadInput, ExtractError, disk_full, is_disk_full
 from .reserve import format_bytes, parse_size
 
 PROG = "python -m pipeline.extract"
@@ -139,6 +139,15 @@ def _extract(args: argparse.Namespace) -> int:
         device = device_for(args.device, shard, torch.cuda.is_available(), torch.cuda.device_count())
     dtype = "bfloat16" if device.startswith("cuda") else "float32"
     job = prepare(options, target, dtype, shard)
+    try:
+        return _run(args, job, device, dtype)
+    finally:
+        if job.lock is not None:
+            job.lock.release()
+
+
+def _run(args: argparse.Namespace, job, device: str, dtype: str) -> int:
+    shard = job.shard
     events = EventWriter.from_env()
     for index, why in sorted(job.damaged.items()):
         print(f"extract: sample {index} fails the resume check and will be extracted again: {why}", flush=True)
@@ -149,10 +158,9 @@ def _extract(args: argparse.Namespace) -> int:
           f"capture layers {job.layers}, store {job.out}", flush=True)
 
     from . import engine
-    from .manifest import finalize
 
     if todo == 0:
-        complete = finalize(job.out, job.total)
+        complete = engine.finalize_or_stop(job.out, job.total)
         print(f"extract: {tag}nothing left to do" + ("; store complete" if complete else ""), flush=True)
         return 0
 
@@ -190,6 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     except ExtractError as e:
         print(f"extract: {e}", file=sys.stderr, flush=True)
         return e.exit_code
+    except OSError as e:
+        if not is_disk_full(e):
+            print(f"extract: failed: {e}", file=sys.stderr, flush=True)
+            return 1
+        stop = disk_full(e, "writing the store", args.out)
+        print(f"extract: {stop}", file=sys.stderr, flush=True)
+        return stop.exit_code
     except KeyboardInterrupt:
         print("extract: interrupted; rerun the same command to resume", file=sys.stderr, flush=True)
         return 1

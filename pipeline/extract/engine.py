@@ -19,7 +19,7 @@ import torch
 from .batching import PlannedBatch
 from .buffers import BufferPool
 from .capture import Capturer
-from .errors import ExtractError, ReserveStop
+from .errors import ExtractError, ReserveStop, disk_full, is_disk_full
 from .job import Job
 from .manifest import ManifestWriter, finalize
 from .progress import Progress
@@ -115,6 +115,16 @@ class Loader:
         self._thread.join()
 
 
+def finalize_or_stop(out, total: int) -> bool:
+    """manifest.finalize, with a full disk as the reserve stop (exit 3) it is."""
+    try:
+        return finalize(out, total)
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full(e, "writing the final manifest", out) from None
+        raise
+
+
 def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[str], None] = print,
         stop: threading.Event | None = None) -> RunResult:
     """Extract this rank's remaining samples; raises ExtractError subclasses on failure."""
@@ -133,11 +143,8 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         progress.note_written(tokens, nbytes)
         job.guard.note_written(nbytes)
 
-    def disk_full() -> str:
-        return job.guard.stop_message(job.guard.free())
-
     manifest = ManifestWriter(job.out, job.shard.rank, job.shard.world_size)
-    writers = WriterPool(job.out, job.target.hidden_size, manifest, pool, opts.writers, on_written, disk_full)
+    writers = WriterPool(job.out, job.target.hidden_size, manifest, pool, opts.writers, on_written)
     loader = Loader(job, pin=capturer.cuda)
     t0 = time.monotonic()
     failure: BaseException | None = None
@@ -170,7 +177,12 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
     finally:
         loader.close()
         writers.close()
-        manifest.close()
+        try:
+            manifest.close()
+        except OSError as e:  # a full disk here must not hide the first failure, nor exit 1
+            close_error = disk_full(e, "appending to the manifest", job.out) if is_disk_full(e) else \
+                ExtractError(f"closing the manifest {manifest.path} failed: {e}")
+            failure = failure or close_error
     seconds = time.monotonic() - t0
     progress.tick(force=True)
     failure = writers.error or failure
@@ -182,7 +194,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         raise ExtractError(
             f"stopped by a signal after writing {progress.samples} samples; rerun the same command to resume"
         )
-    complete = finalize(job.out, job.total)
+    complete = finalize_or_stop(job.out, job.total)
     tally = progress.tally
     tally.refresh()
     if complete:

@@ -9,7 +9,6 @@ back and the GPU loop can see the error and stop.
 
 from __future__ import annotations
 
-import errno
 import queue
 import threading
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import torch
 
 from .batching import PlannedBatch
 from .buffers import BufferPool, HostSlot
-from .errors import ExtractError, ReserveStop
+from .errors import ExtractError, disk_full, is_disk_full
 from .manifest import ManifestWriter
 from .store import Sample, write_sample
 
@@ -44,13 +43,12 @@ class HostBatch:
 
 class WriterPool:
     def __init__(self, out: Path, hidden: int, manifest: ManifestWriter, pool: BufferPool, threads: int,
-                 on_written: Callable[[int, int], None], on_disk_full: Callable[[], str]) -> None:
+                 on_written: Callable[[int, int], None]) -> None:
         self.out = Path(out)
         self.hidden = hidden
         self.manifest = manifest
         self.pool = pool
         self.on_written = on_written
-        self.on_disk_full = on_disk_full
         self.error: BaseException | None = None
         self._jobs: queue.Queue[tuple[HostBatch, int] | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -93,8 +91,8 @@ class WriterPool:
                 if self.error is None:
                     self._write(batch, p)
             except OSError as e:
-                if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    self._fail(ReserveStop(self.on_disk_full()))
+                if is_disk_full(e):
+                    self._fail(disk_full(e, f"writing sample {batch.plan.indices[p]}", self.out))
                 else:
                     self._fail(ExtractError(f"writing sample {batch.plan.indices[p]} to {self.out} failed: {e}"))
             except BaseException as e:  # noqa: BLE001 - handed to the main loop
