@@ -13,7 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from console.core.config.model import UnknownPhase
 from console.core.errors import ConfigError, Eagle3Error
+from console.core.terminal_text import one_line, strip_controls
+from console.core.state import signal_name
 
 GLYPH = {"pass": "✓", "warn": "!", "fail": "✗"}
 STATE_GLYPH = {
@@ -103,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
+    except UnknownPhase as e:
+        print(f"eagle3: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except Eagle3Error as e:
         print(f"eagle3: {e}", file=sys.stderr)
         return EXIT_FAIL
@@ -151,7 +157,7 @@ def _print_results(phase_id: str, results: list[Any], out: TextIO) -> None:
     for r in results:
         mark = GLYPH.get(r.status, "?")
         suffix = f"  [overridden: {r.reason}]" if r.overridden else ""
-        print(f"  {mark} {r.name.ljust(width)}  {r.message}{suffix}", file=out)
+        print(one_line(f"  {mark} {r.name.ljust(width)}  {r.message}{suffix}"), file=out)
 
 
 def _cmd_check(project: Any, args: argparse.Namespace, out: TextIO) -> int:
@@ -199,7 +205,7 @@ def _cmd_status(project: Any, args: argparse.Namespace, out: TextIO) -> int:
                 f"{_fmt_duration(s.duration_s):>7}  {code:<7}  {run}")
         if s.reason:
             line += f"  - {s.reason}"
-        print(line, file=out)
+        print(one_line(line), file=out)
     return EXIT_OK
 
 
@@ -215,7 +221,7 @@ def _stream(path: Path, out: TextIO, follow_until: Any = None, offset: int = 0) 
                     if not chunk:
                         break
                     offset += len(chunk)
-                    out.write(chunk.decode("utf-8", errors="replace"))
+                    out.write(strip_controls(chunk.decode("utf-8", errors="replace")))
         except FileNotFoundError:
             pass
         out.flush()
@@ -227,7 +233,7 @@ def _stream(path: Path, out: TextIO, follow_until: Any = None, offset: int = 0) 
                         f.seek(offset)
                         rest = f.read()
                         offset += len(rest)
-                        out.write(rest.decode("utf-8", errors="replace"))
+                        out.write(strip_controls(rest.decode("utf-8", errors="replace")))
                         out.flush()
                 except FileNotFoundError:
                     pass
@@ -300,7 +306,7 @@ def format_journal_record(r: dict[str, Any]) -> str:
         if r.get("stopped"):
             detail = f"run {r.get('run_id')} stopped after {took}"
         elif r.get("code") is None:
-            why = r.get("error") or f"signal {r.get('signal')}"
+            why = r.get("error") or f"killed by {signal_name(r.get('signal'))}"
             detail = f"run {r.get('run_id')} ended after {took}: {why}"
         else:
             detail = f"run {r.get('run_id')} exit {r.get('code')} in {took}, verify {r.get('verify')}"
@@ -312,7 +318,7 @@ def format_journal_record(r: dict[str, Any]) -> str:
         detail = f"run {r.get('run_id', '')}"
     elif ev == "confirm":
         detail = "confirmed by typing the phase id"
-    return f"{t}  {r.get('user', '?'):<10} {ev:<12} {phase:<14} {detail}".rstrip()
+    return one_line(f"{t}  {r.get('user', '?'):<10} {ev:<12} {phase:<14} {detail}".rstrip())
 
 
 # -- run ----------------------------------------------------------------------------

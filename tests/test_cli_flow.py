@@ -137,6 +137,28 @@ def test_blocked_run_then_override_recorded_in_journal(cfg: Path, capsys) -> Non
     assert "overridden: approved on the phone by Dana" in capsys.readouterr().out
 
 
+def test_journal_and_logs_cannot_be_forged_or_carry_terminal_escapes(cfg: Path, capsys) -> None:
+    forged = "ok\n2026-01-01 00:00:00  root       run_ended    make-data      run x exit 0\x1b]52;c;ZXZpbA==\x07"
+    assert main(["run", str(cfg), "guarded", "--wait", "--override", "approval", "--reason", forged]) == 0
+    capsys.readouterr()
+    assert main(["journal", str(cfg), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert main(["journal", str(cfg)]) == 0
+    text = capsys.readouterr().out
+    assert len(text.splitlines()) == len(records)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "overridden: ok\\n2026-01-01" in text  # the newline is shown, not obeyed
+
+    from console.core.runs import manager
+    rd = manager.latest_run(cfg.parent / "work" / "state", "guarded")
+    with open(rd.output_log, "ab") as f:
+        f.write(b"\x1b[2J\x1b]0;pwned\x07\x9b31mred\x1b[0m plain\n")
+    assert main(["logs", str(cfg), "guarded"]) == 0
+    log = capsys.readouterr().out
+    assert "guarded ran" in log and "red plain" in log
+    assert not any(c in log for c in "\x1b\x07\x9b")
+
+
 def test_override_needs_reason_and_a_real_check_name(cfg: Path, capsys) -> None:
     assert main(["run", str(cfg), "guarded", "--override", "approval"]) == 2
     assert "--reason" in capsys.readouterr().err
@@ -162,8 +184,10 @@ def test_logs_and_unknown_phase(cfg: Path, capsys) -> None:
     capsys.readouterr()
     assert main(["logs", str(cfg), "make-data"]) == 0
     assert "copied" in capsys.readouterr().out
-    assert main(["logs", str(cfg), "nope"]) == 1
-    assert "no phase 'nope'" in capsys.readouterr().err
+    for argv in (["logs", str(cfg), "nope"], ["stop", str(cfg), "nope"], ["journal", str(cfg), "--phase", "nope"],
+                 ["run", str(cfg), "nope"], ["check", str(cfg), "nope"]):
+        assert main(argv) == 2, argv  # a usage error, like any other
+        assert "no phase 'nope'" in capsys.readouterr().err
 
 
 def test_confirm_phase_shows_what_it_deletes_and_needs_the_id(cfg: Path, capsys) -> None:

@@ -30,9 +30,25 @@ def _user() -> str:
         return str(os.getuid())
 
 
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create the state dir (and parents) owner-only: it holds commands, environments and
+    evidence. An existing one we own is tightened to 0700."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        st = p.stat()
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(p, 0o700)
+    except OSError:
+        pass
+    return p
+
+
 class Journal:
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], redactor: Any = None) -> None:
+        """`redactor` (config.secrets.Redactor) hides `${env:...}` values in every record."""
         self.state_dir = Path(state_dir)
+        self.redactor = redactor
 
     @property
     def path(self) -> Path:
@@ -43,12 +59,14 @@ class Journal:
         filled in unless the caller names them (an override records who gave it)."""
         rec: dict[str, Any] = {"t": round(time.time(), 3), "event": event}
         rec.update((k, v) for k, v in fields.items() if k != "t")
+        if self.redactor:
+            rec = self.redactor.obj(rec)
         rec.setdefault("user", _user())
         rec.setdefault("host", socket.gethostname())
         line = json.dumps(rec, separators=(",", ":"), default=str, ensure_ascii=False) + "\n"
         data = line.encode("utf-8")
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        private_dir(self.state_dir)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":

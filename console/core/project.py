@@ -16,6 +16,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
 from console.core.config.loader import load_config
+from console.core.config.secrets import redact_results, redactor_for
 from console.core.config.model import Config, Phase
 from console.core.errors import Eagle3Error, PhaseError
 from console.core.interpreter import locate, missing_message, path_with_interpreter
@@ -63,7 +64,8 @@ class _StaleCheck:
 class Project:
     def __init__(self, config: Config, gpu_reader=None, stale_ttl_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
         self.config = config
-        self.journal = Journal(config.state_dir)
+        self.redactor = redactor_for(config)
+        self.journal = Journal(config.state_dir, self.redactor)
         self.gpu_reader = gpu_reader
         self.stale_ttl_s = stale_ttl_s
         self._stale: dict[str, _StaleCheck] = {}
@@ -128,9 +130,9 @@ class Project:
         def service_ready(phase: Phase) -> tuple[bool, str]:
             if not probe_services or not phase.ready:
                 return (not phase.ready, "no readiness probe run")
-            res = run_checks(phase.ready, self.context(phase), timeout=10)
-            bad = [r for r in res if r.status != "pass"]
-            return (not bad, "; ".join(f"{r.name}: {r.message}" for r in bad))
+            ok, res = manager.probe_ready(self.config, phase, self.context(phase))
+            bad = [r for r in res if r.blocking]
+            return (ok, self.redactor.text("; ".join(f"{r.name}: {r.message}" for r in bad)))
 
         return derive_states(self.config, run_of, stale_reason, record_time, checks, service_ready)
 
@@ -160,6 +162,7 @@ class Project:
         if python is not None:
             results.append(python)
         results += run_checks(phase.checks, self.context(phase), overrides=dict(overrides or {}))
+        results = redact_results(results, self.redactor)
         for r in results:
             if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
                 r.overridden, r.reason = True, overrides[NEEDS_CHECK]
@@ -198,7 +201,7 @@ class Project:
 
     def verify(self, phase_id: str) -> list[CheckResult]:
         phase = self.config.phase(phase_id)
-        results = run_checks(phase.verify, self.context(phase))
+        results = redact_results(run_checks(phase.verify, self.context(phase)), self.redactor)
         self.journal.append("verify", phase=phase.id, results=[r.to_json() for r in results],
                             passed=not any(r.status == "fail" for r in results), source="operator")
         return results
@@ -255,7 +258,7 @@ class Project:
             lines.append(f"deletes: {p} ({_describe_path(p)})")
         for p in phase.outputs:
             lines.append(f"writes: {p} ({_describe_path(p)})")
-        return "\n".join(lines)
+        return self.redactor.text("\n".join(lines))
 
 
 def _describe_path(p: Path, limit: int = 200_000) -> str:

@@ -118,29 +118,74 @@ def record_path(state_dir: str | os.PathLike[str], phase_id: str) -> Path:
     return Path(state_dir) / "provenance" / f"{phase_id}.json"
 
 
+def _key(config: "Config", p: str | os.PathLike[str]) -> str:
+    """How a path is stored: relative to the config's folder when inside it (a moved or
+    copied project then checks its own files), absolute otherwise."""
+    full = os.path.abspath(config.resolve(p))
+    rel = os.path.relpath(full, os.path.abspath(config.root))
+    return full if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 def record_phase(config: "Config", phase: "Phase", run_id: str) -> dict[str, Any]:
-    """Fingerprint the phase's inputs and outputs now and store the record atomically."""
+    """Fingerprint the phase's inputs and outputs now and store the record atomically
+    (paths relative to the config's folder, `${env:...}` values redacted: the record names
+    the variable instead). Returns it as `read_record` will give it back."""
+    from console.core.config.secrets import redactor_for
+
+    redactor = redactor_for(config)
     record = {
         "phase": phase.id,
         "run_id": run_id,
         "argv": list(phase.argv),
         "config": str(config.path),
+        "root": str(config.root),
+        "state_dir": str(config.state_dir),
         "config_fingerprint": config.fingerprint,
-        "inputs": {str(config.resolve(p)): fingerprint(config.resolve(p)) for p in phase.inputs},
-        "outputs": {str(config.resolve(p)): fingerprint(config.resolve(p)) for p in phase.outputs},
+        "inputs": {_key(config, p): fingerprint(config.resolve(p)) for p in phase.inputs},
+        "outputs": {_key(config, p): fingerprint(config.resolve(p)) for p in phase.outputs},
         "finished_at": time.time(),
+        "secret_env": list(redactor.names),
     }
-    atomic_write_json(record_path(config.state_dir, phase.id), record)
+    atomic_write_json(record_path(config.state_dir, phase.id), redactor.obj(record))
+    for role in ("inputs", "outputs"):  # returned as read_record gives it: absolute paths
+        record[role] = {str(config.root / k) if not os.path.isabs(k) else k: v for k, v in record[role].items()}
     return record
 
 
+def _root_now(record: dict[str, Any], state_dir: Path) -> Path | None:
+    """The config folder the record's relative paths mean today: where it was, unless the
+    state dir that holds the record moved with it (a moved or copied project)."""
+    root, then = record.get("root"), record.get("state_dir")
+    if not isinstance(root, str):
+        return None
+    if isinstance(then, str) and os.path.abspath(then) != os.path.abspath(state_dir):
+        if os.path.abspath(then).startswith(os.path.abspath(root) + os.sep):
+            rel = os.path.relpath(root, then)
+            return Path(os.path.normpath(os.path.join(os.path.abspath(state_dir), rel)))
+    return Path(root)
+
+
 def read_record(state_dir: str | os.PathLike[str], phase_id: str) -> dict[str, Any] | None:
-    """The phase's record, or None when it never finished (or the record is unreadable)."""
+    """The phase's record, or None when it never finished (or the record is unreadable).
+    Paths come back absolute, for where the project is now, and `${env:...}` references
+    hold their values again (in memory only)."""
     try:
         data = json.loads(record_path(state_dir, phase_id).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    from console.core.config.secrets import Redactor
+
+    data = Redactor(data.get("secret_env") or ()).restore(data)
+    root = _root_now(data, Path(state_dir))
+    if root is not None:
+        for role in ("inputs", "outputs"):
+            paths = data.get(role)
+            if isinstance(paths, dict):
+                data[role] = {(k if os.path.isabs(k) else str(root / k)): v for k, v in paths.items()}
+        data["root"] = str(root)
+    return data
 
 
 def changed_paths(record: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ stopped would see."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -133,9 +134,21 @@ def derive_states(
     return out
 
 
+def signal_name(number: Any) -> str:
+    """'SIGKILL' for 9; the number itself for one this platform does not name."""
+    try:
+        return signal.Signals(int(number)).name
+    except (TypeError, ValueError):
+        return f"signal {number}"
+
+
 def _failure_reason(rs: Any) -> str:
     if rs.exit_code not in (0, None):
         return f"exit code {rs.exit_code}"
+    if rs.exit_code is None and getattr(rs, "signal", None):
+        return f"killed by {signal_name(rs.signal)}"
+    if getattr(rs, "error", None):
+        return str(rs.error)
     if rs.verify:
         bad = [c.name for c in rs.verify if c.status == "fail"]
         if bad:

@@ -22,7 +22,7 @@ def test_readiness_follows_the_run_and_its_checks(tmp_path, monkeypatch):
     answers = ["fail", "pass"]
     calls = []
 
-    def fake_checks(config, phase):
+    def fake_checks(config, phase, ctx=None):
         calls.append(phase.id)
         return [CheckResult("health", "http_ok", "error", answers.pop(0), "health endpoint")]
 

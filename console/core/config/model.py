@@ -7,8 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from console.core.errors import PhaseError
+
 Severity = Literal["error", "warning"]
 PhaseKind = Literal["task", "service"]
+
+
+class UnknownPhase(PhaseError):
+    """A phase id the config does not have: a usage error (the CLI exits 2)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,5 @@ class Config:
         for ph in self.phases:
             if ph.id == phase_id:
                 return ph
-        from console.core.errors import PhaseError
-
         known = ", ".join(p.id for p in self.phases)
-        raise PhaseError(f"{self.path}: no phase '{phase_id}' (phases: {known})")
+        raise UnknownPhase(f"{self.path}: no phase '{phase_id}' (phases: {known})")

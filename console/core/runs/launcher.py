@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from console.core.checks.result import CheckResult
+from console.core.config.secrets import Redactor, redact_results
 from console.core.runs import procs
 from console.core.runs.rundir import RUN_DIR_ENV, VERIFYING, ExitInfo, PidInfo, RunDir
 from pipeline.events import ENV_VAR as EVENTS_ENV
@@ -33,12 +34,17 @@ def log(msg: str) -> None:
     print(f"[eagle3 {stamp}] {msg}", file=sys.stderr, flush=True)
 
 
-def _journal(rd: RunDir, event: str, **fields: Any) -> None:
+def _redactor(argv: dict[str, Any]) -> Redactor:
+    """Hides the run's `${env:...}` values (named in argv.json) in what the launcher writes."""
+    return Redactor(argv.get("secret_env") or ())
+
+
+def _journal(rd: RunDir, event: str, redactor: Redactor | None = None, **fields: Any) -> None:
     """Journal from the launcher; a full disk must not turn a finished run into a crash."""
     from console.core.journal import Journal
 
     try:
-        Journal(rd.state_dir).append(event, **fields)
+        Journal(rd.state_dir, redactor).append(event, **fields)
     except OSError as e:
         log(f"could not write the journal {rd.state_dir / 'journal.jsonl'}: {e}")
 
@@ -77,18 +83,20 @@ def finish(rd: RunDir, argv: dict[str, Any], stopping: Callable[[], bool] = lamb
     provenance when they pass. Returns "passed", "failed" or "none" (no verify checks)."""
     from console.core.config.model import CheckSpec
 
-    specs = [CheckSpec.from_json(d) for d in argv.get("verify") or []]
+    redactor = _redactor(argv)
+    real = redactor.restore(argv)
+    specs = [CheckSpec.from_json(d) for d in real.get("verify") or []]
     config = phase = None
     load_error = None
     try:
-        config, phase = load_phase_config(argv)
+        config, phase = load_phase_config(real)
     except Exception as e:  # noqa: BLE001 - any failure to load is the verification's failure
         load_error = f"cannot reload the config {argv.get('config_path')}: {e}"
 
     outcome = "none"
     if specs:
         rd.mark(VERIFYING)
-        log(f"verifying: {', '.join(s.name for s in specs)}")
+        log(redactor.text(f"verifying: {', '.join(s.name for s in specs)}"))
         if load_error is not None:
             results = [_failed("config", "config", load_error)]
         else:
@@ -96,13 +104,14 @@ def finish(rd: RunDir, argv: dict[str, Any], stopping: Callable[[], bool] = lamb
                 results = list(run_verify_checks(specs, config, phase))
             except Exception as e:  # noqa: BLE001
                 results = [_failed("verify", "verify", f"the verify checks crashed: {type(e).__name__}: {e}")]
+        results = redact_results(results, redactor)
         rd.write_verify(results)
         passed = not any(r.blocking for r in results)
         outcome = "passed" if passed else "failed"
         for r in results:
             log(f"  {r.status:4} {r.name}: {r.message}")
         log(f"verify {outcome}")
-        _journal(rd, "verify", phase=rd.phase_id, run_id=rd.run_id, passed=passed,
+        _journal(rd, "verify", redactor, phase=rd.phase_id, run_id=rd.run_id, passed=passed,
                  results=[r.to_json() for r in results])
 
     if outcome == "failed":
@@ -110,12 +119,12 @@ def finish(rd: RunDir, argv: dict[str, Any], stopping: Callable[[], bool] = lamb
     if stopping():
         log("stopped during verification: provenance not recorded")
     elif load_error is not None:
-        log(f"provenance not recorded: {load_error}")
+        log(f"provenance not recorded: {redactor.text(load_error)}")
     else:
         try:
             record_provenance(config, phase, rd.run_id)
         except Exception as e:  # noqa: BLE001 - provenance is advisory, the run stands
-            log(f"provenance not recorded: {type(e).__name__}: {e}")
+            log(f"provenance not recorded: {type(e).__name__}: {redactor.text(str(e))}")
     return outcome
 
 
@@ -193,7 +202,7 @@ class Launcher:
             if self.stopping():
                 stopped = True
                 rd.write_exit(ExitInfo(code=code, signal=sig, ended_at=ended, stopped=True))
-        _journal(rd, "run_ended", phase=phase_id, run_id=rd.run_id, code=code, signal=sig,
+        _journal(rd, "run_ended", _redactor(argv), phase=phase_id, run_id=rd.run_id, code=code, signal=sig,
                  stopped=stopped, duration_s=round(ended - started, 3), verify=outcome,
                  **({"error": error} if error else {}))
         return 0
@@ -201,17 +210,19 @@ class Launcher:
     def _run_child(self, argv: dict[str, Any], mine: float | None,
                    started: float) -> tuple[int | None, int | None, str | None]:
         rd = self.rd
-        cmd = [str(a) for a in argv["argv"]]
-        log(f"run {rd.run_id} of phase {argv.get('phase')}: {subprocess.list2cmdline(cmd)} (in {argv.get('cwd')})")
-        log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        shown = [str(a) for a in argv["argv"]]
+        log(f"run {rd.run_id} of phase {argv.get('phase')}: {subprocess.list2cmdline(shown)} (in {argv.get('cwd')})")
+        real = _redactor(argv).restore(argv)
+        cmd = [str(a) for a in real["argv"]]
+        log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             self.child = subprocess.Popen(
-                cmd, cwd=argv.get("cwd") or None, env=_child_env(rd, argv.get("env") or {}),
+                cmd, cwd=real.get("cwd") or None, env=_child_env(rd, real.get("env") or {}),
                 stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                 process_group=0, close_fds=True,
             )
         except OSError as e:
-            msg = f"cannot start phase {argv.get('phase')}: {e}"
+            msg = _redactor(argv).text(f"cannot start phase {argv.get('phase')}: {e}")
             log(msg)
             return (126 if isinstance(e, PermissionError) else 127), None, msg
         finally:

@@ -34,7 +34,7 @@ class PhaseLock:
     def acquire(self, note: dict[str, Any] | None = None) -> "PhaseLock":
         """Take the lock and write `note` (who holds it) into the file for error messages."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

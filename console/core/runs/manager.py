@@ -23,7 +23,8 @@ from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
 from console.core.errors import PhaseError
 from console.core.interpreter import python_argv
-from console.core.journal import Journal
+from console.core.config.secrets import redactor_for
+from console.core.journal import Journal, private_dir
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock
 from console.core.runs.rundir import RUN_DIR_ENV, STOPPING, ExitInfo, RunDir, atomic_write_json, new_run_id
@@ -217,6 +218,7 @@ def _prepare(config: Config, ph: Phase, run_env: dict[str, str] | None, state_di
             continue
     argv = python_argv(ph.argv, config.python_for(ph))
     env = {**ph.env, **(run_env or {})}
+    redactor = redactor_for(config)
     record = {
         "phase": ph.id, "run_id": rd.run_id, "argv": argv, "env": env,
         "cwd": str(config.root), "config_path": str(config.path),
@@ -227,8 +229,12 @@ def _prepare(config: Config, ph: Phase, run_env: dict[str, str] | None, state_di
         "outputs": [str(config.resolve(p)) for p in ph.outputs],
         "user": _user(), "state_dir": str(state_dir),
     }
+    # ${env:...} values never reach the disk; the launcher restores them from its
+    # inherited environment, by these names, when it execs the phase.
+    record = redactor.obj(record)
+    record["secret_env"] = list(redactor.names)
     atomic_write_json(rd.argv_json, record)
-    rd.events_jsonl.touch()
+    os.close(os.open(rd.events_jsonl, os.O_WRONLY | os.O_CREAT, 0o600))
     journal.append("run_started", phase=ph.id, run_id=rd.run_id, argv=argv, env=env,
                    config_fingerprint=config.fingerprint, overrides=dict(config.overrides))
     return rd
@@ -240,8 +246,8 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
     its pid (or `pid_wait` seconds passed). Raises PhaseError when the phase is already
     running or its launcher could not start."""
     ph = config.phase(phase) if isinstance(phase, str) else phase
-    state_dir = Path(config.state_dir).absolute()
-    journal = journal or Journal(state_dir)
+    state_dir = private_dir(Path(config.state_dir).absolute())
+    journal = journal or Journal(state_dir, redactor_for(config))
     lock = _acquire(state_dir, ph.id)
     try:
         _orphan_check(state_dir, ph.id)
@@ -249,7 +255,7 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
             rd = _prepare(config, ph, run_env, state_dir, journal)
         except OSError as e:
             raise PhaseError(f"cannot prepare a run of phase {ph.id} in {state_dir}: {e}") from None
-        log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "console.core.runs.launcher", str(rd.path), "--lock-fd", str(lock.fd)],
@@ -303,7 +309,7 @@ def stop_run(config: Config, phase_id: str, grace: float = 10.0, journal: Journa
     if not launcher_alive and not child_alive:
         return False
 
-    journal = journal or Journal(state_dir)
+    journal = journal or Journal(state_dir, redactor_for(config))
     rd.mark(STOPPING)
     journal.append("stop", phase=phase_id, run_id=rd.run_id, pid=pid.child_pid or pid.pid, grace=grace)
     if launcher_alive and not child_alive:
@@ -331,25 +337,35 @@ def stop_run(config: Config, phase_id: str, grace: float = 10.0, journal: Journa
     return True
 
 
+READY_TIMEOUT = 10.0  # seconds a readiness probe may take before it counts as not ready
+
+
+def probe_ready(config: Config, phase: Phase, ctx=None) -> tuple[bool, list[CheckResult]]:  # type: ignore[no-untyped-def]
+    """The one definition of a running service's readiness: its `ready` checks, and no
+    blocking failure among them (a failing warning-severity check informs, it does not
+    hold the service back). No `ready` checks: ready as soon as it runs."""
+    if not phase.ready:
+        return True, []
+    results = run_ready_checks(config, phase, ctx)
+    return not any(r.blocking for r in results), results
+
+
 def readiness(config: Config, phase: Phase | str) -> tuple[bool, list[CheckResult]]:
-    """A service phase is ready while its latest run is running and every `ready` check
-    passes (later phases may need it then). Not running: (False, [])."""
+    """A service phase is ready while its latest run is running and `probe_ready` says so
+    (later phases may need it then). Not running: (False, [])."""
     ph = config.phase(phase) if isinstance(phase, str) else phase
     rd = latest_run(config.state_dir, ph.id)
     if rd is None or run_status(rd).state != "running":
         return False, []
-    if not ph.ready:
-        return True, []
-    results = run_ready_checks(config, ph)
-    return not any(r.blocking for r in results), results
+    return probe_ready(config, ph)
 
 
-def run_ready_checks(config: Config, phase: Phase) -> list[CheckResult]:
+def run_ready_checks(config: Config, phase: Phase, ctx=None) -> list[CheckResult]:  # type: ignore[no-untyped-def]
     from console.core.checks.context import CheckContext
     from console.core.checks.registry import run_checks
 
-    return run_checks(list(phase.ready), CheckContext(config, phase))
+    return run_checks(list(phase.ready), ctx or CheckContext(config, phase), timeout=READY_TIMEOUT)
 
 
-__all__ = ["RunState", "RunStatus", "latest_run", "list_runs", "readiness", "run_status",
+__all__ = ["RunState", "RunStatus", "latest_run", "list_runs", "probe_ready", "readiness", "run_status",
            "start_run", "stop_run"]

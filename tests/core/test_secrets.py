@@ -1,0 +1,70 @@
+"""A value from `${env:...}` reaches the phase, yet no file under the state dir and no
+CLI output holds it; the state dir is the owner's alone."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+from pathlib import Path
+
+from core_harness import wait_for
+
+from console.cli import main
+from console.core.project import Project
+from console.core.runs import manager
+
+TOKEN = "hf_s3cr3t-T0KEN-value-42"
+
+CFG = textwrap.dedent("""\
+    vars:
+      token: ${env:EAGLE3_TEST_TOKEN}
+    state_dir: ./state
+    phases:
+      - id: use
+        run:
+          - python
+          - -c
+          - |
+            import os, sys
+            ok = sys.argv[1] == os.environ["EAGLE3_TEST_TOKEN"] == os.environ["AUTH"]
+            os.makedirs("out", exist_ok=True)
+            open("out/ok-" + sys.argv[1] + ".txt", "w").write(str(ok))
+            print("phase saw the right token:", ok)
+            sys.exit(0 if ok else 4)
+          - ${token}
+        env: {AUTH: "${env:EAGLE3_TEST_TOKEN}"}
+        checks:
+          - command: [python, -c, "import sys; print('token', sys.argv[1])", "${token}"]
+        verify:
+          - command: [python, -c, "import sys; print('verified', sys.argv[1])", "${token}"]
+          - exists: out/ok-${token}.txt
+        outputs: ["out/ok-${token}.txt"]
+""")
+
+
+def test_env_secret_reaches_the_phase_but_no_file_under_the_state_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("EAGLE3_TEST_TOKEN", TOKEN)
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(CFG)
+    assert main(["check", str(cfg)]) == 0
+    p = Project.load(cfg)
+    rd = p.start("use")
+    wait_for(lambda: manager.run_status(rd).state not in ("running", "verifying"), 60, "the run to end")
+    assert manager.run_status(rd).state == "succeeded", rd.output_log.read_text()
+    assert (tmp_path / "out" / f"ok-{TOKEN}.txt").read_text() == "True"
+    assert [s.state for s in p.statuses()] == ["done"]  # provenance finds the real output path
+    for argv in (["status", str(cfg)], ["journal", str(cfg)], ["journal", str(cfg), "--json"],
+                 ["logs", str(cfg), "use"], ["check", str(cfg), "--json"]):
+        assert main(argv) == 0
+    out = capsys.readouterr()
+    assert TOKEN not in out.out + out.err
+    assert "${env:EAGLE3_TEST_TOKEN}" in out.out  # the journal names the variable instead
+
+    state = tmp_path / "state"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    files = [Path(d) / f for d, _, fs in os.walk(state) for f in fs]
+    assert len(files) >= 8  # journal, argv, pid, exit, output, events, verify, provenance, lock
+    for f in files:
+        assert TOKEN.encode() not in f.read_bytes(), f
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f"{f} is {oct(f.stat().st_mode)}"
