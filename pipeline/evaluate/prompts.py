@@ -1,0 +1,144 @@
+"""Held-out prompts: token ids of a conversation up to its first assistant answer.
+
+Acceptance is only meaningful on prompts the drafter was not trained on. Prompts come from
+a JSONL file (chat records in any shape merge accepts, or merged records with
+`input_ids` + `loss_mask`, whose prompt is everything before the first loss-masked token),
+or for the demo from the demo's own generator at another seed. `--exclude` drops every
+prompt that also opens a record of the training set, so "held out" is checked, not hoped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.chat_records import RecordError, parse_record
+
+from .errors import BadInput
+
+MAX_PROMPTS = 10_000
+MAX_LINE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    input_ids: list[int]
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    prompts: list[Prompt]
+    excluded: int  # also a training prompt
+    too_long: int  # no room for the answer within the target's context
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    if not path.is_file():
+        raise BadInput(f"prompts file {path} does not exist or is not a file")
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise BadInput(f"{path}:{n}: line longer than {MAX_LINE_BYTES >> 20} MiB; one record per line")
+            if line.strip():
+                yield n, line
+
+
+def merged_prompt(obj: dict, where: str) -> list[int]:
+    """The tokens before the first loss-masked one of a merged record."""
+    ids, mask = obj.get("input_ids"), obj.get("loss_mask")
+    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+        raise BadInput(f"{where}: field 'input_ids' must be a list of integers")
+    if not isinstance(mask, list) or len(mask) != len(ids):
+        raise BadInput(f"{where}: field 'loss_mask' must be a list as long as 'input_ids'")
+    first = next((i for i, m in enumerate(mask) if m), None)
+    return ids[:first] if first else []
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict], where: str) -> list[int]:
+    """The conversation up to its first assistant turn, with the generation prompt."""
+    cut = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    head = messages[:cut]
+    if not head:
+        return []
+    try:
+        text = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # noqa: BLE001 - a template may raise anything on a conversation it rejects
+        raise BadInput(f"{where}: the target's chat template cannot render this record ({e})") from None
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def read_file(path: Path, load_tokenizer: Callable[[], Any | None]) -> Iterator[Prompt]:
+    """Prompts of a JSONL file; the tokenizer is loaded only when a chat record needs it."""
+    tokenizer = None
+    for n, line in _lines(path):
+        where = f"{path}:{n}"
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise BadInput(f"{where}: not valid JSON ({e})") from None
+        if isinstance(obj, dict) and "input_ids" in obj:
+            yield Prompt(str(obj.get("id", f"{path.name}:{n}")), merged_prompt(obj, where))
+            continue
+        tokenizer = tokenizer or load_tokenizer()
+        if tokenizer is None:
+            raise BadInput(f"{where}: a chat record needs the target's tokenizer; pass --target")
+        try:
+            rec = parse_record(line, str(path), n)
+        except RecordError as e:
+            raise BadInput(str(e)) from None
+        yield Prompt(rec.id, chat_prompt(tokenizer, rec.conversations, where))
+
+
+def demo_prompts(tokenizer: Any, count: int, seed: int) -> Iterator[Prompt]:
+    """Chats from the demo's generator at `seed`, taken from each source in turn."""
+    from pipeline.demo_datasets import generate
+
+    sources = generate(seed, quick=False)
+    names = sorted(sources)
+    for i in range(count):
+        recs = sources[names[i % len(names)]]
+        rec = recs[(i // len(names)) % len(recs)]
+        yield Prompt(f"demo-{seed}:{rec['id']}", chat_prompt(tokenizer, rec["conversations"], rec["id"]))
+
+
+def _digest(ids: list[int]) -> bytes:
+    return hashlib.blake2b(json.dumps(ids).encode(), digest_size=12).digest()
+
+
+def training_prompts(path: Path) -> set[bytes]:
+    """Digests of the prompts of a merged training set (bounded memory: 12 bytes each)."""
+    seen: set[bytes] = set()
+    for n, line in _lines(path):
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise BadInput(f"{path}:{n}: not valid JSON ({e}); --exclude takes a merged dataset") from None
+        if not isinstance(obj, dict):
+            raise BadInput(f"{path}:{n}: expected a JSON object; --exclude takes a merged dataset")
+        seen.add(_digest(merged_prompt(obj, f"{path}:{n}")))
+    return seen
+
+
+def select(candidates: Iterator[Prompt], limit: int, max_prompt_len: int, exclude: set[bytes] | None) -> PromptSet:
+    if not 1 <= limit <= MAX_PROMPTS:
+        raise BadInput(f"--limit must be between 1 and {MAX_PROMPTS}, got {limit}")
+    kept: list[Prompt] = []
+    excluded = too_long = 0
+    for p in candidates:
+        if not p.input_ids:
+            continue
+        if exclude is not None and _digest(p.input_ids) in exclude:
+            excluded += 1
+            continue
+        if len(p.input_ids) > max_prompt_len:
+            too_long += 1
+            continue
+        kept.append(p)
+        if len(kept) == limit:
+            break
+    return PromptSet(kept, excluded, too_long)

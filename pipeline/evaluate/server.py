@@ -1,0 +1,93 @@
+"""Acceptance measured by a running SGLang server (`--server URL`).
+
+Each prompt goes to `POST URL/generate` as token ids with greedy sampling; SGLang puts
+`spec_accept_length` (completion tokens / verify forwards, the first token included),
+`spec_verify_ct` and `completion_tokens` in the response's `meta_info` when it serves
+with a speculative algorithm. A response without them means the server is not drafting,
+which is reported as such rather than as an acceptance of 1.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .errors import BadInput, EvalError
+from .prompts import Prompt
+
+MAX_RESPONSE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class ServerResult:
+    id: str
+    accept_length: float
+    verify_ct: int | None
+    completion_tokens: int | None
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read(MAX_RESPONSE_BYTES + 1)
+    except urllib.error.HTTPError as e:
+        detail = e.read(300).decode(errors="replace").strip()
+        raise EvalError(f"{url}: HTTP {e.code}: {detail or e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise BadInput(f"{url}: cannot reach the server ({reason}); is it running (--server)?") from None
+    if len(raw) > MAX_RESPONSE_BYTES:
+        raise EvalError(f"{url}: response larger than {MAX_RESPONSE_BYTES >> 20} MiB")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise EvalError(f"{url}: response is not JSON: {raw[:120]!r}") from None
+
+
+def _one(url: str, prompt: Prompt, max_new: int, timeout: float) -> ServerResult:
+    body = {"input_ids": prompt.input_ids,
+            "sampling_params": {"max_new_tokens": max_new, "temperature": 0.0}}
+    resp = _post(url, body, timeout)
+    if isinstance(resp, list) and len(resp) == 1:
+        resp = resp[0]
+    meta = resp.get("meta_info") if isinstance(resp, dict) else None
+    if not isinstance(meta, dict):
+        raise EvalError(f"{url}: response for prompt {prompt.id} has no meta_info; is this an SGLang /generate?")
+    length = meta.get("spec_accept_length")
+    if not isinstance(length, (int, float)):
+        raise BadInput(
+            f"{url}: meta_info of prompt {prompt.id} has no spec_accept_length (keys: {', '.join(sorted(meta))}); "
+            "start the server with --speculative-algorithm EAGLE3 and the exported drafter"
+        )
+    verify = meta.get("spec_verify_ct")
+    done = meta.get("completion_tokens")
+    return ServerResult(prompt.id, float(length), verify if isinstance(verify, int) else None,
+                        done if isinstance(done, int) else None)
+
+
+def query(base_url: str, prompts: list[Prompt], max_new: int, timeout: float, concurrency: int,
+          on_done=None) -> list[ServerResult]:
+    url = base_url.rstrip("/") + "/generate"
+    if not url.startswith(("http://", "https://")):
+        raise BadInput(f"--server {base_url!r} must be an http:// or https:// URL")
+    results: list[ServerResult] = []
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for r in pool.map(lambda p: _one(url, p, max_new, timeout), prompts):
+            results.append(r)
+            if on_done is not None:
+                on_done(len(results))
+    return results
+
+
+def summarize(results: list[ServerResult]) -> dict:
+    mean = sum(r.accept_length for r in results) / len(results)
+    out = {"prompts": len(results), "mean_spec_accept_length": round(mean, 4)}
+    if all(r.verify_ct and r.completion_tokens is not None for r in results):
+        tokens = sum(r.completion_tokens or 0 for r in results)
+        verifies = sum(r.verify_ct or 0 for r in results)
+        out.update(completion_tokens=tokens, verify_ct=verifies, token_weighted_accept_length=round(tokens / verifies, 4))
+    return out
