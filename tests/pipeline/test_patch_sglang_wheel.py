@@ -4,14 +4,22 @@ it comes from): the patcher CLI end to end, and where the injected lines land.""
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import py_compile
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
+from unittest import mock
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from sglang_wheel import sglang_source  # noqa: F401  (the fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,3 +132,183 @@ def test_the_module_is_found_without_importing_sglang(sglang_source, tmp_path): 
     done = subprocess.run([sys.executable, "-m", "pipeline.patch", "verify", "--module", "sglang.srt.models.llama"],
                           cwd=REPO, capture_output=True, text=True, timeout=60, env=env, check=False)
     assert done.returncode == 0, done.stderr
+
+
+# -- the real patched classes, with SGLang's own imports stubbed ---------------------------------
+# SGLang cannot be installed here, but its model files can be imported with every `sglang.*`
+# (and GPU-kernel) module replaced by a stub. Then the real, patched __init__ and forward of
+# LlamaForCausalLM and DeepseekV3ForCausalLM run around a stand-in inner model: this shows the
+# injected lines attach the hook, set the capture layers through the model's own method, and hand
+# the hook the states the logits processor gets.
+
+STUBBED = ("sglang", "sgl_kernel", "sgl_kernel_npu", "aiter", "torch_npu")
+
+
+class _AnyMeta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return mock.MagicMock(name=f"{cls.__name__}.{name}")
+
+
+class _Any(metaclass=_AnyMeta):
+    """What a capitalised name of a stub module is: a class (models subclass some of them)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return mock.MagicMock(name=name)
+
+    def __call__(self, *args, **kwargs):
+        return mock.MagicMock()
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _AnyMeta(name, (_Any,), {}) if name[:1].isupper() else mock.MagicMock(name=f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        return importlib.machinery.ModuleSpec(name, self, is_package=True) if name.split(".")[0] in STUBBED else None
+
+    def create_module(self, spec):
+        module = _StubModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+@contextlib.contextmanager
+def sglang_stubbed():
+    """SGLang's modules stubbed, except the two lookups attach() makes (TP rank, server args),
+    which answer like a TP-rank-0 extraction server. Leaves sys.modules as it found it."""
+    import transformers  # noqa: F401  (imported for real before the stubs are in place)
+
+    before = set(sys.modules)
+    finder = _StubFinder()
+    sys.meta_path.insert(0, finder)
+    runtime = _StubModule("sglang.srt.runtime_context")
+    parallel = mock.MagicMock(name="parallel", tp_rank=0)
+    runtime.get_parallel = lambda: parallel
+    runtime.get_server_args = lambda: types.SimpleNamespace(chunked_prefill_size=-1, disable_radix_cache=True,
+                                                            pp_size=1)
+    sys.modules["sglang.srt.runtime_context"] = runtime
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+def load_patched(sglang_source, tmp_path, name):  # noqa: F811
+    path = tmp_path / name
+    shutil.copyfile(sglang_source / "sglang" / "srt" / "models" / name, path)
+    assert patch_cli("apply", "--file", str(path)).returncode == 0
+    spec = importlib.util.spec_from_file_location(f"patched_{name[:-3]}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Mode:
+    def is_extend(self):
+        return True
+
+    def is_target_verify(self):
+        return False
+
+    def is_idle(self):
+        return False
+
+
+def real_aux_module(sglang_source):  # noqa: F811
+    """SGLang's own aux collectors (layers/aux_hidden_states.py needs only torch)."""
+    path = sglang_source / "sglang" / "srt" / "layers" / "aux_hidden_states.py"
+    spec = importlib.util.spec_from_file_location("real_aux_hidden_states", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def packed_prefill(hidden_size):
+    """Two requests (5 and 3 tokens) packed into one extend batch."""
+    ids = torch.arange(100, 108)
+    batch = types.SimpleNamespace(rids=["e3-0-00000000000000aa", "e3-1-00000000000000bb"], forward_mode=Mode(),
+                                  extend_seq_lens_cpu=[5, 3], extend_prefix_lens_cpu=[0, 0], input_ids=ids)
+    hidden = torch.randn(8, hidden_size, dtype=torch.bfloat16)
+    layers = [torch.randn(8, hidden_size, dtype=torch.bfloat16) for _ in range(3)]
+    return batch, hidden, layers
+
+
+def check_dumps(folder, batch, hidden, layers):
+    got = load_file(folder / "e3-1-00000000000000bb.safetensors")
+    assert torch.equal(got["input_ids"], batch.input_ids[5:])
+    assert torch.equal(got["hidden_state"], hidden[5:])
+    assert torch.equal(got["aux_hidden_state"], torch.cat([x[5:] for x in layers], dim=-1))
+    assert load_file(folder / "e3-0-00000000000000aa.safetensors")["hidden_state"].shape == (5, hidden.shape[1])
+
+
+def test_patched_llama_for_causal_lm_dumps_what_its_logits_processor_gets(sglang_source, tmp_path,  # noqa: F811
+                                                                          monkeypatch):
+    from transformers import LlamaConfig
+
+    monkeypatch.setenv("EAGLE3_DUMP_DIR", str(tmp_path / "dump"))
+    with sglang_stubbed():
+        mod = load_patched(sglang_source, tmp_path, "llama.py")
+        mod.get_pp_indices = lambda *a, **k: (0, 8)
+        mod.make_pp_layers = lambda *a, **k: (torch.nn.ModuleList(), 0, 8)
+        model = mod.LlamaForCausalLM(LlamaConfig(num_hidden_layers=8, hidden_size=16, num_attention_heads=4, vocab_size=64))
+        assert model.capture_aux_hidden_states is True and model.model.layers_to_capture == [2, 4, 5]
+        batch, hidden, layers = packed_prefill(16)
+        aux = real_aux_module(sglang_source).AuxHiddenStateList()  # what LlamaModel.forward collects into
+        for x in layers:
+            aux.capture(x)
+        model.model.forward = lambda *a, **k: (hidden, aux)
+        seen = []
+        model.logits_processor = lambda input_ids, h, head, fb, a: seen.append((h, a)) or "logits"
+        assert model.forward(batch.input_ids, None, batch) == "logits"
+    assert seen[0][0] is hidden
+    check_dumps(tmp_path / "dump", batch, hidden, layers)
+
+
+def test_patched_deepseek_v3_for_causal_lm_dumps_what_its_logits_processor_gets(sglang_source, tmp_path,  # noqa: F811
+                                                                                monkeypatch):
+    monkeypatch.setenv("EAGLE3_DUMP_DIR", str(tmp_path / "dump"))
+    batch, hidden, layers = packed_prefill(16)
+    packer = real_aux_module(sglang_source).AuxHiddenStatePacker
+
+    class Inner(torch.nn.Module):  # DeepseekV2Model's place: packs its captures as it does
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+            self.layers_to_capture = []
+
+        def forward(self, *args, **kwargs):
+            aux = packer(len(self.layers_to_capture))
+            for x in layers:
+                aux.capture(x)
+            return hidden, aux.finalize()
+
+    config = types.SimpleNamespace(num_hidden_layers=61, hidden_size=16, vocab_size=64, q_lora_rank=None,
+                                   tie_word_embeddings=False)
+    with sglang_stubbed():
+        mod = load_patched(sglang_source, tmp_path, "deepseek_v2.py")
+        mod.DeepseekV2Model = Inner
+        model = mod.DeepseekV3ForCausalLM(config)
+        assert model.capture_aux_hidden_states is True and model.model.layers_to_capture == [2, 30, 58]
+        seen = []
+        model.logits_processor = lambda input_ids, h, head, fb, a: seen.append((h, a)) or "logits"
+        # Kimi-K2.5's wrapper calls it with input_ids=None (managers/mm_utils.py:886)
+        assert model.forward(None, None, batch) == "logits"
+    assert seen[0][0] is hidden
+    check_dumps(tmp_path / "dump", batch, hidden, layers)
