@@ -1,0 +1,106 @@
+"""`python -m pipeline.train`: train an EAGLE-3 drafter on a hidden-state store.
+
+    python -m pipeline.train --store STORE --target TARGET --out RUN_DIR [--epochs N | --steps N]
+        [--batch-tokens N | --batch-size N] [--lr X] [--ttt-length 7] [--draft-vocab 32000] [--resume]
+    torchrun --nproc-per-node 8 -m pipeline.train ...      (DDP; --nnodes/--rdzv-* work unchanged)
+
+Writes RUN_DIR/checkpoints/step_*/ (+ `latest`), RUN_DIR/summary.json, and events to
+$EAGLE3_EVENTS (progress in steps, metrics loss, acc_<i>, loss_<i>, tokens_per_s, lr).
+
+Exit codes: 0 finished, 2 bad input (store incomplete or from another target, missing
+files, bad arguments, a checkpoint that does not fit), 3 stopped by SIGTERM/SIGINT after
+writing a checkpoint (rerun with --resume), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .errors import TrainError
+
+PROG = "python -m pipeline.train"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Train an EAGLE-3 drafter on a hidden-state store.")
+    p.add_argument("--store", type=Path, required=True, help="hidden-state store (pipeline.extract --out)")
+    p.add_argument("--target", type=Path, required=True, help="target model folder (config.json + safetensors)")
+    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, summary.json")
+    p.add_argument("--draft-vocab", type=int, default=32000, help="draft vocabulary size (default 32000, capped at "
+                   "the target's)")
+    p.add_argument("--ttt-length", type=int, default=7, help="training-time-test steps (default 7)")
+    p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=int, default=None, help="passes over the store (default 1)")
+    g.add_argument("--steps", type=int, default=None, help="optimiser steps instead of epochs")
+    b = p.add_mutually_exclusive_group()
+    b.add_argument("--batch-tokens", type=int, default=None,
+                   help="padded tokens per rank per step (default 16384); samples of similar length batch together")
+    b.add_argument("--batch-size", type=int, default=None, help="samples per rank per step instead")
+    p.add_argument("--max-len", type=int, default=2048, help="cut samples to this many tokens (default 2048)")
+    p.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
+    p.add_argument("--warmup-ratio", type=float, default=0.02, help="share of steps in linear warmup (default 0.02)")
+    p.add_argument("--min-lr-ratio", type=float, default=0.0, help="cosine floor as a share of --lr (default 0)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)")
+    p.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient clipping, 0 for none (default 0.5)")
+    p.add_argument("--save-every", type=int, default=1000, help="checkpoint every N steps and at the end (default 1000)")
+    p.add_argument("--keep-last", type=int, default=3, help="checkpoints kept (default 3)")
+    p.add_argument("--log-every", type=int, default=10, help="log and emit metrics every N steps (default 10)")
+    p.add_argument("--workers", type=int, default=2, help="data loader processes per rank (default 2)")
+    p.add_argument("--prefetch", type=int, default=4, help="batches each loader process reads ahead (default 4)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
+                   "(starts fresh when there is none)")
+    p.add_argument("--overwrite", action="store_true", help="delete the checkpoints in --out and start over")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available; rank's LOCAL_RANK GPU)")
+    p.add_argument("--checksums", default="sample", choices=["all", "sample", "none"],
+                   help="store files whose checksum is verified before training (default sample)")
+    p.add_argument("--init-head", default="target", choices=["target", "random"],
+                   help="start the drafter's lm_head from the target's rows of the draft vocabulary (default)")
+    return p
+
+
+def _is_bad_input(e: Exception) -> bool:
+    """Refusals raised by the modules training reads through (drafter, store, target weights)."""
+    from ..drafter.config import DrafterConfigError
+    from ..drafter.target_head import TargetWeightsError
+    from ..extract.errors import BadInput as StoreInput
+
+    return isinstance(e, (DrafterConfigError, TargetWeightsError, StoreInput))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        print(f"train: {signal.Signals(signum).name} received; checkpointing and stopping", flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        from .loop import Options, run
+
+        opts = Options(**{k: v for k, v in vars(args).items()})
+        summary = run(opts, log=lambda s: print(s, flush=True), stop=stop)
+        if summary.get("checkpoint"):
+            print(f"train: done: {summary['steps']} steps, loss {summary['loss']:.4f}, acc_0 {summary['acc'][0]:.3f}; "
+                  f"checkpoint {summary['checkpoint']}", flush=True)
+        return 0
+    except TrainError as e:
+        print(f"train: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
+        if _is_bad_input(e):
+            print(f"train: {e}", file=sys.stderr, flush=True)
+            return 2
+        print(f"train: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

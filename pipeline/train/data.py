@@ -1,0 +1,220 @@
+"""The hidden-state store as training reads it: checked, planned into batches, memory-mapped.
+
+- `open_store` refuses a store that is incomplete or was built from another target (the
+  extractor's `verify_store` decides completeness; meta's shape fields must equal the
+  target's config.json), so a drafter never trains on half a dataset or on states of a
+  different model.
+- `plan_epoch` turns (seed, epoch) into the exact list of steps: samples shuffled, sorted by
+  length inside windows (little padding), packed into micro-batches by a token budget, the
+  micro-batches shuffled, and grouped `world_size` to a step. The plan depends on nothing
+  else, so a resume rebuilds it and starts at the saved step; rank r trains micro-batch r
+  of every step.
+- `StepDataset` reads one rank's micro-batch per item with `safe_open` (mmap: only the
+  rows up to --max-len are touched) inside DataLoader workers, so reading overlaps compute.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..extract.manifest import read_manifest
+from .errors import BadInput
+
+WINDOW = 1024  # samples sorted by length together
+MAX_SAMPLES = 100_000_000
+SHAPE_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "vocab_size": "vocab_size"}
+
+
+@dataclass(frozen=True)
+class Store:
+    root: Path
+    meta: dict
+    files: list[str]  # by position in the store order (manifest index order)
+    lengths: list[int]  # stored tokens per sample
+
+    @property
+    def samples(self) -> int:
+        return len(self.files)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+    def identity(self) -> dict:
+        """What a checkpoint remembers of the store it was trained on."""
+        return {
+            "dataset_sha256": self.meta.get("dataset_sha256"),
+            "target_fingerprint": self.meta.get("target_fingerprint"),
+            "samples": self.samples,
+            "tokens": self.tokens,
+        }
+
+
+def _text_config(cfg: dict) -> dict:
+    return cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+
+
+def _verify(root: Path, target: Path, meta: dict, checksums: str) -> None:
+    """The extractor's own integrity check: manifest complete, sizes, sampled checksums, and
+    the target's weight fingerprint against meta's."""
+    from ..extract.integrity import verify_store
+
+    model = target if meta.get("target_fingerprint") else None
+    rep = verify_store(root, model=model, checksums=checksums)
+    if not rep.ok:
+        more = f" (and {rep.problem_count - 1} more problems)" if rep.problem_count > 1 else ""
+        raise BadInput(f"store {root} is not intact: {rep.problems[0]}{more}")
+
+
+def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
+    root, target = Path(root), Path(target)
+    if not root.is_dir():
+        raise BadInput(f"--store {root}: not a folder; run the extraction first")
+    meta_path = root / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{meta_path}: missing; {root} is not a finished hidden-state store") from None
+    except ValueError as e:
+        raise BadInput(f"{meta_path}: not valid JSON ({e})") from None
+    cfg_path = target / "config.json"
+    try:
+        cfg = _text_config(json.loads(cfg_path.read_text()))
+    except FileNotFoundError:
+        raise BadInput(f"{cfg_path}: missing; --target must be the target's save_pretrained folder") from None
+    except ValueError as e:
+        raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
+    for mkey, ckey in SHAPE_KEYS.items():
+        if meta.get(mkey) != cfg.get(ckey):
+            raise BadInput(f"{meta_path}: {mkey} is {meta.get(mkey)!r} but {cfg_path} has {ckey} "
+                           f"{cfg.get(ckey)!r}; this store was built from another target")
+    _verify(root, target, meta, checksums)
+    entries = read_manifest(root)
+    if not entries:
+        raise BadInput(f"store {root}: the manifest lists no samples")
+    if len(entries) > MAX_SAMPLES:
+        raise BadInput(f"store {root}: {len(entries)} samples, more than this trainer's bound of {MAX_SAMPLES}")
+    order = sorted(entries)
+    files, lengths = [], []
+    for i in order:
+        e = entries[i]
+        if not isinstance(e.get("file"), str) or not isinstance(e.get("tokens"), int) or e["tokens"] <= 0:
+            raise BadInput(f"{root}/manifest.jsonl: the line for sample {i} lacks file or tokens: {e}")
+        files.append(e["file"])
+        lengths.append(e["tokens"])
+    return Store(root=root, meta=meta, files=files, lengths=lengths)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    batch_tokens: int | None  # padded tokens per micro-batch (one rank, one step)
+    batch_size: int | None  # or samples per micro-batch
+    max_len: int
+    world_size: int
+    seed: int
+
+    def describe(self) -> str:
+        per = f"{self.batch_tokens} padded tokens" if self.batch_tokens else f"{self.batch_size} samples"
+        return f"{per} per micro-batch x {self.world_size} rank(s), max-len {self.max_len}"
+
+
+def plan_epoch(lengths: list[int], plan: BatchPlan, epoch: int) -> list[list[list[int]]]:
+    """The steps of one epoch; each step holds `world_size` micro-batches of store positions.
+    Micro-batches that do not fill a last step are dropped (never more than world_size - 1)."""
+    rng = random.Random(f"eagle3-train:{plan.seed}:{epoch}")
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    micro: list[list[int]] = []
+    for w in range(0, len(order), WINDOW):
+        window = sorted(order[w:w + WINDOW], key=lambda i: (-min(lengths[i], plan.max_len), i))
+        cur: list[int] = []
+        for i in window:
+            width = min(lengths[cur[0]], plan.max_len) if cur else min(lengths[i], plan.max_len)
+            full = (len(cur) + 1) * width > plan.batch_tokens if plan.batch_tokens else len(cur) >= plan.batch_size
+            if cur and full:
+                micro.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            micro.append(cur)
+    rng.shuffle(micro)
+    w = plan.world_size
+    return [micro[s:s + w] for s in range(0, len(micro) - w + 1, w)]
+
+
+def read_sample(path: Path, max_len: int) -> dict[str, torch.Tensor]:
+    """One sample's four tensors, cut to max_len rows; only those rows are read from the file."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(path), framework="pt") as f:
+        for name in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state"):
+            out[name] = f.get_slice(name)[:max_len]
+    return out
+
+
+def collate(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Right-padded batch: input_ids, loss_mask (0 on padding), hidden_state, aux_hidden_state, lengths."""
+    t = max(s["input_ids"].shape[0] for s in samples)
+    b = len(samples)
+    first = samples[0]
+    ids = torch.zeros(b, t, dtype=torch.int64)
+    mask = torch.zeros(b, t, dtype=torch.uint8)
+    final = torch.zeros(b, t, first["hidden_state"].shape[1], dtype=first["hidden_state"].dtype)
+    aux = torch.zeros(b, t, first["aux_hidden_state"].shape[1], dtype=first["aux_hidden_state"].dtype)
+    for j, s in enumerate(samples):
+        n = s["input_ids"].shape[0]
+        ids[j, :n] = s["input_ids"]
+        mask[j, :n] = s["loss_mask"]
+        final[j, :n] = s["hidden_state"]
+        aux[j, :n] = s["aux_hidden_state"]
+    lengths = torch.tensor([s["input_ids"].shape[0] for s in samples], dtype=torch.int64)
+    return {"input_ids": ids, "loss_mask": mask, "hidden_state": final, "aux_hidden_state": aux, "lengths": lengths}
+
+
+class StepDataset(torch.utils.data.Dataset):
+    """Item k = this rank's micro-batch of global step `start + k`."""
+
+    def __init__(self, store: Store, schedule: list[tuple[int, int]], plans: dict[int, list[list[list[int]]]],
+                 rank: int, max_len: int) -> None:
+        self.root = store.root
+        self.files = store.files
+        self.schedule = schedule  # global step -> (epoch, step in epoch)
+        self.plans = plans
+        self.rank = rank
+        self.max_len = max_len
+
+    def __len__(self) -> int:
+        return len(self.schedule)
+
+    def __getitem__(self, k: int) -> dict[str, torch.Tensor]:
+        epoch, step = self.schedule[k]
+        positions = self.plans[epoch][step][self.rank]
+        return collate([read_sample(self.root / self.files[p], self.max_len) for p in positions])
+
+
+def count_loss_tokens(store: Store, vocab_size: int, rank: int, world_size: int, threads: int = 8) -> torch.Tensor:
+    """[vocab] counts of input_ids under loss_mask=1 over this rank's share of the samples."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from safetensors import safe_open
+
+    def one(p: int) -> torch.Tensor:
+        with safe_open(str(store.root / store.files[p]), framework="pt") as f:
+            ids = f.get_tensor("input_ids")
+            mask = f.get_tensor("loss_mask").bool()
+        sel = ids[mask]
+        if sel.numel() and (int(sel.min()) < 0 or int(sel.max()) >= vocab_size):
+            raise BadInput(f"{store.root / store.files[p]}: token ids outside the target's vocabulary of {vocab_size}")
+        return torch.bincount(sel, minlength=vocab_size)
+
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for c in pool.map(one, range(rank, store.samples, world_size)):
+            counts += c
+    return counts
