@@ -56,12 +56,14 @@ Decisions the protocol left to this side:
 from __future__ import annotations
 
 import fcntl
+import importlib
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -336,7 +338,8 @@ class _FolderLock:
 
 
 def server_problems(args: Any) -> list[str]:
-    """Server settings under which dumps would be partial or wrong (duck-typed ServerArgs)."""
+    """Server settings under which dumps would be partial or wrong (attributes named as
+    SGLang's settings; one that is absent is not checked)."""
     problems = []
     chunk = getattr(args, "chunked_prefill_size", None)
     if isinstance(chunk, int) and chunk > 0:
@@ -357,13 +360,35 @@ def server_problems(args: Any) -> list[str]:
     return problems
 
 
-def _sglang_server_args() -> Any:
-    try:
-        from sglang.srt.runtime_context import get_server_args
+# Where SGLang 0.5.23 keeps each resolved setting at run time (runtime_context.py). The raw
+# ServerArgs record keeps what the operator typed, not the defaults resolution filled in
+# (chunked_prefill_size None there may mean 8192 here), so the bags are what to read.
+_SETTINGS = {
+    "chunked_prefill_size": ("get_schedule", None),
+    "pp_size": ("get_parallel", None),
+    "attn_dp_size": ("get_parallel", None),
+    "enable_dp_attention": ("get_parallel", None),
+    "enable_layernorm_sp": ("get_parallel", None),
+    "enable_two_batch_overlap": ("get_exec", "overlap"),
+    "disable_radix_cache": ("get_memory", None),
+}
 
-        return get_server_args()
-    except Exception:  # noqa: BLE001  (not inside an SGLang server, or a version without it)
+
+def _sglang_settings() -> Any:
+    """The resolved settings `server_problems` reads, from SGLang's runtime context; None
+    outside an SGLang server. A setting this version does not have is left out."""
+    try:
+        runtime_context = importlib.import_module("sglang.srt.runtime_context")
+    except Exception:  # noqa: BLE001  (not inside an SGLang server)
         return None
+    found = {}
+    for name, (getter, sub) in _SETTINGS.items():
+        try:
+            bag = getattr(runtime_context, getter)()
+            found[name] = getattr(getattr(bag, sub) if sub else bag, name)
+        except Exception:  # noqa: BLE001, S112  (a version without it: not checked)
+            continue
+    return SimpleNamespace(**found)
 
 
 def _tp_rank() -> int:
@@ -386,7 +411,7 @@ def attach(model: Any, env: Mapping[str, str] | None = None, server_args: Any = 
     config = DumpConfig.from_env(env)
     if config is None:
         return None
-    args = server_args if server_args is not None else _sglang_server_args()
+    args = server_args if server_args is not None else _sglang_settings()
     problems = server_problems(args) if args is not None else []
     if problems:
         raise RuntimeError(f"{ENV_DIR} is set (hidden-state dump) but this server cannot dump whole requests: "

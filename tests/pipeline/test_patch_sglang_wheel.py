@@ -189,19 +189,22 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 @contextlib.contextmanager
-def sglang_stubbed():
-    """SGLang's modules stubbed, except the two lookups attach() makes (TP rank, server args),
-    which answer like a TP-rank-0 extraction server. Leaves sys.modules as it found it."""
+def sglang_stubbed(chunked_prefill_size=-1):
+    """SGLang's modules stubbed, except the runtime settings attach() reads (TP rank, resolved
+    server settings), which answer like a TP-rank-0 extraction server. Leaves sys.modules as it
+    found it."""
     import transformers  # noqa: F401  (imported for real before the stubs are in place)
 
     before = set(sys.modules)
     finder = _StubFinder()
     sys.meta_path.insert(0, finder)
     runtime = _StubModule("sglang.srt.runtime_context")
-    parallel = mock.MagicMock(name="parallel", tp_rank=0)
+    parallel = mock.MagicMock(name="parallel", tp_rank=0, pp_size=1, attn_dp_size=1, enable_dp_attention=False,
+                              enable_layernorm_sp=False)
     runtime.get_parallel = lambda: parallel
-    runtime.get_server_args = lambda: types.SimpleNamespace(chunked_prefill_size=-1, disable_radix_cache=True,
-                                                            pp_size=1)
+    runtime.get_schedule = lambda: types.SimpleNamespace(chunked_prefill_size=chunked_prefill_size)
+    runtime.get_memory = lambda: types.SimpleNamespace(disable_radix_cache=True)
+    runtime.get_exec = lambda: types.SimpleNamespace(overlap=types.SimpleNamespace(enable_two_batch_overlap=False))
     sys.modules["sglang.srt.runtime_context"] = runtime
     try:
         yield
@@ -312,3 +315,16 @@ def test_patched_deepseek_v3_for_causal_lm_dumps_what_its_logits_processor_gets(
         assert model.forward(None, None, batch) == "logits"
     assert seen[0][0] is hidden
     check_dumps(tmp_path / "dump", batch, hidden, layers)
+
+
+def test_a_patched_server_with_chunked_prefill_stops_at_startup(sglang_source, tmp_path, monkeypatch):  # noqa: F811
+    from transformers import LlamaConfig
+
+    monkeypatch.setenv("EAGLE3_DUMP_DIR", str(tmp_path / "dump"))
+    with sglang_stubbed(chunked_prefill_size=8192):
+        mod = load_patched(sglang_source, tmp_path, "llama.py")
+        mod.get_pp_indices = lambda *a, **k: (0, 8)
+        mod.make_pp_layers = lambda *a, **k: (torch.nn.ModuleList(), 0, 8)
+        with pytest.raises(RuntimeError, match=r"chunked prefill is on \(--chunked-prefill-size 8192\)"):
+            mod.LlamaForCausalLM(LlamaConfig(num_hidden_layers=8, hidden_size=16, num_attention_heads=4,
+                                             vocab_size=64))
