@@ -234,7 +234,11 @@ class DumpHook:
                                  "computed): start the server with --disable-radix-cache")
                 continue
             rows = slice(start, start + n)
-            self.dump(key, input_ids[rows], hidden_states[rows], aux[rows])
+            try:
+                self.dump(key, input_ids[rows], hidden_states[rows], aux[rows])
+            except Exception as e:  # one request's failure must not kill a loaded server
+                log.exception("EAGLE3 dump: %s failed", key)
+                self.refuse(key, f"the dump failed in the server: {type(e).__name__}: {e}")
 
     def _shape_problem(self, tokens: int, hidden: torch.Tensor, aux: torch.Tensor,
                        input_ids: torch.Tensor | None) -> str | None:
