@@ -205,6 +205,9 @@ def test_an_interpreter_that_cannot_run_the_verifier_is_a_failure_saying_why(tmp
     exe = fake_python(tmp_path, "", 1)
     r = check({"module": "sglang.srt.models.llama", "python": str(exe)}, ctx_for(tmp_path))
     assert r.status == "fail" and "failed (exit 1): No module named pipeline.patch" in r.message
+    r = check({"module": "not_installed_xyz.models.llama"}, ctx_for(tmp_path))
+    assert r.status == "fail" and r.message.startswith("--module not_installed_xyz.models.llama cannot be found")
+    assert "SGLang environment's interpreter" in r.message
     r = check({"module": "sglang.srt.models.llama", "python": str(tmp_path / "nope")}, ctx_for(tmp_path))
     assert r.status == "fail" and "not found" in r.message
     monkeypatch.setattr(patch_kind, "VERIFY_TIMEOUT", 0.5)

@@ -256,6 +256,8 @@ def run_patch_verify(args: dict[str, Any], ctx: CheckContext) -> Outcome:
         return Outcome(False, line, ev)
     tail = done.tail(1)
     why = tail[0] if tail else f"exit {done.code}"
+    if why.startswith("pipeline.patch: "):  # the verifier's own one-line reason
+        return Outcome(False, why.removeprefix("pipeline.patch: "), ev)
     return Outcome(False, f"{python} -m pipeline.patch verify {target} failed (exit {done.code}): {why}", ev)
 
 
