@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=None, help="this process's shard (default: $RANK under torchrun, else 0)")
     p.add_argument("--world-size", type=int, default=None, help="number of shards (default: $WORLD_SIZE, else 1)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--no-compile", action="store_true",
+                   help="do not torch.compile the decoder layers (compiled by default on CUDA, never on CPU)")
     p.add_argument("--limit", type=int, default=None, help="extract only the first N samples of the dataset")
     p.add_argument("--window", type=int, default=2048, help="samples sorted together by length (default 2048)")
     p.add_argument("--dtype", default="bf16", help="--estimate only: bytes per value (bf16, fp16, fp32)")
@@ -174,7 +176,8 @@ def _run(args: argparse.Namespace, job, device: str, dtype: str) -> int:
     model = load_target(args.model, device, torch_dtype)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    result = engine.run(job, model, device, events, log=lambda s: print(s, flush=True), stop=stop)
+    result = engine.run(job, model, device, events, log=lambda s: print(s, flush=True), stop=stop,
+                        compile=False if args.no_compile else None)
     print(f"extract: {tag}wrote {result.samples} samples, {result.tokens:,} tokens, {format_bytes(result.bytes)} "
           f"in {result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s)", flush=True)
     if result.complete:

@@ -1,9 +1,18 @@
 """The target's forward pass and what it hands to the writers.
 
-Capture uses `output_hidden_states=True` on the base model (no hooks, no LM head: the
-logits are the costliest tensor of a forward and extraction never needs them). In HF
-terms `hidden_states[i]` is the input of decoder layer i, so the capture layers are plain
-indices, and `last_hidden_state` is the final post-norm state.
+Capture keeps only what the store needs: forward pre-hooks on the three capture layers copy
+each one's input straight into its third of the `aux [B,T,3H]` buffer, and the base model's
+`last_hidden_state` is the final post-norm state. `output_hidden_states=True` would keep
+every layer's states alive to the end of the forward (about 4.4 GB at 16k tokens on an 8B
+target, 21 GB on an 80-layer H=8192 one); the hooks hold none of them. No LM head either:
+the logits are the costliest tensor of a forward and extraction never needs them.
+
+On CUDA each decoder layer's `forward` is compiled with torch.compile (on by default; off
+with `compile=False`, the CLI's `--no-compile`). Only `forward` is replaced, so the module's
+`__call__` still runs the pre-hooks eagerly, outside the compiled region. All layers share
+one code object, so they share the compiled graph; a shape change recompiles once and then
+goes dynamic. If compilation fails (no Triton, an unsupported op), the layers go back to
+eager with one warning line, rather than the run failing. CPU runs stay eager by default.
 
 Batches are right-padded and run without an attention mask: with causal attention no real
 token ever attends to the padding after it, so the padding cannot change a real token's
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -43,35 +53,92 @@ def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Mo
 
 
 class Capturer:
-    def __init__(self, model: torch.nn.Module, layers: list[int], num_layers: int, device: str) -> None:
+    def __init__(self, model: torch.nn.Module, layers: list[int], num_layers: int, device: str,
+                 compile: bool | None = None, log: Callable[[str], None] = print,
+                 compile_backend: str | Callable = "inductor") -> None:
         self.base = model.base_model
         self.layers = layers
         self.num_layers = num_layers
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.side = torch.cuda.Stream(self.device) if self.cuda else None
+        self.log = log
+        blocks = getattr(self.base, "layers", None)
+        if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) != num_layers:
+            got = "none" if not isinstance(blocks, torch.nn.ModuleList) else len(blocks)
+            raise ExtractError(
+                f"the target's base model has {got} decoder layers in .layers, expected {num_layers}; "
+                "this model class is not supported by the hf backend"
+            )
+        self.blocks = blocks
+        self.hidden = self.base.get_input_embeddings().weight.shape[-1]
+        self._aux: torch.Tensor | None = None
+        self._fired = 0
+        self._handles = [blocks[n].register_forward_pre_hook(self._capture_hook(k), with_kwargs=True)
+                         for k, n in enumerate(layers)]
+        self.compiled = False
+        if compile if compile is not None else self.cuda:
+            for block in blocks:
+                block.forward = torch.compile(block.forward, backend=compile_backend)
+            self.compiled = True
+
+    def _capture_hook(self, k: int):
+        def pre(module, args, kwargs):
+            h = args[0] if args else kwargs["hidden_states"]
+            if self._aux is not None:
+                width = h.shape[-1]
+                self._aux[..., k * width:(k + 1) * width].copy_(h)
+                self._fired += 1
+        return pre
+
+    def _uncompile(self) -> None:
+        for block in self.blocks:
+            block.__dict__.pop("forward", None)
+        self.compiled = False
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._uncompile()
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(final [B,T,H], aux [B,T,3H], bad [B]) on the device."""
         x = input_ids.to(self.device, non_blocking=True)
-        out = self.base(input_ids=x, use_cache=False, output_hidden_states=True)
-        hs = out.hidden_states
-        if hs is None or len(hs) != self.num_layers + 1:
-            got = "none" if hs is None else len(hs)
-            raise ExtractError(
-                f"the target returned {got} hidden states, expected {self.num_layers + 1} (layers + embeddings); "
-                "this model class is not supported by the hf backend"
-            )
-        final = out.last_hidden_state
-        aux = torch.cat([hs[i] for i in self.layers], dim=-1)
-        t = x.shape[1]
+        b, t = x.shape
+        dtype = next(self.base.parameters()).dtype
+        try:
+            final = self._run(x, b, t, dtype)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:
+            if not self.compiled:
+                raise
+            self._uncompile()
+            self.log(f"extract: warning: torch.compile of the decoder layers failed ({type(e).__name__}: "
+                     f"{str(e).splitlines()[0][:200] if str(e) else ''}); continuing uncompiled (--no-compile "
+                     "skips the attempt)")
+            final = self._run(x, b, t, dtype)
+        aux, self._aux = self._aux, None
+        assert aux is not None
         bad = (~torch.isfinite(final).all(-1)) | (~torch.isfinite(aux).all(-1))
         if min(lengths) < t:
             lens = torch.tensor(lengths)
             lens = (lens.pin_memory() if self.cuda else lens).to(self.device, non_blocking=True)
             bad &= torch.arange(t, device=self.device)[None, :] < lens[:, None]
         return final, aux, bad.any(-1)
+
+    def _run(self, x: torch.Tensor, b: int, t: int, dtype: torch.dtype) -> torch.Tensor:
+        self._aux = torch.empty(b, t, 3 * self.hidden, dtype=dtype, device=self.device)
+        self._fired = 0
+        out = self.base(input_ids=x, use_cache=False)
+        if self._fired != len(self.layers):
+            self._aux = None
+            raise ExtractError(
+                f"the capture hooks saw {self._fired} of the {len(self.layers)} capture layers' inputs; "
+                "this model class is not supported by the hf backend"
+            )
+        return out.last_hidden_state
 
     @torch.inference_mode()
     def to_host(self, final: torch.Tensor, aux: torch.Tensor, bad: torch.Tensor,

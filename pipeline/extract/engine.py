@@ -126,14 +126,18 @@ def finalize_or_stop(out, total: int) -> bool:
 
 
 def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[str], None] = print,
-        stop: threading.Event | None = None) -> RunResult:
-    """Extract this rank's remaining samples; raises ExtractError subclasses on failure."""
+        stop: threading.Event | None = None, compile: bool | None = None) -> RunResult:
+    """Extract this rank's remaining samples; raises ExtractError subclasses on failure.
+    `compile`: torch.compile each decoder layer (None: on CUDA only; see capture.py)."""
     stop = stop or threading.Event()
     opts = job.options
     dtype = next(model.parameters()).dtype
     if TORCH_DTYPES.get(dtype) != job.dtype:
         raise ExtractError(f"the target is loaded as {dtype}, but the store is {job.dtype}")
-    capturer = Capturer(model, job.layers, job.target.num_layers, device)
+    capturer = Capturer(model, job.layers, job.target.num_layers, device, compile=compile, log=log)
+    if capturer.compiled:
+        log("extract: decoder layers compiled with torch.compile on first use (the first batch takes longer; "
+            "--no-compile turns it off)")
     capacity = max([opts.batch_tokens] + [b.padded_tokens for b in job.todo])
     pool = BufferPool(opts.queue, capacity, job.target.hidden_size, dtype, pin=capturer.cuda)
     progress = Progress(job.out, job.total, events, job.shard.rank, job.shard.world_size, log=log)
@@ -175,6 +179,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
     except BaseException as e:  # noqa: BLE001 - in-flight writes are drained first
         failure = e
     finally:
+        capturer.close()
         loader.close()
         writers.close()
         try:

@@ -88,3 +88,51 @@ def test_events_report_progress_and_the_store(reference_store, tiny_data):
     artifacts = [e for e in events if e.kind == "artifact"]
     assert [a.get("path") for a in artifacts] == [str(reference_store)]
     assert artifacts[0].get("bytes") == store_bytes
+
+
+def _capture_pair(tiny_target, xt, **kw):
+    """(final, aux) of the tiny target on a fixed right-padded batch, through a Capturer."""
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.extract.capture import Capturer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_target, dtype=torch.float32).eval()
+    L = xt.NUM_LAYERS
+    logs: list[str] = []
+    cap = Capturer(model, [2, L // 2, L - 3], L, "cpu", log=logs.append, **kw)
+    ids = torch.randint(0, xt.VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    final, aux, bad = cap.forward(ids, [12, 9])
+    return cap, model, ids, final, aux, bad, logs
+
+
+def test_hooks_capture_the_layer_inputs_without_keeping_every_layers_states(tiny_target, xt):
+    cap, model, ids, final, aux, bad, _ = _capture_pair(tiny_target, xt)
+    assert not cap.compiled  # CPU: eager unless asked
+    L = xt.NUM_LAYERS
+    with torch.no_grad():
+        ref = model.model(input_ids=ids, output_hidden_states=True)
+    want = torch.cat([ref.hidden_states[i] for i in (2, L // 2, L - 3)], dim=-1)
+    torch.testing.assert_close(aux, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(final, ref.last_hidden_state, rtol=1e-5, atol=1e-5)
+    assert bad.tolist() == [False, False]
+
+
+def test_compiled_layers_keep_the_hooks_and_give_the_same_states(tiny_target, xt):
+    _, _, _, final0, aux0, _, _ = _capture_pair(tiny_target, xt)
+    # The "eager" dynamo backend traces each layer's forward (as on CUDA) without a C++ compiler.
+    cap, _, _, final, aux, _, logs = _capture_pair(tiny_target, xt, compile=True, compile_backend="eager")
+    assert cap.compiled and not logs
+    torch.testing.assert_close(aux, aux0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(final, final0, rtol=1e-5, atol=1e-5)
+
+
+def test_a_failed_compilation_falls_back_to_eager_with_a_warning(tiny_target, xt):
+    def broken(gm, example_inputs):
+        raise RuntimeError("no triton here")
+
+    _, _, _, final0, aux0, _, _ = _capture_pair(tiny_target, xt)
+    cap, _, _, final, aux, _, logs = _capture_pair(tiny_target, xt, compile=True, compile_backend=broken)
+    assert not cap.compiled
+    assert len(logs) == 1 and "torch.compile of the decoder layers failed" in logs[0] and "--no-compile" in logs[0]
+    torch.testing.assert_close(aux, aux0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(final, final0, rtol=1e-5, atol=1e-5)
