@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from console.core.config.model import UnknownPhase
+from console.core.durations import format_duration
 from console.core.errors import ConfigError, Eagle3Error
 from console.core.terminal_text import one_line, strip_controls
 from console.core.state import signal_name
@@ -179,12 +180,7 @@ def _cmd_check(project: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 # -- status -------------------------------------------------------------------------
 def _fmt_duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+    return format_duration(s, unknown="-")
 
 
 def _cmd_status(project: Any, args: argparse.Namespace, out: TextIO) -> int:

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.atomicfile import write_json_atomic
+from pipeline.atomicfile import fsync_dir, write_json_atomic
 from pipeline.events import EventWriter
 
 QUICK_STEPS = 80
@@ -50,6 +50,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
     if final.exists():
         final.rename(old)
     tmp.rename(final)
+    fsync_dir(final.parent)
     if old.exists():
         shutil.rmtree(old)
 

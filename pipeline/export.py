@@ -34,7 +34,7 @@ import struct
 import sys
 from pathlib import Path
 
-from pipeline.events import EventWriter
+from pipeline.events import EventWriter, fsync_dir
 
 PROG = "python -m pipeline.export"
 CONFIG_FILE = "config.json"
@@ -205,6 +205,7 @@ def _swap_in(tmp: Path, out: Path) -> None:
     if out.exists():
         out.rename(old)
     tmp.rename(out)
+    fsync_dir(out.parent)
     if old.exists():
         shutil.rmtree(old)
 
@@ -214,7 +215,7 @@ def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None) -> i
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.atomicfile import fsync_dir, write_json_atomic
+    from pipeline.atomicfile import write_json_atomic
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

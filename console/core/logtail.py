@@ -15,6 +15,8 @@ import re
 import threading
 from collections import deque
 
+from console.core.sizes import format_bytes
+
 MARKER_PREFIX = "··· "
 TRUNCATED = MARKER_PREFIX + "log truncated: reading it again from the start"
 ROTATED = MARKER_PREFIX + "log replaced by a new file: reading it from the start"
@@ -28,13 +30,6 @@ def is_marker(line: str) -> bool:
     return line.startswith(MARKER_PREFIX)
 
 
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{n} B"
 
 
 class LogTail:
@@ -156,7 +151,7 @@ class LogTail:
                     skipped = start - self._offset
                     self.skipped_bytes += skipped
                     self._reset_pending()
-                    out.append(f"{MARKER_PREFIX}{_human(skipped)} of earlier output not shown (open {self.path} to read it)")
+                    out.append(f"{MARKER_PREFIX}{format_bytes(skipped)} of earlier output not shown (open {self.path} to read it)")
                     self._offset = start
             want = min(size - self._offset, max_bytes)
             if want > 0:

@@ -11,35 +11,15 @@ set on it. `stall_after: 0` (or `off`) turns the watch off for a phase.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from console.core.durations import MAX_DURATION, format_duration, parse_duration
+
+__all__ = ["DEFAULT_STALL_AFTER", "MAX_DURATION", "StallAlert", "StallWatch", "parse_duration", "silence",
+           "stall_after"]
+
 DEFAULT_STALL_AFTER = 600.0  # 10 minutes: extraction reports every 2 s, training every step
-MAX_DURATION = 30 * 86400.0
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*$", re.IGNORECASE)
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `90s`, `15m`, `2h`, `1d` (or `off`/`0`: 0). Raises ValueError
-    with what was expected; bounded to 30 days."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 90s, 15m or 2h, got {value!r}")
-    if isinstance(value, (int, float)):
-        secs = float(value)
-    else:
-        text = str(value).strip().lower()
-        if text in ("off", "none", "never"):
-            return 0.0
-        m = _DURATION.match(text)
-        if not m:
-            raise ValueError(f"expected a duration like 90s, 15m or 2h, got {value!r}")
-        secs = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
-    if not 0 <= secs <= MAX_DURATION:
-        raise ValueError(f"a duration between 0 and 30d, got {value!r}")
-    return secs
 
 
 def stall_after(phase: Any) -> float:
@@ -67,16 +47,7 @@ class StallAlert:
     @property
     def summary(self) -> str:
         return (f"{self.phase_id} stalled: no progress event and no log line for "
-                f"{_human(self.silent_s)} (stall_after {_human(self.stall_after)})")
-
-
-def _human(s: float) -> str:
-    s = int(s)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+                f"{format_duration(self.silent_s)} (stall_after {format_duration(self.stall_after)})")
 
 
 class StallWatch:

@@ -12,40 +12,17 @@ test can hit the reserve after a few samples without filling a real disk.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from pathlib import Path
 
+# One size syntax and one printed form for the whole project (`1.001GB` is the same number
+# in a config check and in --reserve): see pipeline/events.py.
+from ..events import format_bytes, parse_size
 from .errors import BadInput, ReserveStop
 
+__all__ = ["DiskGuard", "format_bytes", "parse_size", "volume_of"]
+
 FAKE_FREE_ENV = "EAGLE3_EXTRACT_FAKE_FREE"
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
-_PREFIXES = "kmgtpe"
-
-
-def parse_size(text: str) -> int:
-    """Bytes for "10GB" (SI), "10GiB" or "10G" (IEC) or a bare number, as the console reads sizes."""
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ValueError(f"{text!r} is not a size: use bytes or a number with a unit (500GB, 1.5TiB, 512M)")
-    unit = m.group(2).lower()
-    if unit in ("", "b"):
-        mult = 1
-    elif unit[0] in _PREFIXES and unit[1:] in ("b", "", "i", "ib"):
-        power = _PREFIXES.index(unit[0]) + 1
-        mult = 1000**power if unit[1:] == "b" else 1024**power
-    else:
-        raise ValueError(f"{text!r} has an unknown unit {m.group(2)!r}: use KB, MB, GB, TB or KiB, MiB, GiB, TiB")
-    return int(float(m.group(1)) * mult)
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
 
 
 def volume_of(path: Path) -> str:

@@ -41,3 +41,38 @@ def test_format_bytes_is_si_with_one_decimal():
 
 def test_round_trip_of_a_printed_size():
     assert parse_size(format_bytes(412_300_000_000).replace(" ", "")) == 412_300_000_000
+
+
+SIZE_TEXTS = ["1.001GB", "1.001 GiB", "0.1KB", "123456789", "7.25TB", "3G", "1e3", ".5MB", "999.95KB"]
+
+
+@pytest.mark.parametrize("text", SIZE_TEXTS)
+def test_one_size_syntax_for_the_console_and_the_pipeline(text):
+    """A config's `need: 1.001GB` and extract's `--reserve 1.001GB` mean the same bytes."""
+    from pipeline import events
+    from pipeline.extract import reserve
+
+    answers = []
+    for parse in (parse_size, reserve.parse_size, events.parse_size):
+        try:
+            answers.append(parse(text))
+        except ValueError:
+            answers.append("refused")
+    assert len(set(answers)) == 1, answers
+    assert parse_size("1.001GB") == 1_001_000_000
+
+
+def test_printed_sizes_are_the_same_everywhere_and_parse_back_within_their_rounding():
+    import random
+
+    from pipeline.extract import reserve
+
+    rng = random.Random(1234)
+    for _ in range(5000):
+        n = int(10 ** rng.uniform(0, 18))
+        shown = format_bytes(n)
+        assert reserve.format_bytes(n) == shown
+        back = parse_size(shown.replace(" ", ""))
+        # one decimal of the printed unit: off by at most half of 0.1 of it
+        unit = 1 if shown.endswith(" B") else 1000 ** ("KMGTPE".index(shown.split()[1][0]) + 1)
+        assert abs(back - n) <= 0.05 * unit + 0.5, (n, shown, back)

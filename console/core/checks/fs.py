@@ -10,16 +10,10 @@ from typing import Any
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, short_path
 from console.core.sizes import format_bytes
+from console.core.telemetry.disk import nearest_existing  # one definition: the disk panel's too
 
 WALK_LIMIT = 100_000
 LINE_LIMIT = 300
-
-
-def nearest_existing(p: Path) -> Path | None:
-    for q in (p, *p.parents):
-        if q.exists():
-            return q
-    return None
 
 
 def describe(p: Path) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,49 @@
+"""Durations as the console prints them and as operators write them, one definition for
+the CLI, the UI and the journal's alerts."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+MAX_DURATION = 30 * 86400.0
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*$", re.IGNORECASE)
+
+
+def format_duration(s: float | None, unknown: str = "—") -> str:
+    """3s, 4m05s, 2h03m, 3d04h: two units at most; `unknown` for None, NaN or infinity."""
+    if s is None or not math.isfinite(s):
+        return unknown
+    s = max(0, int(s))
+    if s < 60:
+        return f"{s}s"
+    m, sec = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from `90`, `90s`, `15m`, `2h`, `1d` (or `off`/`0`: 0). Raises ValueError
+    with what was expected; bounded to 30 days."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like 90s, 15m or 2h, got {value!r}")
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    else:
+        text = str(value).strip().lower()
+        if text in ("off", "none", "never"):
+            return 0.0
+        m = _DURATION.match(text)
+        if not m:
+            raise ValueError(f"expected a duration like 90s, 15m or 2h, got {value!r}")
+        secs = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    if not 0 <= secs <= MAX_DURATION:
+        raise ValueError(f"a duration between 0 and 30d, got {value!r}")
+    return secs

@@ -1,0 +1,78 @@
+"""One crash-safe writer for the console and the pipeline, and every swap of a finished
+file or folder ends with the folder fsynced (else a power cut can undo the rename)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from console.core.atomicfile import atomic_write_json
+from pipeline import atomicfile as pipeline_atomicfile
+from pipeline import events
+
+
+@pytest.fixture
+def synced(monkeypatch):
+    """The folders fsynced, in order."""
+    seen: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return seen
+
+
+def test_console_and_pipeline_share_the_writer():
+    assert pipeline_atomicfile.write_bytes_atomic is events.write_bytes_atomic
+    assert pipeline_atomicfile.fsync_dir is events.fsync_dir
+
+
+def test_console_json_is_private_whole_and_its_folder_synced(tmp_path, synced):
+    target = tmp_path / "run" / "exit"
+    atomic_write_json(target, {"code": 0})
+    assert target.read_text() == '{\n "code": 0\n}\n'
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert synced[-1] == str(target.parent)
+    assert os.listdir(target.parent) == ["exit"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    target = tmp_path / "stats.json"
+    pipeline_atomicfile.write_json_atomic(target, {"n": 1})
+
+    def boom(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(events, "write_all", boom)
+    with pytest.raises(OSError):
+        pipeline_atomicfile.write_json_atomic(target, {"n": 2})
+    assert '"n": 1' in target.read_text() and os.listdir(tmp_path) == ["stats.json"]
+
+
+@pytest.mark.parametrize("module", ["pipeline.demo", "pipeline.export"])
+def test_swapping_in_a_finished_folder_syncs_its_parent(tmp_path, synced, module):
+    import importlib
+
+    swap_in = importlib.import_module(module)._swap_in
+    (tmp_path / "out").mkdir()
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "f").write_text("x")
+    swap_in(tmp_path / "new", tmp_path / "out")
+    assert (tmp_path / "out" / "f").read_text() == "x"
+    assert str(tmp_path) in synced
+
+
+def test_one_nearest_existing_for_checks_and_the_disk_panel(tmp_path, monkeypatch):
+    from console.core.checks import fs
+    from console.core.telemetry import disk
+
+    assert fs.nearest_existing is disk.nearest_existing
+    monkeypatch.chdir(tmp_path)
+    assert fs.nearest_existing(tmp_path / "a" / "b") == tmp_path
+    assert fs.nearest_existing("a/b") == tmp_path  # relative: against the working folder, absolute out
