@@ -9,6 +9,7 @@ host sync every --log-every steps; between them the GPU runs ahead.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -247,6 +248,13 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
         sched.load_state_dict(state["scheduler"])
         checkpoint.set_rng_state(state["rng"])
         start = int(state["step"])
+        if start >= total:
+            log(f"train: {existing} is the last step ({start}/{total}); nothing left to train")
+            try:
+                return json.loads((out / SUMMARY).read_text())
+            except (OSError, ValueError):
+                return {"steps": start, "total_steps": total, "checkpoint": str(existing), "loss": float("nan"),
+                        "acc": [float("nan")] * opts.ttt_length}
         log(f"train: resuming {existing} at step {start}/{total}")
     else:
         log(f"train: draft vocabulary {vocab.size} of {dcfg.vocab_size} tokens covers {vocab.coverage:.1%} of the "
