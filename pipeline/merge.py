@@ -251,8 +251,11 @@ def _run_chunks(
                 break
     except BaseException as exc:
         # stopped or failed: kill the workers now instead of waiting for their chunks
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        for proc in procs:
             proc.terminate()
+        for proc in procs:
+            proc.join(timeout=10)  # none may still write into the parts folder as it goes
         pool.shutdown(wait=False, cancel_futures=True)
         if isinstance(exc, BrokenProcessPool):
             raise RuntimeError(  # noqa: TRY004 - a failure to report, not a type check
