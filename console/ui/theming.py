@@ -1,6 +1,6 @@
-"""Finds the theme definitions in the repository's `themes/` folder (a path relative to
-this package, so a checkout and an editable install both work) and falls back to
-Textual's built-in themes when that folder is absent, so the console always starts."""
+"""Finds the theme definitions in `console/ui/themes/` (inside the package, so a checkout,
+an editable install and a wheel install all have them) and falls back to Textual's
+built-in themes when that folder is absent, so the console always starts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textual.theme import BUILTIN_THEMES, Theme
 
-THEMES_DIR = Path(__file__).resolve().parents[2] / "themes"
+THEMES_DIR = Path(__file__).resolve().parent / "themes"
 DEFAULT = "eagle3-dark"
 _FALLBACK = {
     "eagle3-dark": "textual-dark",
