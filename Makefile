@@ -21,6 +21,8 @@ demo: $(STAMP)
 	$(BIN)/eagle3 console configs/demo.yaml
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
