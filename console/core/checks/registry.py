@@ -11,14 +11,14 @@ import threading
 import time
 from typing import Any, Iterable
 
-from console.core.checks import command, data, disk, fresh, fs, gpu, jsonfile, net, patch, python
+from console.core.checks import command, data, digest, disk, fresh, fs, gpu, jsonfile, net, patch, python
 from console.core.checks import store as store_checks
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import ArgError, Kind, Outcome
 from console.core.checks.result import CheckResult
 from console.core.config.model import CheckSpec
 
-_ALL: dict[str, Kind] = {k.name: k for fam in (fs, data, jsonfile, disk, gpu, net, python, patch, fresh, command,
+_ALL: dict[str, Kind] = {k.name: k for fam in (fs, data, digest, jsonfile, disk, gpu, net, python, patch, fresh, command,
                                                store_checks)
                          for k in fam.KINDS}
 KINDS: tuple[str, ...] = tuple(_ALL)
