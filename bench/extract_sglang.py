@@ -1,0 +1,215 @@
+"""SGLang extraction client throughput: does it move dumps into the store at >= 0.9x the
+store's own write bound?
+
+One run, CPU only (no GPU, no SGLang): the stand-in server (tests/pipeline/standin_sglang.py,
+its own process, dumps written by pipeline.sglang_dump's writer into /dev/shm as fast as it
+can) answers the client, and we measure
+  1. the store's write bound: its own sample writer (write_sample: checksum, temp + fsync +
+     rename) on 2, 4 and 8 threads from memory, as bench/extract.py measures it;
+  2. the dump path alone: requests answered, dumps read, validated and deleted, no store;
+  3. end to end: pipeline.extract's SGLang client over --samples samples into a fresh store.
+The target is end to end >= 0.9 x the write bound. Run from the repository root:
+
+    python bench/extract_sglang.py --out /path/on/the/disk [--samples 48] [--seq 2048] [--hidden 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch
+from safetensors.torch import save_file
+
+from pipeline.events import EventWriter
+from pipeline.extract.dumps import DumpFolder, request_key
+from pipeline.extract.job import ExtractOptions, prepare
+from pipeline.extract.layout import sample_bytes
+from pipeline.extract.meta import TargetInfo
+from pipeline.extract.reserve import parse_size, volume_of
+from pipeline.extract.sglang_client import Extraction, SGLangOptions, check_server, plan
+from pipeline.extract.sglang_http import SGLangServer
+from pipeline.extract.sharding import Shard
+from pipeline.extract.store import Sample, write_sample
+
+STANDIN = REPO / "tests" / "pipeline" / "standin_sglang.py"
+VOCAB = 32000
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def make_target(folder: Path, hidden: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": hidden,
+                                                    "num_hidden_layers": 32, "vocab_size": VOCAB}))
+    save_file({"embed": torch.zeros(8, 8)}, str(folder / "model.safetensors"))
+    return folder
+
+
+def write_dataset(path: Path, n: int, seq: int) -> None:
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for i in range(n):
+            ids = [rng.randrange(VOCAB) for _ in range(seq)]
+            f.write(json.dumps({"id": f"bench-{i}", "input_ids": ids, "loss_mask": [1] * seq}) + "\n")
+
+
+def store_write(folder: Path, files: int, writers: int, seq: int, hidden: int) -> float:
+    """GB/s of write_sample on `writers` threads, from memory (bench/extract.py's measure)."""
+    block = torch.empty(seq, 4 * hidden, dtype=torch.bfloat16).normal_()
+    ids = torch.randint(0, VOCAB, (seq,), dtype=torch.int64)
+    mask = torch.ones(seq, dtype=torch.uint8)
+    store = folder / "write-test"
+    store.mkdir()
+
+    def one(i: int) -> int:
+        s = Sample(index=i, id=str(i), input_ids=ids, loss_mask=mask,
+                   hidden_state=block.view(-1)[: seq * hidden].view(seq, hidden),
+                   aux_hidden_state=block.view(-1)[seq * hidden:].view(seq, 3 * hidden))
+        return write_sample(store, s, hidden)["bytes"]
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(writers) as pool:
+        total = sum(pool.map(one, range(files)))
+    gbps = total / (time.perf_counter() - t) / 1e9
+    shutil.rmtree(store)
+    return gbps
+
+
+def start_standin(target: Path, dump_dir: Path, budget: int, port_file: Path) -> subprocess.Popen:
+    env = dict(os.environ, EAGLE3_DUMP_DIR=str(dump_dir), EAGLE3_DUMP_BUDGET=str(budget),
+               PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", str(target), "--port", "0",
+                             "--port-file", str(port_file), "--fast"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"stand-in did not start: {proc.stderr.read().decode()[-500:]}")
+        time.sleep(0.05)
+    return proc
+
+
+def dump_path_only(server: SGLangServer, folder: DumpFolder, data: Path, n: int, hidden: int,
+                   concurrency: int) -> float:
+    """tokens/s of answer + wait + read + validate + delete, with no store write."""
+    records = [json.loads(line) for line in data.read_text().splitlines()[:n]]
+
+    def one(i: int) -> int:
+        ids = records[i]["input_ids"]
+        key = request_key(100000 + i, ids)
+        server.generate(ids, key)
+        while not folder.dump_path(key).exists():
+            time.sleep(0.001)
+        folder.read(key, ids, hidden, torch.bfloat16)
+        folder.discard(key)
+        return len(ids)
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        tokens = sum(pool.map(one, range(n)))
+    return tokens / (time.perf_counter() - t)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="a folder on the disk to measure (not tmpfs)")
+    p.add_argument("--shm", default="/dev/shm", help="where the dump folder goes (default /dev/shm)")
+    p.add_argument("--samples", type=int, default=48)
+    p.add_argument("--seq", type=int, default=2048, help="tokens per sample")
+    p.add_argument("--hidden", type=int, default=4096, help="hidden size (Llama-3.1-8B: 4096; Kimi-K2.5: 7168)")
+    p.add_argument("--concurrency", type=int, default=8, help="client requests in flight (default 8, the client's)")
+    p.add_argument("--budget", default="4GB", help="dump folder budget")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script in seconds")
+    args = p.parse_args()
+    if args.smoke:
+        args.samples, args.seq, args.hidden = 12, 64, 64
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    dump_dir = Path(args.shm) / f"eagle3-bench-{os.getpid()}"
+    budget = parse_size(args.budget)
+    per_token = sample_bytes(args.seq, args.hidden, "bfloat16") / args.seq
+    log(f"CPU only: {os.cpu_count()} cores, torch {torch.__version__}; store on {out} ({volume_of(out)}), "
+        f"dumps in {dump_dir} (budget {budget / 1e9:.1f} GB)")
+    log(f"{args.samples} samples of {args.seq} tokens, hidden {args.hidden}: {per_token:,.0f} bytes per token "
+        f"in the store, {per_token * args.seq / 1e6:.1f} MB per sample")
+
+    target = make_target(out / "target", args.hidden)
+    data = out / "data.jsonl"
+    write_dataset(data, args.samples, args.seq)
+
+    files = args.samples  # as many bytes as the end-to-end run: a disk's sustained rate, not its burst
+    speeds = {w: store_write(out, files, w, args.seq, args.hidden) for w in (2, 4, 8)}
+    for w, s in speeds.items():
+        log(f"[1] store write bound, write_sample on {w} threads (checksum, temp+fsync+rename): {s:.3f} GB/s")
+    best = max(speeds, key=speeds.get)
+    bound = speeds[best] * 1e9 / per_token
+    log(f"    write bound: {bound:,.0f} tokens/s ({speeds[best]:.3f} GB/s, {best} threads)")
+    concurrency = args.concurrency
+
+    proc = start_standin(target, dump_dir, budget, out / "port")
+    try:
+        url = f"http://127.0.0.1:{(out / 'port').read_text()}"
+        server = SGLangServer(url, timeout=120)
+        check_server(server, target)
+        folder = DumpFolder(dump_dir)
+        dump_path_only(server, folder, data, 2, args.hidden, 1)  # the stand-in computes its block once
+        n = min(args.samples, 24)
+        rate = dump_path_only(server, folder, data, n, args.hidden, concurrency)
+        log(f"[2] dump path alone (stand-in answers and writes to shm; client reads, validates, deletes), "
+            f"{concurrency} in flight: {rate:,.0f} tokens/s ({rate * per_token / 1e9:.3f} GB/s)")
+
+        opts = SGLangOptions(server=url, dump_dir=dump_dir, dump_budget=budget, concurrency=concurrency)
+        job = prepare(ExtractOptions(data=data, out=out / "store", reserve=0), TargetInfo.from_dir(target),
+                      "bfloat16", Shard(0, 1))
+        peak = [0]
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(0.005):
+                peak[0] = max(peak[0], folder.occupancy()[1])
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        res = Extraction(job, opts, server, EventWriter(None), log=lambda s: None).run(plan(job, opts))
+        stop.set()
+        watcher.join()
+        if job.lock is not None:
+            job.lock.release()
+        e2e = res.tokens / res.seconds
+        log(f"[3] end to end: {res.samples} samples, {res.tokens:,} tokens, {res.bytes / 1e9:.2f} GB into the store "
+            f"in {res.seconds:.2f} s: {e2e:,.0f} tokens/s ({res.bytes / res.seconds / 1e9:.3f} GB/s); "
+            f"{res.retried} retries; dump folder peak {peak[0] / 1e6:.1f} MB of {budget / 1e6:.0f} MB; "
+            f"complete: {res.complete}")
+        log(f"    end to end is {e2e / bound:.3f} x the store's write bound (target >= 0.900): "
+            f"{'MET' if e2e >= 0.9 * bound else 'MISSED'}")
+        both = 1 / (1 / bound + 1 / rate)
+        log(f"    bottleneck min(write {bound:,.0f}, dump path {rate:,.0f}) = {min(bound, rate):,.0f} tokens/s: end to "
+            f"end is {e2e / min(bound, rate):.3f} x of it; if the two share one resource (cores, memory bandwidth: "
+            f"the stand-in runs on the same machine) the bound is {both:,.0f} tokens/s and end to end is "
+            f"{e2e / both:.3f} x of that")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(dump_dir, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
