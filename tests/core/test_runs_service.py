@@ -68,16 +68,19 @@ def free_port() -> int:
 def test_real_http_service_becomes_ready_and_stops(tmp_path):
     port = free_port()
     (tmp_path / "health").write_text("ok")
+    go = tmp_path / "go"  # the server listens only once the test has seen it not ready
     ph = Phase(id="serve", title="Serve", kind="service",
-               argv=("python", "-c", f"import time, http.server as h; time.sleep(1.5); "
+               argv=("python", "-c", f"import os, time, http.server as h\n"
+                     f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
                      f"h.ThreadingHTTPServer(('127.0.0.1', {port}), h.SimpleHTTPRequestHandler).serve_forever()"),
                ready=(CheckSpec(kind="http_ok", arg=f"http://127.0.0.1:{port}/health", name="health"),))
     cfg = config_for(tmp_path, ph)
     start_run(cfg, ph)
     try:
         ok, results = readiness(cfg, ph)
-        assert not ok and results[0].status == "fail"  # still sleeping before it listens
-        deadline = time.monotonic() + 15
+        assert not ok and results[0].status == "fail"  # not listening yet
+        go.write_text("")
+        deadline = time.monotonic() + 30
         while not ok and time.monotonic() < deadline:
             time.sleep(0.1)
             ok, results = readiness(cfg, ph)
