@@ -1,14 +1,18 @@
-"""Extraction throughput on a GPU: is end-to-end within 10% of its bottleneck?
+"""Extraction throughput and memory on a GPU: end to end against forward-only, checksums on.
 
 One run measures, on a random-weight Llama-3.1-8B-shaped target and 2048-token samples:
-  1. forward-only tokens/s: the exact forward extraction runs (base model, hidden states,
-     aux concat, finiteness check), no copies, no disk;
-  2. write GB/s to the output disk: one plain sequential file with fsync, and the store's
-     own sample writer (temp + fsync + rename) on --writers threads;
-  3. end to end: pipeline.extract's engine over --samples samples into a fresh store.
-The target is end to end >= 0.9 x min(forward-only, write-bound tokens/s). With --gpus 2
-it then runs two ranks (one process per GPU, sharing the output folder) over twice the
-samples and prints the scaling. Needs CUDA; run from the repository root:
+  1. forward-only tokens/s and peak GPU memory (torch.cuda.max_memory_allocated, weights
+     included) of three captures: `output_hidden_states=True` (the old capture), pre-hooks
+     on the three capture layers (eager), and hooks with torch.compile'd decoder layers (the
+     default on CUDA), plus the compile time and the largest difference compiled vs eager;
+  2. xxh3 checksum speed on one core, and write GB/s to the output disk (one plain file with
+     fsync; the store's own sample writer, temp + fsync + rename + checksum, on threads);
+  3. end to end: pipeline.extract's engine over --samples samples into a fresh store, with
+     checksums (the default) and without (a no-op checksum), compiled; and uncompiled with
+     checksums (--no-eager-e2e skips it).
+Targets: end to end with checksums >= 40k tokens/s on one H200, and >= 0.95 x forward-only.
+With --gpus 2 it then runs two ranks (one process per GPU, sharing the output folder) over
+twice the samples and prints the scaling. Needs CUDA; run from the repository root:
 
     PYTHONUNBUFFERED=1 python bench/extract.py --out /path/on/the/disk [--gpus 2]
 """
@@ -39,6 +43,7 @@ from pipeline.extract.manifest import read_manifest  # noqa: E402
 from pipeline.extract.meta import TargetInfo, capture_layers  # noqa: E402
 from pipeline.extract.reserve import volume_of  # noqa: E402
 from pipeline.extract.sharding import Shard  # noqa: E402
+from pipeline.extract import store as store_module  # noqa: E402
 from pipeline.extract.store import Sample, write_sample  # noqa: E402
 
 SEQ = 2048
@@ -88,7 +93,8 @@ def pinned(t: torch.Tensor) -> torch.Tensor:
 
 def target_info() -> TargetInfo:
     return TargetInfo(path="random:llama-3.1-8b-shape", model_type="llama", num_layers=SHAPE["num_hidden_layers"],
-                      hidden_size=SHAPE["hidden_size"], vocab_size=SHAPE["vocab_size"])
+                      hidden_size=SHAPE["hidden_size"], vocab_size=SHAPE["vocab_size"],
+                      fingerprint="random:llama-3.1-8b-shape")
 
 
 def write_dataset(path: Path, n: int) -> None:
@@ -100,11 +106,48 @@ def write_dataset(path: Path, n: int) -> None:
                                 "loss_mask": [1] * SEQ}) + "\n")
 
 
-def forward_only(model, batch_tokens: int, warmup: int, iters: int) -> float:
+def reset_peak() -> None:
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib() -> float:
+    return torch.cuda.max_memory_allocated() / 2**30 if DEVICE.startswith("cuda") else float("nan")
+
+
+class HiddenStatesCapture:
+    """The capture as it was before hooks: output_hidden_states=True keeps every layer's states."""
+
+    def __init__(self, model, layers: list[int]) -> None:
+        self.base, self.layers = model.base_model, layers
+
+    @torch.inference_mode()
+    def forward(self, input_ids, lengths):
+        x = input_ids.to(DEVICE, non_blocking=True)
+        out = self.base(input_ids=x, use_cache=False, output_hidden_states=True)
+        final = out.last_hidden_state
+        aux = torch.cat([out.hidden_states[i] for i in self.layers], dim=-1)
+        bad = (~torch.isfinite(final).all(-1)) | (~torch.isfinite(aux).all(-1))
+        return final, aux, bad.any(-1)
+
+    def close(self) -> None:
+        pass
+
+
+def forward_only(cap, batch_tokens: int, warmup: int, iters: int) -> dict:
+    """tokens/s, peak GiB and the first call's seconds (compilation) of one capture."""
     info = target_info()
-    cap = Capturer(model, capture_layers(info.num_layers), info.num_layers, DEVICE)
     b = max(1, batch_tokens // SEQ)
-    x = pinned(torch.randint(0, info.vocab_size, (b, SEQ), dtype=torch.int64))
+    x = pinned(torch.randint(0, info.vocab_size, (b, SEQ), dtype=torch.int64, generator=torch.Generator().manual_seed(1)))
+    reset_peak()
+    t = time.perf_counter()
+    first = cap.forward(x, [SEQ] * b)
+    sync()
+    first_s = time.perf_counter() - t
+    sample = (first[0][0, :64].float().cpu(), first[1][0, :64].float().cpu())
+    del first
     for _ in range(warmup):
         cap.forward(x, [SEQ] * b)
     sync()
@@ -113,22 +156,30 @@ def forward_only(model, batch_tokens: int, warmup: int, iters: int) -> float:
         final, aux, bad = cap.forward(x, [SEQ] * b)
         del final, aux, bad
     sync()
-    return b * SEQ * iters / (time.perf_counter() - t)
+    rate = b * SEQ * iters / (time.perf_counter() - t)
+    return {"tokens_per_s": rate, "peak_gib": peak_gib(), "first_s": first_s, "sample": sample}
 
 
-@torch.inference_mode()
-def full_forward(model, batch_tokens: int, warmup: int, iters: int) -> float:
-    """Reference only: the whole CausalLM with its LM head, as a plain probe would run it."""
-    b = max(1, batch_tokens // SEQ)
-    x = torch.randint(0, SHAPE["vocab_size"], (b, SEQ), device=DEVICE)
-    for _ in range(warmup):
-        model(input_ids=x, use_cache=False)
-    sync()
+def checksum_speed(nbytes: int = 256 << 20) -> float:
+    from pipeline.checksum import Checksum
+
+    buf = memoryview(os.urandom(nbytes))
     t = time.perf_counter()
-    for _ in range(iters):
-        model(input_ids=x, use_cache=False)
-    sync()
-    return b * SEQ * iters / (time.perf_counter() - t)
+    h = Checksum()
+    for i in range(0, nbytes, 16 << 20):
+        h.update(buf[i:i + (16 << 20)])
+    h.hexdigest()
+    return nbytes / (time.perf_counter() - t) / 1e9
+
+
+class NoChecksum:
+    """Stands in for pipeline.checksum.Checksum to measure what checksums cost end to end."""
+
+    def update(self, buf) -> None:
+        pass
+
+    def hexdigest(self) -> str:
+        return "0" * 16
 
 
 def sequential_write(folder: Path, total: int, chunk: int = 64 << 20) -> float:
@@ -158,7 +209,7 @@ def store_write(folder: Path, files: int, writers: int) -> float:
         s = Sample(index=i, id=str(i), input_ids=ids, loss_mask=mask,
                    hidden_state=hidden.view(-1)[: SEQ * h].view(SEQ, h),
                    aux_hidden_state=hidden.view(-1)[SEQ * h:].view(SEQ, 3 * h))
-        return write_sample(store, s, h)[1]
+        return write_sample(store, s, h)["bytes"]
 
     t = time.perf_counter()
     with ThreadPoolExecutor(writers) as pool:
@@ -168,15 +219,24 @@ def store_write(folder: Path, files: int, writers: int) -> float:
     return gbps
 
 
-def extract_run(model, data: Path, out: Path, limit: int, shard: Shard, args) -> dict:
+def extract_run(model, data: Path, out: Path, limit: int, shard: Shard, args, compile: bool | None = None,
+                checksums: bool = True) -> dict:
     opts = ExtractOptions(data=data, out=out, batch_tokens=args.batch_tokens, writers=args.writers,
                           queue=args.queue, reserve=args.reserve, limit=limit)
     job = prepare(opts, target_info(), "bfloat16", shard)
-    start = time.time()
-    res = engine.run(job, model, DEVICE, EventWriter(None), log=log)
-    end = time.time()
+    real = store_module.Checksum
+    if not checksums:
+        store_module.Checksum = NoChecksum
+    reset_peak()
+    try:
+        start = time.time()
+        res = engine.run(job, model, DEVICE, EventWriter(None), log=log, compile=compile)
+        end = time.time()
+    finally:
+        store_module.Checksum = real
+        job.lock.release()
     return {"rank": shard.rank, "tokens": res.tokens, "bytes": res.bytes, "samples": res.samples,
-            "seconds": res.seconds, "start": start, "end": end, "complete": res.complete}
+            "seconds": res.seconds, "start": start, "end": end, "complete": res.complete, "peak_gib": peak_gib()}
 
 
 def disk_report(out: Path) -> str:
@@ -195,7 +255,10 @@ def worker(args) -> None:
     """One rank of the sharded run (its GPU chosen by CUDA_VISIBLE_DEVICES)."""
     out = Path(args.out)
     model = build_target()
-    fwd = forward_only(model, args.batch_tokens, 3, 8)
+    info = target_info()
+    cap = Capturer(model, capture_layers(info.num_layers), info.num_layers, DEVICE, log=log)
+    fwd = forward_only(cap, args.batch_tokens, 3, 8)["tokens_per_s"]
+    cap.close()
     barrier = out / "barrier"
     (barrier / f"ready.{args.rank}").touch()
     deadline = time.time() + 300
@@ -212,7 +275,10 @@ def main() -> None:
     p.add_argument("--out", required=True, help="a folder on the disk to measure (not tmpfs)")
     p.add_argument("--samples", type=int, default=320, help="2048-token samples for the single-GPU run")
     p.add_argument("--batch-tokens", type=int, default=16384)
-    p.add_argument("--writers", type=int, default=0, help="writer threads (0: the fastest of 2, 4, 8 in the write test)")
+    p.add_argument("--writers", type=int, default=0, help="writer threads (default 8)")
+    p.add_argument("--iters", type=int, default=10, help="timed forwards per forward-only figure")
+    p.add_argument("--no-eager-e2e", dest="eager_e2e", action="store_false",
+                   help="skip the uncompiled end-to-end run")
     p.add_argument("--queue", type=int, default=4)
     p.add_argument("--reserve", type=int, default=2 * 10**9)
     p.add_argument("--gpus", type=int, default=1, help="also run the sharded figure on this many GPUs")
@@ -250,33 +316,66 @@ def main() -> None:
     model = build_target()
     log(f"random {'8B' if not args.smoke else 'tiny'} target built on {DEVICE} in {time.perf_counter() - t:.1f} s")
 
-    fwd = forward_only(model, args.batch_tokens, 5, 20)
-    log(f"[1] forward-only (extraction forward, bf16, sdpa): {fwd:,.0f} tokens/s")
-    ref = full_forward(model, args.batch_tokens, 2, 6)
-    log(f"    reference, full CausalLM forward with LM head: {ref:,.0f} tokens/s")
+    info = target_info()
+    layers = capture_layers(info.num_layers)
+    it = dict(warmup=3, iters=args.iters)
+    old = forward_only(HiddenStatesCapture(model, layers), args.batch_tokens, **it)
+    log(f"[1] forward-only, output_hidden_states=True (the old capture): {old['tokens_per_s']:,.0f} tokens/s, "
+        f"peak GPU memory {old['peak_gib']:.1f} GiB")
+    eager_cap = Capturer(model, layers, info.num_layers, DEVICE, compile=False, log=log)
+    eager = forward_only(eager_cap, args.batch_tokens, **it)
+    eager_cap.close()
+    log(f"    forward-only, pre-hooks on the capture layers, eager: {eager['tokens_per_s']:,.0f} tokens/s, "
+        f"peak GPU memory {eager['peak_gib']:.1f} GiB")
+    comp_cap = Capturer(model, layers, info.num_layers, DEVICE, compile=None, log=log)
+    comp = forward_only(comp_cap, args.batch_tokens, **it)
+    compiled_ok = comp_cap.compiled
+    comp_cap.close()
+    diff = max(float((a - b).abs().max()) for a, b in zip(comp["sample"], eager["sample"]))
+    scale = max(float(b.abs().max()) for b in eager["sample"])
+    log(f"    forward-only, hooks + torch.compile'd decoder layers ({'compiled' if compiled_ok else 'NOT compiled'}, "
+        f"first batch {comp['first_s']:.1f} s): {comp['tokens_per_s']:,.0f} tokens/s, peak GPU memory "
+        f"{comp['peak_gib']:.1f} GiB; largest difference to eager {diff:.3g} (values up to {scale:.3g})")
+    try:
+        from torch._dynamo.utils import counters
 
-    seq = sequential_write(out, (4 << 30) if not args.smoke else (64 << 20))
-    log(f"[2] write, one sequential file + fsync: {seq:.2f} GB/s")
-    counts = [args.writers] if args.writers else [2, 4, 8]
-    speeds = {}
-    for w in counts:
-        speeds[w] = store_write(out, 64 if not args.smoke else 16, w)
-        log(f"    write, store sample files ({w} threads, temp+fsync+rename): {speeds[w]:.2f} GB/s")
-    args.writers = max(speeds, key=speeds.get)
-    st = speeds[args.writers]
-    log(f"    writer threads used below: {args.writers}")
+        log(f"    dynamo: {dict(counters['stats'])}, graph breaks {sum(counters['graph_break'].values())}")
+    except Exception as e:  # noqa: BLE001 - a figure, not the bench
+        log(f"    dynamo counters unavailable: {e}")
+    fwd = comp["tokens_per_s"] if compiled_ok else eager["tokens_per_s"]
+    log(f"    peak GPU memory of the forward: {old['peak_gib']:.1f} GiB before (output_hidden_states), "
+        f"{comp['peak_gib']:.1f} GiB now")
+
+    log(f"[2] xxh3 checksum on one core: {checksum_speed():.1f} GB/s")
+    seq = sequential_write(out, (2 << 30) if not args.smoke else (64 << 20))
+    log(f"    write, one sequential file + fsync: {seq:.2f} GB/s")
+    args.writers = args.writers or 8
+    st = store_write(out, 48 if not args.smoke else 16, args.writers)
+    log(f"    write, store sample files ({args.writers} threads, temp+fsync+rename+checksum): {st:.2f} GB/s")
     write_gbps = max(seq, st)
     write_bound = write_gbps * 1e9 / per_token
     log(f"    write-bound: {write_bound:,.0f} tokens/s at {write_gbps:.2f} GB/s")
 
-    res = extract_run(model, out / "data.jsonl", out / "store", args.samples, Shard(0, 1), args)
-    e2e = res["tokens"] / res["seconds"]
-    bound = min(fwd, write_bound)
-    log(f"[3] end to end: {res['samples']} samples, {res['tokens']:,} tokens, {res['bytes'] / 1e9:.1f} GB in "
-        f"{res['seconds']:.1f} s: {e2e:,.0f} tokens/s ({res['bytes'] / res['seconds'] / 1e9:.2f} GB/s)")
-    log(f"    bottleneck min(forward {fwd:,.0f}, write {write_bound:,.0f}) = {bound:,.0f} tokens/s; "
-        f"end to end is {e2e / bound:.3f} x of it (target >= 0.900): {'MET' if e2e >= 0.9 * bound else 'MISSED'}")
-    shutil.rmtree(out / "store")
+    runs = [("compiled, checksums on", None, True), ("compiled, checksums off", None, False)]
+    if args.eager_e2e:
+        runs.append(("eager, checksums on", False, True))
+    e2e: dict[str, float] = {}
+    for label, compile, checksums in runs:
+        res = extract_run(model, out / "data.jsonl", out / "store", args.samples, Shard(0, 1), args,
+                          compile=compile, checksums=checksums)
+        rate = res["tokens"] / res["seconds"]
+        e2e[label] = rate
+        log(f"[3] end to end, {label}: {res['samples']} samples, {res['tokens']:,} tokens, "
+            f"{res['bytes'] / 1e9:.1f} GB in {res['seconds']:.1f} s: {rate:,.0f} tokens/s "
+            f"({res['bytes'] / res['seconds'] / 1e9:.2f} GB/s), peak GPU memory {res['peak_gib']:.1f} GiB")
+        shutil.rmtree(out / "store")
+    main_rate = e2e["compiled, checksums on"]
+    e2e_ratio = main_rate / fwd
+    log(f"    checksums cost {1 - main_rate / e2e['compiled, checksums off']:+.1%} of end-to-end throughput")
+    log(f"    end to end with checksums {main_rate:,.0f} tokens/s (target >= 40,000: "
+        f"{'MET' if main_rate >= 40000 else 'MISSED'}); {e2e_ratio:.3f} x forward-only {fwd:,.0f} "
+        f"(target >= 0.950: {'MET' if e2e_ratio >= 0.95 else 'MISSED'}); write-bound {write_bound:,.0f}")
+    e2e = main_rate
     del model
     if DEVICE != "cpu":
         torch.cuda.empty_cache()

@@ -52,6 +52,15 @@ def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Mo
     return model.eval()
 
 
+def _allow_recompiles(n: int) -> None:
+    """Room for every layer (and a dynamic-shape recompile) in dynamo's cache: past its
+    limit (8 by default) a layer silently runs eager."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) < n:
+            setattr(cfg, name, n)
+
+
 class Capturer:
     def __init__(self, model: torch.nn.Module, layers: list[int], num_layers: int, device: str,
                  compile: bool | None = None, log: Callable[[str], None] = print,
@@ -78,6 +87,7 @@ class Capturer:
                          for k, n in enumerate(layers)]
         self.compiled = False
         if compile if compile is not None else self.cuda:
+            _allow_recompiles(4 * num_layers)
             for block in blocks:
                 block.forward = torch.compile(block.forward, backend=compile_backend)
             self.compiled = True
