@@ -176,7 +176,12 @@ class EventWriter:
         if self._fd is None:
             return
         rec = {"t": round(time.time(), 3), "kind": kind, **fields}
-        os.write(self._fd, (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode())
+        line = (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode()
+        if len(line) > MAX_LINE:  # readers skip such a line: say so instead of vanishing
+            line = (json.dumps({"t": rec["t"], "kind": "message", "level": "warning",
+                                "text": f"a {kind} event of {len(line)} bytes was dropped (limit {MAX_LINE})"},
+                               separators=(",", ":")) + "\n").encode()
+        os.write(self._fd, line)
 
     def progress(self, done: int | float, total: int | float | None, unit: str = "samples", **extra: Any) -> None:
         self.emit("progress", done=done, total=total, unit=unit, **extra)

@@ -81,3 +81,11 @@ def test_anchors_and_aliases_of_normal_size_still_work(tmp_path):
     cfg.write_text("phases:\n  - id: x\n    run: [true]\n    env: &e {A: '1'}\n"
                    "  - id: y\n    run: [true]\n    env: *e\n")
     assert load_config(cfg).phase("y").env == {"A": "1"}
+
+
+def test_a_huge_file_is_refused_before_it_is_read(tmp_path):
+    cfg = tmp_path / "big.yaml"
+    with open(cfg, "wb") as f:
+        f.truncate(64 * 2**20)
+    done = eagle3_check(cfg)
+    assert done.returncode == 2 and "big.yaml: is 67108864 bytes" in done.stderr, done.stderr

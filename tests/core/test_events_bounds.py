@@ -95,3 +95,13 @@ def test_a_line_longer_than_the_limit_is_skipped_among_good_ones(tmp_path):
     big = json.dumps({"kind": "message", "text": "x" * (2 * MAX_LINE)}).encode() + b"\n"
     append(path, progress(1) + big + progress(2))
     assert [e.get("done") for e in iter_events(path)] == [1, 2]
+
+
+def test_an_oversized_event_becomes_a_warning_instead_of_vanishing(tmp_path):
+    path = tmp_path / "events.jsonl"
+    with EventWriter(path) as w:
+        w.message("x" * (2 * MAX_LINE))
+        w.progress(1, 2)
+    events = list(iter_events(path))
+    assert [e.kind for e in events] == ["message", "progress"]
+    assert "dropped" in events[0].get("text") and events[0].get("level") == "warning"

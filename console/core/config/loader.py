@@ -26,6 +26,7 @@ PHASE_KEYS = (
     "inputs", "outputs", "deletes", "kind", "confirm", "python", "stall_after", "notify",
 )
 CHECK_META_KEYS = ("name", "severity")
+MAX_CONFIG_BYTES = 4 * 2**20
 # `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
 # is the natural way to write a config; the braces are swapped for private-use characters
 # before parsing and swapped back in every scalar.
@@ -158,6 +159,9 @@ def load_config(
     """Read, validate and interpolate a pipeline config. Raises ConfigError only."""
     file = Path(path).expanduser()
     try:
+        if file.is_file() and file.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(file, f"is {file.stat().st_size} bytes; a pipeline config is at most "
+                                    f"{MAX_CONFIG_BYTES} (is this the right file?)")
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(file, "config file not found; pass the path of a pipeline YAML (e.g. configs/demo.yaml)") from None
