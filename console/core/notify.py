@@ -85,7 +85,7 @@ class Notifier:
             argv = expand(spec.argv, values)
             payload = {"argv": argv, "timeout": spec.timeout, "cwd": str(self.config.root),
                        "state_dir": str(self.config.state_dir), "event": event, "phase": phase_id,
-                       "run_id": run_id or ""}
+                       "run_id": run_id or "", "secret_env": list(getattr(self.config, "secret_env", ()))}
             env = {**os.environ, **environment(values), SPEC_ENV: json.dumps(payload)}
             try:
                 subprocess.Popen([sys.executable, "-m", "console.core.notify"], env=env,
@@ -146,10 +146,11 @@ def main() -> int:
         print(f"eagle3 notify: ${SPEC_ENV} is not a notifier spec ({exc})", file=sys.stderr)
         return 2
     result = _run(payload)
+    from console.core.config.secrets import Redactor
     from console.core.journal import Journal
 
     try:
-        Journal(Path(payload["state_dir"])).append(
+        Journal(Path(payload["state_dir"]), Redactor(payload.get("secret_env") or ())).append(
             "notify", phase=payload.get("phase"), run_id=payload.get("run_id"), on=payload.get("event"),
             command=argv[:1], **result)
     except OSError:

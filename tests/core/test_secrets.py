@@ -68,3 +68,26 @@ def test_env_secret_reaches_the_phase_but_no_file_under_the_state_dir(tmp_path, 
     for f in files:
         assert TOKEN.encode() not in f.read_bytes(), f
         assert stat.S_IMODE(f.stat().st_mode) == 0o600, f"{f} is {oct(f.stat().st_mode)}"
+
+
+def test_a_notifier_that_echoes_the_secret_is_journaled_without_it(tmp_path, monkeypatch):
+    import sys
+
+    from console.core.notify import Notifier
+
+    monkeypatch.setenv("EAGLE3_TEST_TOKEN", TOKEN)
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(textwrap.dedent(f"""\
+        state_dir: ./state
+        notify:
+          - run: ["{sys.executable}", -c, "import sys; print('posted with', sys.argv[1])", "${{env:EAGLE3_TEST_TOKEN}}"]
+            on: [failed]
+        phases:
+          - id: x
+            run: [true]
+        """))
+    p = Project.load(cfg)
+    assert Notifier(p.config, p.journal).fire("failed", "x", "failed", "r1", "exit 3") == 1
+    rec = wait_for(lambda: p.journal.read(events={"notify"}), 30, "the notify record")[-1]
+    assert rec["output"] == "posted with ${env:EAGLE3_TEST_TOKEN}"
+    assert TOKEN.encode() not in (tmp_path / "state" / "journal.jsonl").read_bytes()
