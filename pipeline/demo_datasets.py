@@ -3,8 +3,9 @@ drafter has structure to predict.
 
 Each source is a list of records in the chat-dataset shape that merge reads,
 `{"id", "conversations": [{"role", "content"}]}`. Everything flows from one
-`random.Random`, so a seed fixes every byte. `longform` answers run to hundreds of
-numbers: longer than merge's default --max-len, so a production-like drop is visible.
+`random.Random`, so a seed fixes every byte. Most `longform` answers run to hundreds of
+numbers: longer than merge's default --max-len, so a production-like drop is visible; a
+fifth are short enough to keep, so the source still contributes.
 """
 
 from __future__ import annotations
@@ -109,19 +110,25 @@ def wordplay(rng: random.Random) -> list[dict[str, str]]:
     return _with_system(rng, [_msg("user", q), _msg("assistant", ans)])
 
 
+SHORT_LONGFORM = 0.2
+"""Share of `longform` answers short enough for --max-len 512: the source then shows both a
+production-like drop and a contribution, at little extra extraction time."""
+
+
 def longform(rng: random.Random) -> list[dict[str, str]]:
     kind = rng.randrange(3)
+    short = rng.random() < SHORT_LONGFORM
     if kind == 0:
         a = rng.randint(1, 400)
-        b = a + rng.randint(230, 400)
+        b = a + (rng.randint(40, 110) if short else rng.randint(230, 400))
         q, ans = f"Count from {a} to {b}.", ", ".join(str(i) for i in range(a, b + 1)) + "."
     elif kind == 1:
         n = rng.randint(2, 19)
-        k = rng.randint(90, 150)
+        k = rng.randint(20, 45) if short else rng.randint(90, 150)
         q = f"Write the {n} times table up to {n} x {k}."
         ans = "\n".join(f"{n} x {i} = {n * i}" for i in range(1, k + 1))
     else:
-        words = [rng.choice(WORDS) for _ in range(rng.randint(120, 220))]
+        words = [rng.choice(WORDS) for _ in range(rng.randint(30, 70) if short else rng.randint(120, 220))]
         q = "Number each of these words: " + " ".join(words)
         ans = "\n".join(f"{i}. {w}" for i, w in enumerate(words, 1))
     return _with_system(rng, [_msg("user", q), _msg("assistant", ans)])
