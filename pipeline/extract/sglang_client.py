@@ -27,7 +27,6 @@ model), 3 stopped by the disk reserve, 4 the server failed (unreachable at start
 
 from __future__ import annotations
 
-import errno
 import os
 import queue
 import threading
@@ -41,9 +40,10 @@ import torch
 
 from .dataset import Record
 from .dumps import SERVER_ROOM, BadDump, DumpFolder, dump_bytes, key_index, request_key
-from .errors import BadInput, ExtractError, ReserveStop
+from .engine import finalize_or_stop
+from .errors import BadInput, ExtractError, ReserveStop, disk_full, is_disk_full
 from .job import Job
-from .manifest import ManifestWriter, finalize
+from .manifest import ManifestWriter
 from .progress import Progress
 from .reserve import format_bytes
 from .sglang_http import ServerError, SGLangServer
@@ -251,11 +251,11 @@ class Extraction:
                         aux_hidden_state=dump.aux_hidden_state.contiguous())
         try:
             entry = write_sample(self.job.out, sample, self.hidden)
+            self.manifest.add(entry)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ReserveStop(self.job.guard.stop_message(self.job.guard.free())) from None
+            if is_disk_full(e):
+                raise disk_full(e, f"writing sample {rec.index}", self.job.out) from None
             raise ExtractError(f"writing sample {rec.index} to {self.job.out} failed: {e}") from None
-        self.manifest.add(entry)
         self.progress.note_written(t, entry["bytes"])
         self.job.guard.note_written(entry["bytes"])
 
@@ -361,7 +361,13 @@ class Extraction:
                 while th.is_alive():
                     th.join(0.1)
                     self._tick()
-            self.manifest.close()
+            try:
+                self.manifest.close()
+            except OSError as e:  # a full disk here must not hide the first failure, nor exit 1
+                with self._lock:
+                    self.fatal = self.fatal or (disk_full(e, "appending to the manifest", job.out)
+                                                if is_disk_full(e) else
+                                                ExtractError(f"closing the manifest {self.manifest.path} failed: {e}"))
         seconds = time.monotonic() - t0
         self._tick(force=True)
         return self._finish(seconds)
@@ -388,7 +394,7 @@ class Extraction:
                    "fix the cause and rerun the same command to retry them")
             self.events.message(msg, level="error")
             raise ExtractError(msg)
-        complete = finalize(job.out, job.total)
+        complete = finalize_or_stop(job.out, job.total)
         self.folder.sweep(keep=set())
         tally = p.tally
         tally.refresh()
@@ -491,7 +497,7 @@ def _run(job: Job, opts: SGLangOptions, server: SGLangServer, reported: str) -> 
           f"(budget {format_bytes(opts.dump_budget)}), capture layers {job.layers}, store {job.out}"
           + (f"; removed {swept} stale dump files ({format_bytes(swept_bytes)})" if swept else ""), flush=True)
     if not todo:
-        complete = finalize(job.out, job.total)
+        complete = finalize_or_stop(job.out, job.total)
         print("extract: nothing left to do" + ("; store complete" if complete else ""), flush=True)
         return 0
     stop = threading.Event()

@@ -4,6 +4,7 @@ a real socket, a real dump folder, the real store writer."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -99,6 +100,7 @@ def test_a_normal_run_stores_what_the_server_computed_and_a_rerun_sends_nothing(
         assert run(target, data, out, dumps, server.url) == 0
         assert server.requests == len(recs), "a finished store sends nothing on a rerun"
         assert "nothing left to do" in capsys.readouterr().out
+    assert main(["--verify", "--out", str(out), "--model", str(target)]) == 0, "the HF backend's own store check"
     events = list(iter_events(tmp_path / "events.jsonl"))
     progress = [e for e in events if e.kind == "progress"]
     assert progress[-1].get("done") == len(recs) and progress[-1].get("tokens") == sum(len(r["input_ids"]) for r in recs)
@@ -223,3 +225,33 @@ def test_the_fast_finiteness_check_finds_every_nan_and_inf(dtype):
             y = x.clone()
             y[where] = bad
             assert not all_finite(y), (bad, where)
+
+
+def test_sigterm_stops_cleanly_and_a_rerun_completes(tmp_path, target, capsys):
+    import signal
+    import subprocess
+    import time
+
+    recs = records(40, seed=17)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    repo = Path(__file__).resolve().parents[2]
+    with StandIn(target, dumps, latency=0.05) as server:
+        argv = [sys.executable, "-m", "pipeline.extract", "--backend", "sglang", "--server", server.url,
+                "--dump-dir", str(dumps), "--model", str(target), "--data", str(data), "--out", str(out),
+                "--reserve", "0", "--concurrency", "2"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
+        proc = subprocess.Popen(argv, cwd=repo, env=dict(env, PYTHONPATH=str(repo)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while server.dumps < 4 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err
+        assert "stopped by a signal" in err and "rerun the same command to resume" in err and "Traceback" not in err
+        kept = len(read_manifest(out))
+        assert kept < len(recs)
+        assert run(target, data, out, dumps, server.url) == 0
+    assert_store_is_what_the_server_computed(out, recs)
