@@ -13,6 +13,7 @@ import getpass
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,14 @@ def _user() -> str:
 
 def private_dir(path: str | os.PathLike[str]) -> Path:
     """Create the state dir (and parents) owner-only: it holds commands, environments and
-    evidence. An existing one we own is tightened to 0700."""
+    evidence. An existing state dir of ours (one that already holds a journal, runs or locks)
+    is tightened to 0700; any other existing folder (`state_dir: /tmp`) is left as it is."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         st = p.stat()
-        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        ours = (p / FILE).exists() or (p / "runs").is_dir() or (p / "locks").is_dir()
+        if ours and st.st_uid == os.getuid() and st.st_mode & 0o077 and not st.st_mode & stat.S_ISVTX:
             os.chmod(p, 0o700)
     except OSError:
         pass

@@ -91,3 +91,21 @@ def test_a_notifier_that_echoes_the_secret_is_journaled_without_it(tmp_path, mon
     rec = wait_for(lambda: p.journal.read(events={"notify"}), 30, "the notify record")[-1]
     assert rec["output"] == "posted with ${env:EAGLE3_TEST_TOKEN}"
     assert TOKEN.encode() not in (tmp_path / "state" / "journal.jsonl").read_bytes()
+
+
+def test_an_existing_state_dir_is_tightened_but_a_shared_folder_is_not(tmp_path):
+    import stat as st
+
+    from console.core.journal import Journal
+
+    old = tmp_path / "old-state"
+    (old / "runs").mkdir(parents=True)
+    old.chmod(0o755)
+    Journal(old).append("checks", phase="x")
+    assert st.S_IMODE(old.stat().st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    Journal(shared).append("checks", phase="x")
+    assert st.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert st.S_IMODE((shared / "journal.jsonl").stat().st_mode) == 0o600
