@@ -65,6 +65,18 @@ def test_kimi_merge_takes_b1_to_b8_and_a2_not_a1_at_8192():
     assert cfg.shm_dump == Path("/dev/shm/sglang_hs")
 
 
+def test_kimi_runs_our_stages_with_arguments_they_accept():
+    from pipeline import merge
+    from pipeline.extract.__main__ import build_parser as extract_parser
+
+    cfg = load_config(KIMI)
+    merge_args = merge._parser().parse_args(list(cfg.phase("merge").argv[3:]))
+    assert merge_args.include and merge_args.exclude == ["A1_deepswekimi"] and merge_args.sources == ["/data/eagle3/raw"]
+    extract_args = extract_parser().parse_args(list(cfg.phase("extract").argv[3:]))
+    assert extract_args.backend == "sglang" and extract_args.server == "http://127.0.0.1:30000"
+    assert str(extract_args.dump_dir) == "/dev/shm/sglang_hs" and extract_args.dump_budget == "32GB"
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_config_loads_and_check_exits_1_with_reasons(path, tmp_path, capsys):
     cfg = load_config(path)
