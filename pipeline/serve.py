@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Start an SGLang server for hidden-state extraction or "
                                 "EAGLE3 serving (execs python -m sglang.launch_server).")
     p.add_argument("--mode", required=True, choices=["extract", "eagle3"])
-    p.add_argument("--model", required=True, type=Path, help="target model folder")
+    p.add_argument("--model", required=True, help="target model folder (passed to SGLang as written: /model_info "
+                   "reports it, and readiness checks compare it with the config's)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
     p.add_argument("--mem-fraction", type=float, default=None, help="SGLang --mem-fraction-static (0..1)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dump-wait", type=float, default=None,
                    help="seconds a dump waits for room before the request fails (server default 120)")
     e = p.add_argument_group("eagle3 mode")
-    e.add_argument("--draft", type=Path, help="exported drafter folder (pipeline export)")
+    e.add_argument("--draft", help="exported drafter folder (pipeline export)")
     e.add_argument("--num-steps", type=int, default=3, help="--speculative-num-steps (default 3)")
     e.add_argument("--topk", type=int, default=1, help="--speculative-eagle-topk (default 1)")
     e.add_argument("--num-draft-tokens", type=int, default=4, help="--speculative-num-draft-tokens (default 4)")
@@ -82,12 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _model_dir(path: Path, flag: str) -> str:
+def _model_dir(text: str, flag: str) -> str:
+    path = Path(text)
     if not path.is_dir():
         raise BadInput(f"{flag} {path}: no such folder")
     if not (path / "config.json").is_file():
         raise BadInput(f"{flag} {path}: no config.json in it; point {flag} at a save_pretrained folder")
-    return str(path)
+    return text
 
 
 def _free_bytes(folder: Path) -> tuple[Path, int]:

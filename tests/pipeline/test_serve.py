@@ -161,3 +161,10 @@ def test_the_server_is_the_phase_process_and_stops_with_the_phase(tmp_path, mode
     assert not alive(pid.child_pid, pid.child_start_time), "the server died with the phase"
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0, "nothing listens after the stop"
+
+
+def test_the_model_path_reaches_sglang_as_written(capsys, model, tmp_path):
+    """SGLang's /model_info reports --model-path verbatim; readiness compares it with the config's."""
+    _, argv, _ = dry(capsys, "--mode", "extract", "--model", f"{model}/", "--dump-dir", str(tmp_path / "hs"),
+                     "--dump-budget", "1MB")
+    assert flag(argv, "--model-path") == f"{model}/"
