@@ -14,7 +14,8 @@ the same writer, manifest and meta as the HF backend (the loss mask comes from t
 never from the server), and deleted. A store made by either backend is the same to training.
 
 A failed attempt (HTTP error or timeout, a `.error` file, a dump that does not appear or does
-not validate) is retried up to `--retries` times. `--max-failures` failed attempts in a row
+not validate) is retried up to `--retries` times; a retry that SGLang refuses as a duplicate
+request id (the timed-out attempt still runs there) waits for that attempt's dump instead. `--max-failures` failed attempts in a row
 (no success between them) mean the server is gone or broken: the run stops sending, lets the
 requests in flight end, and exits 4. What is in the manifest stays; rerunning the same
 command with a live server resumes.
@@ -52,6 +53,8 @@ from .store import Sample, write_sample
 DTYPE = "bfloat16"
 TORCH_DTYPE = torch.bfloat16
 SERVER_FAILED_EXIT = 4
+DUPLICATE = "Duplicate request ID"
+"""SGLang's answer to a rid still in flight (managers/tokenizer_manager.py:3835 in 0.5.23)."""
 
 
 class ServerFailed(ExtractError):
@@ -232,7 +235,9 @@ class Extraction:
             try:
                 self.server.generate(rec.input_ids, key)
             except ServerError as e:
-                raise AttemptFailed(str(e)) from None
+                if DUPLICATE not in str(e):
+                    raise AttemptFailed(str(e)) from None
+                # an earlier attempt (timed out here) still runs on the server: its dump will do
             self._wait_for_dump(key, deadline)
         try:
             return self.folder.read(key, rec.input_ids, self.hidden, TORCH_DTYPE)

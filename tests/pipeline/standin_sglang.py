@@ -88,6 +88,7 @@ class StandIn:
         self.errors = 0
         self.max_occupancy = 0
         self.inflight = self.max_inflight = 0  # /generate requests being answered at once
+        self.running: set[str] = set()  # rids in flight: a second request with one gets HTTP 400
         self.dead = False
         self._lock = threading.Lock()
         self._fast_cache: dict[int, tuple[bytes, bytes]] = {}
@@ -277,14 +278,21 @@ def _handler(standin: StandIn):
                 self._send(400, {"error": f"bad request: {e}"})
                 return
             with standin._lock:
-                standin.per_key[rid] = standin.per_key.get(rid, 0) + 1
-                standin.inflight += 1
-                standin.max_inflight = max(standin.max_inflight, standin.inflight)
+                duplicate = rid in standin.running
+                if not duplicate:
+                    standin.running.add(rid)
+                    standin.per_key[rid] = standin.per_key.get(rid, 0) + 1
+                    standin.inflight += 1
+                    standin.max_inflight = max(standin.max_inflight, standin.inflight)
+            if duplicate:  # as SGLang's tokenizer manager answers a rid still in flight
+                self._send(400, {"error": {"message": f"Duplicate request ID detected: {rid}"}})
+                return
             try:
                 standin.prefill(rid, ids)
             finally:
                 with standin._lock:
                     standin.inflight -= 1
+                    standin.running.discard(rid)
             self._send(200, {"text": "", "output_ids": [0],
                              "meta_info": {"id": rid, "prompt_tokens": len(ids), "completion_tokens": 1}})
 

@@ -255,3 +255,16 @@ def test_sigterm_stops_cleanly_and_a_rerun_completes(tmp_path, target, capsys):
         assert kept < len(recs)
         assert run(target, data, out, dumps, server.url) == 0
     assert_store_is_what_the_server_computed(out, recs)
+
+
+def test_a_request_that_times_out_is_not_sent_twice_while_the_server_still_runs_it(tmp_path, target, capsys):
+    recs = records(3, seed=19)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    with StandIn(target, dumps, latency=0.6) as server:  # every prefill outlasts the first attempt's timeout
+        assert run(target, data, out, dumps, server.url, "--request-timeout", "0.4", "--concurrency", "3",
+                   "--max-failures", "10") == 0
+        assert all(n == 1 for n in server.per_key.values()), "each sample prefilled once"
+        assert server.errors == 0
+    assert_store_is_what_the_server_computed(out, recs)
+    assert "no answer within" in capsys.readouterr().out
