@@ -42,7 +42,16 @@ def deep_nesting() -> str:
     return "phases:\n  - id: x\n    run: [true]\n    env: " + "[" * 5000 + "]" * 5000 + "\n"
 
 
+def wide_bomb() -> str:
+    """A 60 KB variable in 1,000 items, aliased 90 times: each value is in bounds, the sum is 5 GB."""
+    items = ", ".join(['"${v}"'] * 1000)
+    lines = ["vars:", "  v: " + "x" * 60_000, "phases:", "  - id: x", f"    run: &r [echo, {items}]"]
+    lines += [f"  - id: y{i}\n    run: *r" for i in range(89)]
+    return "\n".join(lines) + "\n"
+
+
 CASES = {
+    "wide-interpolation": (wide_bomb(), ":5: phases.x.run[", "expands to more than"),
     "alias-bomb": (alias_bomb(), ":7: vars.f[0]", "alias bomb"),
     "interpolation-bomb": (interpolation_bomb(), ":5: vars.v3", "expands to more than"),
     "deep-nesting": (deep_nesting(), ":4: phases[0].env", "nested more than"),

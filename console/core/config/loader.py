@@ -27,6 +27,7 @@ PHASE_KEYS = (
 )
 CHECK_META_KEYS = ("name", "severity")
 MAX_CONFIG_BYTES = 4 * 2**20
+MAX_EXPANDED = 16 * 2**20  # characters all interpolated values may add up to
 # `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
 # is the natural way to write a config; the braces are swapped for private-use characters
 # before parsing and swapped back in every scalar.
@@ -64,6 +65,7 @@ class _Reader:
         self.loader = loader
         self.lookup: Mapping[str, str] = lookup or {}
         self.used_env: set[str] = set()  # ${env:NAME} names whose values were used
+        self.expanded = 0  # characters produced by interpolation so far
 
     def error(self, node: yaml.Node | None, key: str, message: str) -> ConfigError:
         line = node.start_mark.line + 1 if node is not None else None
@@ -116,9 +118,15 @@ class _Reader:
 
     def interpolate(self, node: yaml.Node, key: str, text: str) -> str:
         try:
-            return substitute(text, self.lookup, used_env=self.used_env)
+            out = substitute(text, self.lookup, used_env=self.used_env)
         except InterpolationError as e:
             raise self.error(node, key, str(e)) from None
+        # Each value is bounded; so is their sum (a long variable repeated in many items).
+        self.expanded += len(out)
+        if self.expanded > MAX_EXPANDED:
+            raise self.error(node, key, f"the config expands to more than {MAX_EXPANDED} characters in all "
+                                        "(a long variable used very many times?)")
+        return out
 
     def boolean(self, node: yaml.Node, key: str) -> bool:
         value = self.scalar(node, key)
