@@ -160,6 +160,38 @@ def forward_only(cap, batch_tokens: int, warmup: int, iters: int) -> dict:
     return {"tokens_per_s": rate, "peak_gib": peak_gib(), "first_s": first_s, "sample": sample}
 
 
+def accuracy(model, batch: int = 2) -> None:
+    """How far eager and compiled bf16 captures are from the same weights run in fp32:
+    relative L2 error per captured state (final, and each capture layer's third of aux)."""
+    info = target_info()
+    layers = capture_layers(info.num_layers)
+    h = info.hidden_size
+    x = pinned(torch.randint(0, info.vocab_size, (batch, SEQ), dtype=torch.int64,
+                             generator=torch.Generator().manual_seed(2)))
+    got = {}
+    for label, compile in (("eager bf16", False), ("compiled bf16", True)):
+        cap = Capturer(model, layers, info.num_layers, DEVICE, compile=compile, log=log)
+        final, aux, _ = cap.forward(x, [SEQ] * batch)
+        got[label] = (final.float(), aux.float())
+        cap.close()
+    model.float()
+    cap = Capturer(model, layers, info.num_layers, DEVICE, compile=False, log=log)
+    ref_final, ref_aux = cap.forward(x, [SEQ] * batch)[:2]
+    cap.close()
+    model.to(torch.bfloat16)
+
+    def rel(a, b) -> float:
+        return float((a - b).norm() / b.norm())
+
+    for label, (final, aux) in got.items():
+        parts = [f"final {rel(final, ref_final):.4f}"]
+        parts += [f"layer {n} input {rel(aux[..., k * h:(k + 1) * h], ref_aux[..., k * h:(k + 1) * h]):.4f}"
+                  for k, n in enumerate(layers)]
+        log(f"[0] relative L2 error against fp32, {label}: " + ", ".join(parts))
+    e, c = got["eager bf16"], got["compiled bf16"]
+    log(f"    compiled vs eager bf16: final {rel(c[0], e[0]):.4f}, aux {rel(c[1], e[1]):.4f}")
+
+
 def checksum_speed(nbytes: int = 256 << 20) -> float:
     from pipeline.checksum import Checksum
 
@@ -277,6 +309,8 @@ def main() -> None:
     p.add_argument("--batch-tokens", type=int, default=16384)
     p.add_argument("--writers", type=int, default=0, help="writer threads (default 8)")
     p.add_argument("--iters", type=int, default=10, help="timed forwards per forward-only figure")
+    p.add_argument("--accuracy", action="store_true",
+                   help="only: eager and compiled bf16 captures against the same weights in fp32, then exit")
     p.add_argument("--no-eager-e2e", dest="eager_e2e", action="store_false",
                    help="skip the uncompiled end-to-end run")
     p.add_argument("--queue", type=int, default=4)
@@ -316,6 +350,10 @@ def main() -> None:
     model = build_target()
     log(f"random {'8B' if not args.smoke else 'tiny'} target built on {DEVICE} in {time.perf_counter() - t:.1f} s")
 
+    if args.accuracy:
+        accuracy(model)
+        shutil.rmtree(out)
+        return
     info = target_info()
     layers = capture_layers(info.num_layers)
     it = dict(warmup=3, iters=args.iters)
