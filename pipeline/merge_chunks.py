@@ -203,6 +203,9 @@ def encode_chunk(chunk: Chunk) -> ChunkResult:
                 result.error = RecordError(chunk.path, line, "conversations", f"the chat template failed on it: {exc}")
                 return result
             ids, mask = enc.input_ids, enc.loss_mask
+            if not any(mask) and conversation is not rec.conversations:
+                counts.dropped_too_long += 1  # the answers lay past the cut, so past --max-len
+                continue
             if not any(mask):
                 counts.dropped_empty_mask += 1
                 if len(result.empty_examples) < EXAMPLES_KEPT:

@@ -280,3 +280,18 @@ def test_events_report_progress_and_artifacts(data, tmp_path, monkeypatch):
     assert str(tmp_path / "s.json") in artifacts
     assert not out.with_name("train.stats.json").exists()
     assert os.path.exists(tmp_path / "s.json")
+
+
+def test_a_sample_whose_answer_lies_past_max_len_is_dropped_not_written_with_an_empty_mask(data, tmp_path, capsys):
+    src = tmp_path / "late.jsonl"
+    long_question = "Repeat after me: " + "red blue green " * 200
+    write_jsonl(src, [
+        {"id": "late", "conversations": [{"role": "user", "content": long_question}, {"role": "assistant", "content": "ok"}]},
+        {"id": "good", "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+    ])
+    rc, out = _merge(data, tmp_path, "--max-len", "64", "--on-long", "truncate", sources=[str(src)])
+    assert rc == 0
+    assert [r["id"] for r in _records(out)] == ["good"]
+    assert all(any(r["loss_mask"]) for r in _records(out))
+    assert _stats(out)["sources"]["late"]["dropped_too_long"] == 1 and _stats(out)["dropped"] == 1
+    assert "no assistant tokens left after truncation" in capsys.readouterr().out
