@@ -11,7 +11,7 @@ import torch
 from pipeline import export
 from pipeline.drafter import DrafterConfig, Eagle3Drafter
 from pipeline.drafter import vocab as dvocab
-from pipeline.drafter.model import save_drafter
+from pipeline.train import checkpoint
 
 LAYERS = 8
 ROPE_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -37,10 +37,10 @@ def make_drafter(target: Path, seed: int = 0) -> Eagle3Drafter:
     return m
 
 
-def make_checkpoint(train_out: Path, drafter: Eagle3Drafter, name: str = "step-00000010") -> Path:
-    save_drafter(drafter, train_out / name)
-    (train_out / "latest").write_text(name + "\n")
-    return train_out
+def make_checkpoint(run: Path, drafter: Eagle3Drafter, step: int = 10) -> Path:
+    """A training run folder as pipeline.train writes it (checkpoints/step_*/ + latest)."""
+    checkpoint.save(run, drafter, {"step": step})
+    return run
 
 
 def make_export(tmp_path: Path, **target_overrides) -> tuple[Path, Path, Eagle3Drafter]:
@@ -82,7 +82,7 @@ def test_a_target_spelling_rope_the_transformers_4_way_is_copied_as_spelled(tmp_
 def test_export_refuses_a_checkpoint_without_lm_head_and_writes_nothing(tmp_path, capsys):
     target = make_target(tmp_path / "target")
     train = make_checkpoint(tmp_path / "train", make_drafter(target))
-    ckpt = train / "step-00000010"
+    ckpt = checkpoint.latest_checkpoint(train)
     from safetensors.torch import load_file, save_file
 
     w = load_file(str(ckpt / "model.safetensors"))
@@ -98,7 +98,7 @@ def test_export_refuses_a_checkpoint_without_lm_head_and_writes_nothing(tmp_path
 def test_export_refuses_a_misshapen_weight_and_a_drafter_of_another_target(tmp_path, capsys):
     target = make_target(tmp_path / "target")
     train = make_checkpoint(tmp_path / "train", make_drafter(target))
-    ckpt = train / "step-00000010"
+    ckpt = checkpoint.latest_checkpoint(train)
     from safetensors.torch import load_file, save_file
 
     w = load_file(str(ckpt / "model.safetensors"))
@@ -116,7 +116,7 @@ def test_export_refuses_a_misshapen_weight_and_a_drafter_of_another_target(tmp_p
 def test_reexport_replaces_the_folder_whole(tmp_path):
     out, target, _ = make_export(tmp_path)
     (out / "stray.txt").write_text("from an older export")
-    train = make_checkpoint(tmp_path / "train", make_drafter(target, seed=1), name="step-00000020")
+    train = make_checkpoint(tmp_path / "train", make_drafter(target, seed=1), step=20)
     assert export.main(["--checkpoint", str(train), "--target", str(target), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
 

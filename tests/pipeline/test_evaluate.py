@@ -1,0 +1,239 @@
+"""pipeline.evaluate: speculative output is greedy output, and acceptance is counted right."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import typing
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.evaluate.__main__ import main
+from pipeline.evaluate.report import summarize
+from pipeline.evaluate.speculative import greedy, speculate
+from pipeline.evaluate.target import Target
+from pipeline.events import iter_events
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_export import make_checkpoint, make_drafter
+
+VOCAB = 128
+MAX_NEW = 16
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict:
+    """A random 8-layer Llama target, merged-record prompts, and an untrained drafter exported for it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pipeline import export
+
+    root = tmp_path_factory.mktemp("eval")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=8,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      eos_token_id=VOCAB + 5)  # out of vocabulary: every prompt runs to MAX_NEW tokens
+    target = root / "target"
+    LlamaForCausalLM(cfg).save_pretrained(target)
+    gen = torch.Generator().manual_seed(1)
+    prompts = root / "prompts.jsonl"
+    with open(prompts, "w") as f:
+        for i in range(4):
+            ids = torch.randint(3, VOCAB, (int(torch.randint(5, 30, (1,), generator=gen)),), generator=gen).tolist()
+            f.write(json.dumps({"id": f"p{i}", "input_ids": ids + [7, 8], "loss_mask": [0] * len(ids) + [1, 1]}) + "\n")
+    run = make_checkpoint(root / "run", make_drafter(target, seed=3))
+    drafter = root / "drafter"
+    assert export.main(["--checkpoint", str(run), "--target", str(target), "--out", str(drafter)]) == 0
+    return {"root": root, "target": target, "prompts": prompts, "drafter": drafter}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A tiny model on a shared 2-core machine runs fastest on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target(tiny) -> Target:
+    return Target(tiny["target"], "cpu", torch.float32)
+
+
+@pytest.fixture(scope="module")
+def reference(target) -> tuple[list[int], list[int]]:
+    prompt = [5, 9, 17, 33, 2, 64]
+    ref = greedy(target, prompt, MAX_NEW)
+    assert len(ref.tokens) == MAX_NEW and ref.forwards == MAX_NEW
+    return prompt, ref.tokens
+
+
+class Oracle:
+    """Proposes the target's own greedy continuation, wrong from draft `right` on."""
+
+    def __init__(self, prompt: list[int], reference: list[int], right: int) -> None:
+        self.prompt, self.ref, self.right = prompt, reference, right
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, seq, aux, k):
+        assert aux.shape[0] == len(seq) - 1
+        done = len(seq) - len(self.prompt)
+        want = (self.ref + [0] * (k + 1))[done:done + k]
+        return [t if j < self.right else (t + 1) % VOCAB for j, t in enumerate(want)]
+
+
+@pytest.mark.parametrize("right", [0, 2, 4])
+def test_speculative_output_is_greedy_output_and_accepts_exactly_the_right_drafts(target, reference, right):
+    k = 4
+    prompt, ref = reference
+    got = speculate(target, Oracle(prompt, ref, right), prompt, MAX_NEW, k)
+    assert got.tokens == ref
+    assert got.accepted[:-1] == [right] * (len(got.accepted) - 1)  # the last round may run past MAX_NEW
+    assert got.forwards == 1 + len(got.accepted)
+    if right == k:
+        assert got.forwards <= 1 + -(-(MAX_NEW - 1) // (k + 1))
+
+
+def test_an_untrained_exported_drafter_accepts_about_nothing_and_output_stays_greedy(tiny, tmp_path, capsys,
+                                                                                      monkeypatch):
+    report = tmp_path / "r.json"
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv("EAGLE3_EVENTS", str(events))
+    rc = main(["--drafter", str(tiny["drafter"]), "--target", str(tiny["target"]), "--prompts",
+               str(tiny["prompts"]), "--num-steps", "3", "--max-new-tokens", str(MAX_NEW), "--report", str(report),
+               "--device", "cpu"])
+    assert rc == 0, capsys.readouterr().err
+    r = json.loads(report.read_text())
+    print(f"untrained drafter: acceptance length {r['acceptance_length']}")
+    assert r["output_equals_greedy"] is True and r["prompts"] == 4 and r["tokens"] == 4 * MAX_NEW
+    assert 1.0 <= r["acceptance_length"] < 1.1
+    assert r["target_forwards"]["greedy"] == 4 * MAX_NEW
+    assert len(r["accept_rate"]) == 3
+    names = {e.get("name") for e in iter_events(events) if e.kind == "metric"}
+    assert {"acceptance_length", "accept_rate_1", "accept_rate_2", "accept_rate_3", "speedup_forwards"} <= names
+
+
+def test_evaluate_refuses_to_report_when_speculative_output_differs(tiny, tmp_path, monkeypatch, capsys):
+    from pipeline.evaluate import speculative
+
+    real = speculative.greedy
+
+    def off_by_one(target, prompt, max_new):
+        d = real(target, prompt, max_new)
+        d.tokens[-1] = (d.tokens[-1] + 1) % VOCAB
+        return d
+
+    monkeypatch.setattr(speculative, "greedy", off_by_one)
+    report = tmp_path / "r.json"
+    rc = main(["--drafter", str(tiny["drafter"]), "--target", str(tiny["target"]), "--prompts", str(tiny["prompts"]),
+               "--limit", "1", "--max-new-tokens", "8", "--report", str(report), "--device", "cpu"])
+    assert rc == 3
+    err = capsys.readouterr().err
+    assert "differs from greedy at new token 7" in err and "refusing" in err and "Traceback" not in err
+    assert not report.exists()
+
+
+def test_exclude_drops_prompts_seen_in_training(tiny, tmp_path, capsys):
+    rc = main(["--drafter", str(tiny["drafter"]), "--target", str(tiny["target"]), "--prompts", str(tiny["prompts"]),
+               "--exclude", str(tiny["prompts"]), "--device", "cpu"])
+    assert rc == 2
+    assert "4 also in --exclude" in capsys.readouterr().err
+
+
+def test_a_drafter_exported_for_another_capture_is_refused(tiny, tmp_path, capsys):
+    import shutil
+
+    bad = tmp_path / "drafter"
+    shutil.copytree(tiny["drafter"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 4, 5]  # capture layers, not SGLang's ids
+    (bad / "config.json").write_text(json.dumps(cfg))
+    rc = main(["--drafter", str(bad), "--target", str(tiny["target"]), "--prompts", str(tiny["prompts"]),
+               "--device", "cpu"])
+    assert rc == 2
+    assert "eagle_aux_hidden_state_layer_ids is [2, 4, 5]" in capsys.readouterr().err
+
+
+def test_summary_counts_rates_per_position():
+    s = summarize(3, accepted=[3, 1, 0, 2], tokens=10, prompts=1, spec_forwards=5, greedy_forwards=10)
+    assert s.acceptance_length == pytest.approx((3 + 1 + 0 + 2 + 4) / 4)
+    assert s.accept_rate == pytest.approx([3 / 4, 2 / 3, 1 / 2])
+    assert s.accept_prob == pytest.approx([3 / 4, 2 / 4, 1 / 4])
+    assert s.speedup_forwards == 2.0
+
+
+class _Sglang(BaseHTTPRequestHandler):
+    """Answers /generate like SGLang with a speculative algorithm (or without, when told)."""
+
+    drafting = True
+    seen: typing.ClassVar[list] = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(body)
+        n = body["sampling_params"]["max_new_tokens"]
+        meta = {"completion_tokens": n, "prompt_tokens": len(body["input_ids"])}
+        if self.drafting:
+            verify = 4 + len(body["input_ids"]) % 3
+            meta.update(spec_verify_ct=verify, spec_accept_length=n / verify)
+        data = json.dumps({"text": "x", "output_ids": [1] * n, "meta_info": meta}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def sglang_standin():
+    _Sglang.seen = []
+    _Sglang.drafting = True
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Sglang)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_server_mode_reports_the_mean_spec_accept_length_of_the_responses(tiny, tmp_path, sglang_standin):
+    _srv, url = sglang_standin
+    report = tmp_path / "server.json"
+    assert main(["--server", url, "--prompts", str(tiny["prompts"]), "--max-new-tokens", "12",
+                 "--report", str(report)]) == 0
+    r = json.loads(report.read_text())
+    prompts = [json.loads(line)["input_ids"][:-2] for line in tiny["prompts"].read_text().splitlines()]
+    lengths = [12 / (4 + len(p) % 3) for p in prompts]
+    sent = sorted(b["input_ids"] for b in _Sglang.seen)
+    assert sent == sorted(prompts)
+    assert all(b["sampling_params"]["temperature"] == 0.0 for b in _Sglang.seen)
+    assert r["mean_spec_accept_length"] == pytest.approx(sum(lengths) / len(lengths), abs=1e-3)
+    assert r["prompts"] == 4 and r["completion_tokens"] == 48
+
+
+def test_server_mode_says_when_the_server_is_not_drafting(tiny, sglang_standin, capsys):
+    _srv, url = sglang_standin
+    _Sglang.drafting = False
+    assert main(["--server", url, "--prompts", str(tiny["prompts"]), "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "no spec_accept_length" in err and "--speculative-algorithm EAGLE3" in err
+
+
+def test_server_mode_names_an_unreachable_server(tiny, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["--server", f"http://127.0.0.1:{port}", "--prompts", str(tiny["prompts"]), "--timeout", "5"]) == 2
+    assert "cannot reach the server" in capsys.readouterr().err
