@@ -3,13 +3,12 @@ computed off the UI loop, so a handler only stores it and refreshes a widget."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
 
 from console.core.checks.result import CheckResult
-from console.core.livestats import LiveSnapshot
+from console.core.snapshot import SpaceNeed
 from console.core.telemetry.history import VolumeForecast
 from console.core.telemetry.samples import DiskReading, GpuReading, HostReading, ShmReading
 
@@ -19,14 +18,6 @@ class GpuUpdated(Message):
         super().__init__()
         self.reading = reading
         self.owners = owners  # pid -> phase id
-
-
-@dataclass(frozen=True)
-class SpaceNeed:
-    """Bytes running phases still have to write on one volume (from their events)."""
-
-    bytes: int
-    phases: tuple[str, ...]
 
 
 class DiskUpdated(Message):
@@ -50,15 +41,6 @@ class HostUpdated(Message):
         self.reading = reading
 
 
-class StatusesUpdated(Message):
-    """Every phase's state plus live stats of each run that has events."""
-
-    def __init__(self, statuses: list[Any], stats: dict[str, LiveSnapshot]) -> None:
-        super().__init__()
-        self.statuses = statuses
-        self.stats = stats
-
-
 class LogLines(Message):
     """New lines of a log. `reset` means a different file (or the first read): replace."""
 
@@ -76,7 +58,7 @@ class ChecksDone(Message):
         super().__init__()
         self.phase_id = phase_id
         self.results = results
-        self.kind = kind  # "check" | "verify"
+        self.kind = kind  # "check" | "verify" | "preflight" (the quiet background check)
 
 
 class JournalRead(Message):

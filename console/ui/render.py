@@ -5,6 +5,7 @@ theme colours them."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 
 from textual.content import Content
@@ -153,3 +154,26 @@ def fit(text: str, width: int) -> str:
     if len(text) > width:
         return text[: max(0, width - 1)] + "…"
     return text.ljust(width)
+
+
+def fmt_time(t: float | None, seconds: bool = False) -> str:
+    """A wall-clock time as operators write it: 2026-11-30 08:21 (local time)."""
+    if t is None or not isinstance(t, (int, float)) or not math.isfinite(t):
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", time.localtime(float(t)))
+
+
+def looks_like_epoch(key: str, value: object) -> bool:
+    """A number under a time-like key that is a plausible Unix time (2001..2286)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    k = key.lower()
+    timeish = k in ("t", "time", "mtime", "when") or k.endswith(("_at", "_time", "mtime"))
+    return timeish and 1e9 <= float(value) < 1e10
+
+
+def cut_left(text: str, width: int) -> str:
+    """Keep the end of a path, the part that tells files apart: …/runs/extract/output.log."""
+    if width <= 0:
+        return ""
+    return text if len(text) <= width else "…" + text[-(width - 1):]

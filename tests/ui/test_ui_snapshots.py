@@ -1,71 +1,118 @@
-"""SVG snapshots of the main screen at 80x24 and 160x48: 8 fake GPUs (one failing its NVML
-queries) with a 60-second history, fake volumes with a write-rate forecast, and a frozen
-clock, so every run renders the same bytes."""
+"""SVG snapshots of the main screen at 80x24 and 160x48 while a phase runs: 8 fake GPUs
+(one failing its NVML queries, two busy with the running phase) with a 60-second history,
+fake volumes with a write-rate forecast, a phase reporting progress events with fixed
+times, and a frozen clock, so every run renders the same bytes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from ui_harness import FROZEN, T0, AtTime, make_app, wait_for, write_config
+from ui_harness import FROZEN, T0, AtTime, make_app, stop_all, wait_for, write_config
 
 from console.core.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.gpu_panel import GpuPanel
+from console.ui.components.journal_view import JournalView
+from console.ui.components.log_view import LogView
+
+LOG_PATH = "/data/eagle3/state/runs/stream/20260101-000000-abcd/output.log"
 
 
-def _app(tmp_path: Path, gpu=None):  # type: ignore[no-untyped-def]
+@pytest.fixture
+def snap_project(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")  # times on screen are local: pin the zone
+    time.tzset()
     project = Project.load(write_config(tmp_path))
+    yield project
+    (tmp_path / "stream.stop").touch()
+    stop_all(project)
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _app(project: Project, gpu=None):  # type: ignore[no-untyped-def]
     return make_app(project, intervals=FROZEN, clock=lambda: T0 + 3600, gpu=gpu)
 
 
-async def _settle(pilot) -> None:  # type: ignore[no-untyped-def]
+async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
     main = app.main_screen()
     await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).reading is not None
                    and main.query_one(DiskPanel).reading is not None, what="first reads")
+    if run:
+        main.query_one("#phases").select_id("stream")
+        await wait_for(pilot, lambda: main.selected == "stream", what="stream selected")
+        main.project.start("stream")
+        log = main.query_one("#log", LogView)
+
+        def running() -> bool:
+            main.pollers["status"].poke()
+            main.pollers["log"].poke()
+            snap = main.stats.get("stream")
+            return (main.by_id["stream"].state == "running" and snap is not None and snap.done == 3000
+                    and log.last_line == "stream: waiting for stream.stop")
+
+        await wait_for(pilot, running, timeout=30, what="stream running with its events and log")
+        await app.workers.wait_for_complete()
+        await wait_for(pilot, lambda: int(log.scroll_offset.y) == log.end_y, what="log scrolled to its end")
+        log.set_source(LOG_PATH)
+        st = main.by_id["stream"]
+        st.started_at = T0 + 3000  # the header names when it started: pin it
+        main._show_detail()
+        main.query_one("#journal", JournalView).show(
+            [{"t": T0 + 3000, "event": "run_started", "phase": "stream", "run_id": "20260101-000000-abcd",
+              "user": "ops"}], show_phase=False)
+    app.clear_notifications()
     gpu = FakeGpuSource(n=8, failing=(3,))
     panel = main.query_one(GpuPanel)
+    owners = {4242: "stream"} if run else {}
+    busy = FakeGpuSource(n=8, failing=(3,), processes={0: [4242], 1: [4242]} if run else None)
     for k in range(1, 61):
-        panel.show(gpu.read(t=T0 + k), {})
+        panel.show((busy if k == 60 else gpu).read(t=T0 + k), owners)
     disk = FakeDiskSource(volumes=("/data", "/scratch"))
     for k in range(0, 11):
         main._forecast.update(disk.read(t=T0 + 2 * k))
     reading = disk.read(t=T0 + 20)
     main._forecast.update(reading)
     main.query_one(DiskPanel).show(reading, {f.path: f for f in main._forecast.forecasts()}, {})
-    await pilot.pause(0.2)
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
-def test_main_screen(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
-    assert snap_compare(_app(tmp_path), terminal_size=size, run_before=_settle)
+def test_main_screen(snap_compare, snap_project, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(_app(snap_project), terminal_size=size, run_before=_settle)
 
 
-def test_no_driver_is_one_line(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_no_driver_is_one_line(snap_compare, snap_project) -> None:  # type: ignore[no-untyped-def]
     gpu = FakeGpuSource(error="NVIDIA driver not found (libnvidia-ml.so.1): no such file")
 
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
         main = pilot.app.main_screen()
         await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).reading is not None)
-        await pilot.pause(0.2)
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
 
-    assert snap_compare(_app(tmp_path, gpu=gpu), terminal_size=(80, 24), run_before=settle)
+    assert snap_compare(_app(snap_project, gpu=gpu), terminal_size=(80, 24), run_before=settle)
 
 
-def test_blocked_dialog(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_blocked_dialog(snap_compare, snap_project) -> None:  # type: ignore[no-untyped-def]
     from console.ui.screens.blocked_dialog import BlockedDialog
 
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
-        await _settle(pilot)
+        await _settle(pilot, run=False)
         pilot.app.main_screen().query_one("#phases").select_id("gated")
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, BlockedDialog), what="dialog")
         pilot.app.clear_notifications()
-        await pilot.pause(0.2)
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
 
-    assert snap_compare(_app(tmp_path), terminal_size=(80, 24), run_before=settle)
+    assert snap_compare(_app(snap_project), terminal_size=(80, 24), run_before=settle)
 
 
 __all__ = ["AtTime"]

@@ -19,7 +19,7 @@ from console.core.telemetry.samples import DiskReading, VolumeSample
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.log_view import LogView
 from console.ui.logfeed import LogFeed, clean
-from console.ui.messages import SpaceNeed
+from console.core.snapshot import SpaceNeed
 from console.ui.pollers import Poller
 from console.ui.theming import load_themes
 from console.ui.watchdog import TtyWatchdog

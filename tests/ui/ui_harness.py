@@ -45,6 +45,29 @@ phases:
   - id: sleeper
     title: Sleep a long time
     run: [python3, -c, "import time\\nprint('sleeping', flush=True)\\ntime.sleep(60)"]
+  - id: stream
+    title: Stream progress and log lines
+    run: [python3, stream.py]
+    stall_after: 1h
+"""
+
+# A phase that reports 30 log lines and 30 progress events with fixed times (so its rate,
+# ETA and loss are the same on every run), then waits for `stream.stop` (at most 120 s).
+STREAM = """\
+import json, os, sys, time
+T0 = %r
+ev = open(os.environ["EAGLE3_EVENTS"], "a")
+for i in range(1, 31):
+    print(f"stream line {i:02d} wrote rows_0/{i * 100}.safetensors", flush=True)
+    ev.write(json.dumps({"t": T0 + i, "kind": "progress", "done": i * 100, "total": 10000, "unit": "samples",
+                         "bytes_written": i * 100 * 2_000_000}) + "\\n")
+    ev.write(json.dumps({"t": T0 + i, "kind": "metric", "name": "loss", "value": 3.0 - i * 0.05}) + "\\n")
+    ev.flush()
+print("stream: waiting for stream.stop", flush=True)
+deadline = time.monotonic() + 120
+while not os.path.exists("stream.stop") and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("stream: finished", flush=True)
 """
 
 
@@ -61,6 +84,7 @@ class AtTime:
 
 def write_config(root: Path, text: str = CONFIG) -> Path:
     (root / "work").mkdir(parents=True, exist_ok=True)
+    (root / "stream.py").write_text(STREAM % T0)
     path = root / "cfg.yaml"
     path.write_text(text)
     return path

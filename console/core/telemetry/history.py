@@ -30,6 +30,16 @@ def slope(points: Sequence[tuple[float, float]]) -> float | None:
     return sum((p[0] - mt) * (p[1] - mv) for p in points) / den
 
 
+def median_rate(points: Sequence[tuple[float, float]]) -> float | None:
+    """The median of the per-interval rates between successive points; None with fewer
+    than two distinct times."""
+    rates = sorted((b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(points, points[1:]) if b[0] > a[0])
+    if not rates:
+        return None
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+
+
 class Series:
     """A ring buffer of (t, value) points.
 
@@ -147,16 +157,18 @@ class DiskForecast:
     """Write rate and time-to-full per volume from successive `DiskReading`s.
 
     Contract: `update(reading)` with each reading (thread-safe; readings of a volume with an
-    error are skipped for the rate but keep the error visible). The rate is the least-squares
-    slope of used bytes over the last `window_s` seconds (20 s smooths the bursts of a writer
-    that flushes in chunks); two readings are enough for a first figure. `volume(path)` gives
+    error are skipped for the rate but keep the error visible). The rate is the median of the
+    rates between successive readings over the last `window_s` seconds (60 s): a writer that
+    flushes in chunks averages out, and one step (a `clean` freeing 222 MB while extraction
+    writes 20 MB/s) does not turn the figure negative for a minute, as a slope or a plain
+    difference would. Two readings are enough for a first figure. `volume(path)` gives
     a `VolumeForecast` (None for a path never seen); `rate`, `time_to_full`, `will_fit` are
     shortcuts by path; `forecasts()` lists every volume in the order first seen.
     `volume_for(path)` names the configured volume holding a file path (longest matching
     prefix), to check a phase's remaining bytes against the volume its outputs land on.
     """
 
-    def __init__(self, window_s: float = 20.0, maxlen: int = 256) -> None:
+    def __init__(self, window_s: float = 60.0, maxlen: int = 256) -> None:
         self.window_s = window_s
         self.maxlen = maxlen
         self._used: dict[str, Series] = {}
@@ -185,7 +197,7 @@ class DiskForecast:
         if s is None or last is None:
             return None
         free, total, error = last
-        rate = s.rate()
+        rate = median_rate(s.points())
         ttf = free / rate if rate is not None and rate > 0 and free is not None else None
         return VolumeForecast(key, free, total, rate, ttf, error)
 

@@ -52,6 +52,12 @@ def owner_map(phase_sessions: Mapping[int, str]) -> Callable[[int], str | None]:
     """A `pid -> phase id | None` lookup over a fixed set of sessions that remembers its
     answers; make a new one per refresh so a reused pid is looked up afresh."""
     sessions = dict(phase_sessions)
+    # Callers may hold the phase process's pid rather than its launcher's: the session of
+    # that process (the launcher's pid) names the phase just the same.
+    for pid, phase in list(sessions.items()):
+        sid = _sid(pid)
+        if sid is not None and sid > 1:
+            sessions.setdefault(sid, phase)
     cache: dict[int, str | None] = {}
 
     def owner(pid: int) -> str | None:

@@ -1,4 +1,8 @@
-"""The selected phase's latest pre-flight (or verify) results with their evidence."""
+"""The selected phase's latest pre-flight (or verify) results with their evidence.
+
+What needs the operator comes first: failing checks, then warnings and overrides; the
+checks that pass fold into one line (`✓ 5 passed`) that `e` (or enter) unfolds, so at 80x24
+a failure is never scrolled out of sight by five green lines."""
 
 from __future__ import annotations
 
@@ -6,41 +10,72 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from console.core.checks.result import CheckResult
-from console.ui.render import check_glyph
+from console.ui.render import check_glyph, fmt_time, looks_like_epoch
+
+_ORDER = {"fail": 0, "warn": 1, "pass": 2}
 
 
-def _evidence(value: Any) -> str:
+def _evidence(key: str, value: Any) -> str:
+    if looks_like_epoch(key, value):
+        return fmt_time(value, seconds=True)
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=str)[:200]
     return str(value)[:200]
 
 
-def render_results(results: Sequence[CheckResult], evidence_lines: int = 4) -> Content:
+def ordered(results: Sequence[CheckResult]) -> list[CheckResult]:
+    """Failing first, then warnings and overridden ones, then passing; stable within each."""
+    return sorted(results, key=lambda r: 1 if r.overridden else _ORDER.get(r.status, 1))
+
+
+def _row(r: CheckResult, evidence_lines: int) -> list[Content]:
+    msg = r.message.splitlines()[0] if r.message else ""
+    sev = "" if r.severity == "error" else " (warning)"
+    rows = [Content.assemble(check_glyph(r.status, r.overridden), " ", (r.name, "bold"),
+                             (sev, "$text-muted"), " ", msg)]
+    if r.overridden:
+        rows.append(Content.styled(f"    overridden: {r.reason}", "$warning"))
+    for k, v in list(r.evidence.items())[:evidence_lines]:
+        rows.append(Content.assemble((f"    {k}: ", "$text-muted"), (_evidence(k, v), "$text")))
+    return rows
+
+
+def render_results(results: Sequence[CheckResult], evidence_lines: int = 4,
+                   collapse_passing: bool = False) -> Content:
     rows: list[Content] = []
-    for r in results:
-        msg = r.message.splitlines()[0] if r.message else ""
-        sev = "" if r.severity == "error" else " (warning)"
-        rows.append(Content.assemble(check_glyph(r.status, r.overridden), " ", (r.name, "bold"),
-                                     (sev, "$text-muted"), " ", msg))
-        if r.overridden:
-            rows.append(Content.styled(f"    overridden: {r.reason}", "$warning"))
-        for k, v in list(r.evidence.items())[:evidence_lines]:
-            rows.append(Content.styled(f"    {k}: {_evidence(v)}", "$text-muted"))
+    passing = [r for r in results if r.status == "pass" and not r.overridden]
+    for r in ordered(results):
+        if collapse_passing and r in passing:
+            continue
+        rows += _row(r, evidence_lines if r.status != "pass" or not collapse_passing else 0)
+    if collapse_passing and passing:
+        names = ", ".join(r.name for r in passing)
+        rows.append(Content.assemble(check_glyph("pass"), " ", (f"{len(passing)} passed", "bold"),
+                                     (f"  {names}", "$text-muted"), ("  (e: show)", "$text-muted")))
     return Content("\n").join(rows)
 
 
 class ChecksView(VerticalScroll):
     DEFAULT_CSS = "ChecksView { height: 1fr; } ChecksView > Static { width: 1fr; }"
+    BINDINGS = [
+        Binding("e,enter", "toggle_passing", "Show passing", show=False, id="checks.expand",
+                tooltip="Show or fold the checks that pass"),
+    ]
+
+    expanded: reactive[bool] = reactive(False)
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.results: list[CheckResult] | None = None
         self.title = "checks"
+        self._hint = "not checked yet: press c"
 
     def compose(self):  # type: ignore[no-untyped-def]
         yield Static(Content.styled("not checked yet: press c", "$text-muted"), id="checks-body")
@@ -52,11 +87,23 @@ class ChecksView(VerticalScroll):
             return
         self._key = key
         self.results = results
+        self._hint = hint
         self.border_title = title
+        self._draw()
+
+    def _draw(self) -> None:
         body = self.query_one("#checks-body", Static)
+        results = self.results
         if results is None:
-            body.update(Content.styled(hint, "$text-muted"))
+            body.update(Content.styled(self._hint, "$text-muted"))
         elif not results:
             body.update(Content.styled("no checks configured", "$text-muted"))
         else:
-            body.update(render_results(results))
+            body.update(render_results(results, collapse_passing=not self.expanded))
+
+    def watch_expanded(self) -> None:
+        if self.is_mounted:
+            self._draw()
+
+    def action_toggle_passing(self) -> None:
+        self.expanded = not self.expanded

@@ -10,8 +10,17 @@ from textual.widget import Widget
 
 from console.core.telemetry.history import VolumeForecast
 from console.core.telemetry.samples import DiskReading
-from console.ui.messages import SpaceNeed
-from console.ui.render import bar, fit, fmt_bytes, fmt_duration, fmt_pair
+from console.core.snapshot import SpaceNeed
+from console.ui.render import bar, fit, fmt_bytes, fmt_duration
+
+
+def _short(n: float | None) -> str:
+    """79G, 1.2T, 9.5G: a decimal only below 10 of a unit."""
+    text = fmt_bytes(n, 1)
+    try:
+        return fmt_bytes(n, 0) if float(text[:-1]) >= 10 else text
+    except ValueError:
+        return text
 
 
 class DiskPanel(Widget):
@@ -62,30 +71,34 @@ class DiskPanel(Widget):
         return path.ljust(width) if len(path) <= width else "…" + path[-(width - 1):]
 
     def _line(self, v: Any, width: int) -> Content:
-        path_w = max(8, min(28, width // 4))
+        """`path ▌bar 79G free [of 107G] +20M/s full in 3h05m`: figures from the space we may
+        write (f_bavail, as `df` shows it), so the bar is used / (used + available)."""
         if v.error is not None:
-            return Content.assemble(self._path(v.path, path_w), " ", ("⚠ " + v.error, "$warning"))
+            return Content.assemble(self._path(v.path, max(8, min(28, width // 4))), " ",
+                                    ("⚠ " + v.error, "$warning"))
         f = self.forecasts.get(v.path)
-        frac = v.used / v.total if v.used is not None and v.total else None
+        usable = (v.used + v.free) if v.used is not None and v.free is not None else None
+        frac = v.used / usable if usable else None
         rate = f.rate if f else None
         if rate is None:
             rate_s = "—"
         elif abs(rate) < 1e3:
             rate_s = "idle"
         else:
-            rate_s = ("+" if rate > 0 else "−") + fmt_bytes(abs(rate)) + "/s"
-        full = ""
-        if f is not None and f.time_to_full is not None:
-            full = f"full in {fmt_duration(f.time_to_full)}" if width >= 60 else f"full {fmt_duration(f.time_to_full)}"
-        bar_w = 10 if width >= 70 else 6
+            rate_s = ("+" if rate > 0 else "−") + fmt_bytes(abs(rate), 0 if abs(rate) >= 1e7 else 1) + "/s"
+        ttf = f.time_to_full if f is not None else None
+        full = f"full in {fmt_duration(ttf)}" if ttf is not None else ""
         style = "$error" if frac is not None and frac > 0.95 else (
             "$warning" if frac is not None and frac > 0.85 else "$primary")
-        free = (f"free {fmt_bytes(v.free)} ", "$text-muted") if width >= 70 else ""
-        head = Content.assemble(
-            self._path(v.path, path_w), " ", bar(frac, bar_w, style), " ",
-            fmt_pair(v.used, v.total).rjust(9), " ", free,
-        )
-        tail_w = max(0, width - head.cell_length)
-        tail = f"{rate_s} {full}".strip()
-        full_style = "$warning" if f and f.time_to_full is not None and f.time_to_full < 6 * 3600 else "$text-muted"
-        return Content.assemble(head, (fit(tail, tail_w), full_style))
+        full_style = "$warning" if ttf is not None and ttf < 6 * 3600 else "$text-muted"
+        wide = width >= 60
+        free = f"{_short(v.free)} free"
+        if wide and usable is not None:
+            free += f" of {_short(usable)}"
+        # Narrow: "full in" wins over the rate (it is the rate's meaning); both when wide.
+        tail = f"{rate_s}  {full}".strip() if wide else (full or rate_s)
+        bar_w = 10 if width >= 70 else 4
+        fixed = 1 + bar_w + 1 + len(free) + 1 + len(tail)
+        path_w = max(5, min(28, width - fixed))
+        head = Content.assemble(self._path(v.path, path_w), " ", bar(frac, bar_w, style), " ", free, " ")
+        return Content.assemble(head, (fit(tail, max(0, width - head.cell_length)), full_style))

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
+
+from console.ui.render import fmt_time
 
 _EVENT_STYLES = {
     "run_started": "$primary",
@@ -47,7 +48,7 @@ def render_records(records: Sequence[dict[str, Any]], show_phase: bool = True) -
     rows = []
     for rec in records:
         t = rec.get("t")
-        when = time.strftime("%m-%d %H:%M:%S", time.localtime(float(t))) if isinstance(t, (int, float)) else "?"
+        when = fmt_time(t) if isinstance(t, (int, float)) else "?"
         ev = str(rec.get("event", "?"))
         style = _EVENT_STYLES.get(ev, "$text")
         if ev in ("checks", "verify", "run_ended") and "fail" in describe(rec) or (

@@ -16,6 +16,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from console.ui.render import cut_left
+
 _MAX_WIDTH = 1000
 
 
@@ -37,8 +39,10 @@ class LogView(ScrollView, can_focus=True):
 
     follow: reactive[bool] = reactive(True)
 
-    def __init__(self, max_lines: int = 5000, **kw: Any) -> None:
+    def __init__(self, max_lines: int = 5000, titled: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
+        self.titled = titled  # the border title names the file and says following or paused
+        self.source: str | None = None
         self.max_lines = max_lines
         self.lines: list[str] = []
         self.partial = ""
@@ -95,12 +99,45 @@ class LogView(ScrollView, can_focus=True):
             return
         self.virtual_size = Size(self._width, self.line_count)
         if self.follow:
-            self.scroll_to(y=max(0, self.line_count - self.scrollable_content_region.height),
-                           animate=False, immediate=True)
+            self._to_end()
+            # The new virtual size bounds scrolling only after the next layout: follow again then.
+            self.call_after_refresh(self._to_end)
         self.refresh()
+
+    @property
+    def end_y(self) -> int:
+        return max(0, self.line_count - self.scrollable_content_region.height)
+
+    def _to_end(self, tries: int = 5) -> None:
+        """Keeps the scroll position (and so the scrollbar) at the end while following; the
+        rows drawn are pinned to the end regardless (render_line)."""
+        if not self.follow:
+            return
+        self.scroll_to(y=self.end_y, animate=False, immediate=True)
+        if int(self.scroll_offset.y) != self.end_y and tries > 0:
+            self.set_timer(0.02, lambda: self._to_end(tries - 1))
 
     def on_mount(self) -> None:
         self._resize()
+        self._title()
+
+    def on_resize(self) -> None:
+        self._title()
+
+    def set_source(self, path: str | None) -> None:
+        if path != self.source:
+            self.source = path
+            self._title()
+
+    def _title(self) -> None:
+        if not self.titled:
+            return
+        state = "following" if self.follow else "paused · end: follow"
+        if self.source is None:
+            self.border_title = f"log · {state}"
+            return
+        room = max(8, (self.size.width or 60) - len(state) - 12)
+        self.border_title = f"log · {state} · {cut_left(self.source, room)}"
 
     def on_mouse_scroll_up(self) -> None:
         self.follow = False
@@ -115,8 +152,12 @@ class LogView(ScrollView, can_focus=True):
         if self.search is None or not self.lines:
             return None
         top = int(self.scroll_offset.y)
+        if self.follow:
+            top = max(0, self.line_count - self.scrollable_content_region.height)
         n = self.line_count
         order = range(top + 1, n) if forward else range(top - 1, -1, -1)
+        # Past the last match, wrap around to the other end, as less and vim do.
+        order = [*order, *(range(0, top + 1) if forward else range(n - 1, top - 1, -1))]
         for i in order:
             text = self.text_at(i)
             if text is not None and self.search.search(text):
@@ -128,6 +169,8 @@ class LogView(ScrollView, can_focus=True):
     # -- rendering ----------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
+        if self.follow:  # pinned to the end, whatever the scroll position has caught up with
+            scroll_y = self.end_y
         index = scroll_y + y
         width = self.scrollable_content_region.width
         base = self.rich_style
@@ -177,3 +220,4 @@ class LogView(ScrollView, can_focus=True):
     def watch_follow(self, follow: bool) -> None:
         if follow:
             self._resize()
+        self._title()

@@ -1,10 +1,11 @@
-"""The phase checklist: one row per phase with its state glyph, title, duration and,
-when something needs the operator, why."""
+"""The phase checklist: one row per phase with its state glyph, id, title, duration and,
+when something needs the operator, why (a stalled run says so here first). The selected
+row carries a marker as well as a background, for terminals that draw no colour."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from textual.binding import Binding
@@ -16,6 +17,7 @@ from console.ui.render import fit, fmt_duration, state_glyph, state_style
 
 # States whose reason is worth a second line even when the list is narrow.
 _EXPLAIN = ("blocked", "failed", "stale")
+MARKER = "›"
 
 
 def phase_duration(status: Any, now: float) -> float | None:
@@ -36,6 +38,7 @@ class PhaseList(OptionList):
         super().__init__(**kw)
         self.clock = clock
         self.statuses: list[Any] = []
+        self.stalled: frozenset[str] = frozenset()
         self._ids: list[str] = []
         self._drawn: list[Content] = []
 
@@ -49,18 +52,24 @@ class PhaseList(OptionList):
         if phase_id in self._ids:
             self.highlighted = self._ids.index(phase_id)
 
-    def show(self, statuses: Sequence[Any]) -> None:
+    def show(self, statuses: Sequence[Any], stalled: Collection[str] = ()) -> None:
         self.statuses = list(statuses)
+        self.stalled = frozenset(stalled)
         ids = [s.phase.id for s in self.statuses]
-        prompts = [self._prompt(s) for s in self.statuses]
         if ids != self._ids:
             keep = self.selected_id
             self._ids = ids
+            self.highlighted = None
+            prompts = self._prompts()
             self.set_options([Option(p, id=i) for p, i in zip(prompts, ids)])
-            self.highlighted = ids.index(keep) if keep in ids else (0 if ids else None)
             self._drawn = prompts
+            self.highlighted = ids.index(keep) if keep in ids else (0 if ids else None)
+            self._replace(self._prompts())
         else:
-            self._replace(prompts)
+            self._replace(self._prompts())
+
+    def _prompts(self) -> list[Content]:
+        return [self._prompt(s, i == self.highlighted) for i, s in enumerate(self.statuses)]
 
     def _replace(self, prompts: list[Content]) -> None:
         """Redraw only the rows whose text or styles changed (most polls change none)."""
@@ -70,31 +79,39 @@ class PhaseList(OptionList):
                 self.replace_option_prompt_at_index(i, p)
         self._drawn = prompts
 
+    def watch_highlighted(self, highlighted: int | None) -> None:
+        super().watch_highlighted(highlighted)
+        if self.statuses and len(self._drawn) == len(self.statuses):
+            self._replace(self._prompts())
+
     def on_resize(self) -> None:
         if self.statuses:
-            self._replace([self._prompt(s) for s in self.statuses])
+            self._replace(self._prompts())
 
-    def _prompt(self, s: Any) -> Content:
-        width = max(20, self.scrollable_content_region.width or self.size.width or 40)
+    def _prompt(self, s: Any, selected: bool = False) -> Content:
+        width = max(20, (self.scrollable_content_region.width or self.size.width or 40) - 1)
         dur = fmt_duration(phase_duration(s, self.clock())) if s.started_at is not None else ""
         dur_w = 7
+        stalled = s.phase.id in self.stalled and s.state == "running"
         reason = (s.reason or "").splitlines()[0] if s.reason else ""
-        wide = width >= 72
-        if wide:
-            id_w = min(14, max(len(x) for x in self._ids or [s.phase.id]) + 1)
-            title_w = min(34, width - 2 - id_w - dur_w - 12)
-            rest = width - 2 - id_w - title_w - dur_w - 1
-            line = Content.assemble(
-                state_glyph(s.state), " ",
-                (fit(s.phase.id, id_w), "$text-muted"),
-                fit(s.phase.title, title_w),
-                (dur.rjust(dur_w), "$text-muted"), " ",
-                (fit(reason, rest) if reason else "", state_style(s.state) if s.state in _EXPLAIN else "$text-muted"),
-            )
-            return line
-        title_w = width - 2 - dur_w
-        line = Content.assemble(state_glyph(s.state), " ", fit(s.phase.title, title_w),
-                                (dur.rjust(dur_w), "$text-muted"))
-        if reason and s.state in _EXPLAIN:
-            line = Content.assemble(line, "\n  ", (fit(reason, width - 2), state_style(s.state)))
+        glyph = Content.styled("⚠", "$warning") if stalled else state_glyph(s.state)
+        mark = Content.styled(MARKER if selected else " ", "bold $accent")
+        id_w = min(14, max(len(x) for x in self._ids or [s.phase.id]) + 1)
+        if width >= 72:
+            title_w = min(34, width - 3 - id_w - dur_w - 12)
+            rest = width - 3 - id_w - title_w - dur_w - 1
+            why = ("stalled", "bold $warning") if stalled else (
+                fit(reason, rest) if reason else "",
+                state_style(s.state) if s.state in _EXPLAIN else "$text-muted")
+            return Content.assemble(
+                mark, glyph, " ", (fit(s.phase.id, id_w), "$text-muted"), fit(s.phase.title, title_w),
+                (dur.rjust(dur_w), "$text-muted"), " ", why)
+        # Narrow: the id (what the operator types to confirm) and as much title as fits.
+        title_w = max(0, width - 3 - id_w - dur_w)
+        line = Content.assemble(mark, glyph, " ", (fit(s.phase.id, id_w), "bold" if selected else ""),
+                                (fit(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
+        if stalled:
+            line = Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
+        elif reason and s.state in _EXPLAIN:
+            line = Content.assemble(line, "\n   ", (fit(reason, width - 3), state_style(s.state)))
         return line

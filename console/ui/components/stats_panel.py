@@ -29,6 +29,12 @@ class StatsPanel(Widget):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.stats: LiveSnapshot | None = None
+        self.compact = False  # a short terminal: two lines, the last metric values inline
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self.refresh(layout=True)
 
     def show(self, stats: LiveSnapshot | None) -> None:
         if stats == self.stats:
@@ -59,8 +65,12 @@ class StatsPanel(Widget):
             facts.append(f"{fmt_bytes(s.remaining_bytes)} to go")
         if s.tokens_per_s is not None:
             facts.append(f"{fmt_rate(s.tokens_per_s)} tok/s")
+        if self.compact:
+            facts += [f"{name} {values[-1]:.4g}" for name, values in list(s.metrics.items())[:2] if values]
         if facts:
             out.append(Content.styled(fit(" · ".join(facts), width), "$text"))
+        if self.compact:
+            return out
         for name, values in list(s.metrics.items())[: (3 if width >= 100 else 2)]:
             last = values[-1] if values else None
             label = f"{name} {last:.4g}" if last is not None else name

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
+
+from console.ui.screens.blocked_dialog import fit_scroll
 
 
 class ConfirmDialog(ModalScreen[bool]):
@@ -24,8 +26,9 @@ class ConfirmDialog(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog-box") as box:
             box.border_title = f"{self.phase_id} is destructive"
-            yield Static(Content.styled("This phase will:", "bold $warning"), classes="dialog-text")
-            yield Static(Content(self.summary), id="confirm-summary", classes="dialog-text")
+            with VerticalScroll(id="dialog-scroll", classes="dialog-scroll"):
+                yield Static(Content.styled("This phase will:", "bold $warning"), classes="dialog-text")
+                yield Static(Content(self.summary), id="confirm-summary", classes="dialog-text")
             yield Static(Content.assemble("Type ", (self.phase_id, "bold"), " to run it."),
                          classes="dialog-text")
             yield Input(placeholder=self.phase_id, id="confirm-input")
@@ -35,7 +38,11 @@ class ConfirmDialog(ModalScreen[bool]):
                 yield Button("Cancel", id="confirm-cancel")
 
     def on_mount(self) -> None:
+        fit_scroll(self, "#dialog-scroll")
         self.query_one("#confirm-input").focus()
+
+    def on_resize(self) -> None:
+        fit_scroll(self, "#dialog-scroll")
 
     def action_cancel(self) -> None:
         self.dismiss(False)

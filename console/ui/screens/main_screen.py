@@ -1,11 +1,18 @@
 """The main screen: the phase checklist beside the live panels, and under them the
 selected phase's detail (state, live stats, checks, log, and on wide terminals its
-journal). Every read runs in a poller's thread; handlers only store and redraw."""
+journal).
+
+Every read runs in a poller's thread and returns data: the project snapshot comes from
+`console.core.snapshot` (the same one `eagle3 status --json` prints), and the handlers on
+the UI loop only store it and redraw. Starting a phase (checks, overrides, confirmation)
+lives in `console.ui.startflow`."""
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from textual import work
@@ -19,7 +26,10 @@ from textual.widgets import Footer, OptionList, Static
 
 from console.core.checks.result import CheckResult
 from console.core.errors import Eagle3Error
-from console.core.livestats import EventTail, LiveSnapshot
+from console.core.livestats import LiveSnapshot
+from console.core.notify import Notifier
+from console.core.snapshot import Snapshot, SnapshotBuilder
+from console.core.stall import StallAlert, StallWatch
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.ownership import owner_map
 from console.ui.components.checks_view import ChecksView
@@ -40,38 +50,34 @@ from console.ui.messages import (
     JournalRead,
     LogLines,
     ShmUpdated,
-    SpaceNeed,
-    StatusesUpdated,
 )
 from console.ui.pollers import Poller
-from console.ui.render import fmt_duration, state_glyph, state_style
+from console.ui.render import fmt_duration, fmt_time, state_glyph, state_style
 from console.ui.screens.ask_dialog import AskDialog
-from console.ui.screens.blocked_dialog import BlockedDialog
-from console.ui.screens.confirm_dialog import ConfirmDialog
 from console.ui.screens.help_screen import HelpScreen
 from console.ui.screens.journal_screen import JournalScreen
 from console.ui.screens.log_screen import LogScreen
+from console.ui.startflow import StartFlow, StartOutcome
 
 LIVE = ("running", "verifying")
 ENDED = ("done", "failed", "stopped", "stale")
 DETAIL_LOG_LINES = 1000
 
 
-class StartOutcome(Message):
-    """What `Project.start` did: a run dir, or the exception that says what it needs."""
+@dataclass
+class SnapshotUpdated(Message):
+    """A fresh project snapshot, the phases that ended or stalled since the last one, and
+    (on the first one only) the checks each running phase's start passed, from the journal."""
 
-    def __init__(self, phase_id: str, result: Any, overrides: dict[str, str], confirmed: bool) -> None:
-        super().__init__()
-        self.phase_id = phase_id
-        self.result = result
-        self.overrides = overrides
-        self.confirmed = confirmed
+    snapshot: Snapshot
+    ended: list[Any] = field(default_factory=list)
+    alerts: list[StallAlert] = field(default_factory=list)
+    attach_checks: dict[str, list[CheckResult]] = field(default_factory=dict)
 
 
+@dataclass
 class ActionFailed(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
+    text: str
 
 
 class Intervals:
@@ -84,6 +90,24 @@ class Intervals:
         self.preflight = preflight  # re-check ready/blocked phases this often; 0 turns it off
 
 
+def checks_from_journal(journal: Any, phase_id: str, started_at: float | None) -> list[CheckResult] | None:
+    """The pre-flight results the latest start of a phase passed (its last `checks` record
+    before the run started), so a console that attaches later can show them."""
+    try:
+        records = journal.read(phase=phase_id, limit=200, events={"checks"})
+    except Exception:  # noqa: BLE001 - context is a nicety; never block the attach
+        return None
+    for rec in reversed(records):
+        t = rec.get("t")
+        if started_at is not None and isinstance(t, (int, float)) and t > started_at + 5:
+            continue
+        try:
+            return [CheckResult.from_json(r) for r in rec.get("results") or []]
+        except Exception:  # noqa: BLE001
+            return None
+    return None
+
+
 class MainScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide"), (160, "-very-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
@@ -94,10 +118,14 @@ class MainScreen(Screen[None]):
         Binding("c", "check", "Check", id="main.check", tooltip="Run the selected phase's pre-flight checks"),
         Binding("v", "verify", "Verify", id="main.verify", tooltip="Run the selected phase's verify checks"),
         Binding("l", "log", "Log", id="main.log", tooltip="The selected phase's log, full screen"),
-        Binding("J", "journal", "Journal", id="main.journal", tooltip="Runs, checks, overrides and stops"),
-        Binding("t", "app.next_theme", "Theme", id="main.theme", tooltip="Switch to the next theme"),
-        Binding("question_mark", "help", "Help", id="main.help", tooltip="Keys and state glyphs"),
         Binding("q", "app.request_quit", "Quit", id="main.quit", tooltip="Quit; running phases keep running"),
+        Binding("J", "journal", "Journal", id="main.journal", tooltip="Runs, checks, overrides and stops"),
+        Binding("question_mark", "help", "Help", id="main.help", tooltip="Keys and state glyphs"),
+        Binding("h", "history", "History", show=False, id="main.history",
+                tooltip="The selected phase's past runs; open any run's log"),
+        Binding("e", "expand_checks", "Passing checks", show=False, id="main.expand",
+                tooltip="Show or fold the checks that pass"),
+        Binding("t", "app.next_theme", "Theme", show=False, id="main.theme", tooltip="Switch to the next theme"),
     ]
 
     def __init__(self, project: Any, *, gpu_source: Any, disk_source: Any, shm_source: Any,
@@ -108,22 +136,30 @@ class MainScreen(Screen[None]):
         self.sources = {"gpu": gpu_source, "disk": disk_source, "shm": shm_source, "host": host_source}
         self.clock = clock
         self.iv = intervals or Intervals()
+        self.builder = SnapshotBuilder(project, clock=clock)
+        self.stall_watch = StallWatch(project.journal)
+        self.notifier = Notifier(project.config, project.journal)
+        self.flow = StartFlow(self)
+        self.snapshot: Snapshot | None = None
         self._prechecked: dict[str, float] = {}
         self.statuses: list[Any] = []
         self.by_id: dict[str, Any] = {}
-        self.checks: dict[str, list[CheckResult]] = {}
-        self.shown: dict[str, tuple[str, list[CheckResult]]] = {}
         self.stats: dict[str, LiveSnapshot] = {}
+        self.stalled: set[str] = set()
+        self.checks: dict[str, list[CheckResult]] = {}  # replaced, never mutated: pollers read it
+        self.shown: dict[str, tuple[str, list[CheckResult]]] = {}
         self.selected: str | None = None
-        self.ended: list[tuple[str, str]] = []  # (phase, state) seen ending while watched
-        self._event_tails: dict[str, EventTail] = {}
+        self.ended: list[tuple[str, str]] = []
+        self.alerts: list[StallAlert] = []
+        self._sessions: dict[int, str] = {}
+        self._prev_states: dict[str, str] | None = None
+        self._journal_visible = False
         self._forecast = DiskForecast()
-        self._first_status = True
         self._header_plain = ""
         self._journal_seen: tuple[object, ...] = ()
         self.log_feed = LogFeed("main", self._selected_log_path, DETAIL_LOG_LINES)
         self.pollers: dict[str, Poller] = {
-            "status": Poller(self, "status", self.iv.status, self._read_statuses),
+            "status": Poller(self, "status", self.iv.status, self._read_snapshot),
             "log": Poller(self, "log", self.iv.log, self.log_feed.read),
             "journal": Poller(self, "journal", self.iv.journal, self._read_journal),
         }
@@ -135,19 +171,20 @@ class MainScreen(Screen[None]):
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with Horizontal(id="top"):
-            yield PhaseList(clock=self.clock, id="phases")
-            with Vertical(id="live"):
-                yield GpuPanel(id="gpu")
+            with Vertical(id="left"):
+                yield PhaseList(clock=self.clock, id="phases")
                 with Vertical(id="storage"):
                     yield DiskPanel(id="disk")
                     yield ShmPanel(id="shm")
                     yield HostPanel(id="host")
+            with Vertical(id="live"):
+                yield GpuPanel(id="gpu")
         with Vertical(id="detail"):
             yield Static(id="detail-header")
             yield StatsPanel(id="stats")
             with Horizontal(id="detail-body"):
                 yield ChecksView(id="checks")
-                yield LogView(max_lines=DETAIL_LOG_LINES, id="log")
+                yield LogView(max_lines=DETAIL_LOG_LINES, titled=True, id="log")
                 yield JournalView(id="journal")
         yield Footer()
 
@@ -155,42 +192,53 @@ class MainScreen(Screen[None]):
         cfg = self.project.config
         self.query_one("#phases").border_title = f"phases · {cfg.name}"
         self.query_one("#storage").border_title = "disk · shm · host"
-        self.query_one("#log").border_title = "log"
         self.query_one("#journal").border_title = "journal"
         self.query_one("#stats").display = False
         self.query_one(PhaseList).focus()
+        self._layout_flags()
         for poller in self.pollers.values():
             poller.start()
+
+    def on_resize(self) -> None:
+        self._layout_flags()
+
+    def _layout_flags(self) -> None:
+        """What the pollers may read without touching the DOM, and the compact stats."""
+        self._journal_visible = self.size.width >= 160
+        self.query_one(StatsPanel).set_compact(self.size.height < 36)
 
     def on_unmount(self) -> None:
         for poller in self.pollers.values():
             poller.stop()
 
-    # -- reads (poller threads) ---------------------------------------------------------------
-    def _read_statuses(self) -> StatusesUpdated:
-        statuses = self.project.statuses(checks=dict(self.checks))
-        stats: dict[str, LiveSnapshot] = {}
-        for st in statuses:
-            run = st.run
-            if run is None:
-                continue
-            key = str(run.events_jsonl)
-            tail = self._event_tails.get(st.phase.id)
-            if tail is None or tail.path != key:
-                tail = self._event_tails[st.phase.id] = EventTail(key)
-            elif st.state not in LIVE and st.phase.id in self.stats:
-                stats[st.phase.id] = self.stats[st.phase.id]
-                continue
-            tail.poll()
-            stats[st.phase.id] = tail.stats.snapshot()
-        return StatusesUpdated(statuses, stats)
-
-    def _sessions(self) -> dict[int, str]:
-        return {s.pid: s.phase.id for s in self.statuses if s.state in LIVE and s.pid}
+    # -- reads (poller threads: data in, data out, no DOM) ----------------------------------
+    def _read_snapshot(self) -> SnapshotUpdated:
+        snap = self.builder.build(checks=self.checks)
+        alerts = self.stall_watch.update(snap.phases)
+        ended: list[Any] = []
+        attach: dict[str, list[CheckResult]] = {}
+        if self._prev_states is None:
+            for pv in snap.phases:
+                if pv.status.state in LIVE and pv.id not in self.checks:
+                    found = checks_from_journal(self.project.journal, pv.id, pv.status.started_at)
+                    if found:
+                        attach[pv.id] = found
+        else:
+            for pv in snap.phases:
+                if self._prev_states.get(pv.id) in LIVE and pv.status.state not in LIVE:
+                    ended.append(pv.status)
+        self._prev_states = {pv.id: pv.status.state for pv in snap.phases}
+        for st in ended:
+            event = "failed" if st.state == "failed" else "ended"
+            self.notifier.fire(event, st.phase.id, st.state, st.run.run_id if st.run else None,
+                               f"{st.phase.id} {st.state}" + (f": {st.reason}" if st.reason else ""))
+        for a in alerts:
+            self.notifier.fire("stalled", a.phase_id, "running", a.run_id, a.summary)
+        return SnapshotUpdated(snap, ended, alerts, attach)
 
     def _read_gpu(self) -> GpuUpdated:
         reading = self.sources["gpu"].read()
-        owner = owner_map(self._sessions())
+        owner = owner_map(self._sessions)
         owners: dict[int, str] = {}
         for g in reading.gpus:
             for p in g.processes:
@@ -203,18 +251,8 @@ class MainScreen(Screen[None]):
         reading = self.sources["disk"].read()
         self._forecast.update(reading)
         forecasts = {f.path: f for f in self._forecast.forecasts()}
-        needs: dict[str, SpaceNeed] = {}
-        for st in self.statuses:
-            snap = self.stats.get(st.phase.id)
-            if st.state not in LIVE or snap is None or not snap.remaining_bytes:
-                continue
-            for out in st.phase.outputs:
-                vol = self._forecast.volume_for(self.project.config.resolve(out))
-                if vol is not None:
-                    prev = needs.get(vol)
-                    needs[vol] = SpaceNeed((prev.bytes if prev else 0) + int(snap.remaining_bytes),
-                                           (prev.phases if prev else ()) + (st.phase.id,))
-                    break
+        snap = self.snapshot
+        needs = self.builder.space_needs(snap, self._forecast.volume_for) if snap is not None else {}
         return DiskUpdated(reading, forecasts, needs)
 
     def _read_shm(self) -> ShmUpdated:
@@ -224,21 +262,21 @@ class MainScreen(Screen[None]):
         return HostUpdated(self.sources["host"].read())
 
     def _read_journal(self) -> JournalRead | None:
-        if not self.query_one("#journal").display or self.selected is None:
+        selected = self.selected
+        if not self._journal_visible or selected is None:
             return None
         try:
             st = self.project.journal.path.stat()
-            seen: tuple[object, ...] = (self.selected, st.st_size, st.st_mtime_ns)
+            seen: tuple[object, ...] = (selected, st.st_size, st.st_mtime_ns)
         except OSError:
-            seen = (self.selected, None)
+            seen = (selected, None)
         if seen == self._journal_seen:
             return None
         self._journal_seen = seen
-        return JournalRead(self.selected, self.project.journal.read(phase=self.selected, limit=50))
+        return JournalRead(selected, self.project.journal.read(phase=selected, limit=50))
 
     def _selected_log_path(self) -> str | None:
-        st = self.by_id.get(self.selected or "")
-        return str(st.run.output_log) if st is not None and st.run is not None else None
+        return self.log_path_of(self.selected or "")()
 
     def log_path_of(self, phase_id: str) -> Callable[[], str | None]:
         def path() -> str | None:
@@ -247,23 +285,37 @@ class MainScreen(Screen[None]):
         return path
 
     # -- updates (UI loop) ------------------------------------------------------------------
-    def on_statuses_updated(self, msg: StatusesUpdated) -> None:
-        before = {s.phase.id: s.state for s in self.statuses}
-        self.statuses = msg.statuses
-        self.by_id = {s.phase.id: s for s in msg.statuses}
-        self.stats = msg.stats
+    def on_snapshot_updated(self, msg: SnapshotUpdated) -> None:
+        first = self.snapshot is None
+        snap = self.snapshot = msg.snapshot
+        self.statuses = snap.statuses
+        self.by_id = {s.phase.id: s for s in self.statuses}
+        self.stats = snap.stats
+        self.stalled = {pv.id for pv in snap.phases if pv.stalled}
+        self._sessions = snap.sessions()
+        for pid, results in msg.attach_checks.items():
+            self.remember_checks(pid, "check", results, redraw=False)
         plist = self.query_one(PhaseList)
-        plist.show(msg.statuses)
-        if self.selected is None and plist.selected_id is not None:
+        plist.show(self.statuses, self.stalled)
+        if first:
+            self._select_on_attach(plist)
+        elif self.selected is None and plist.selected_id is not None:
             self._select(plist.selected_id)
-        if not self._first_status:
-            for st in msg.statuses:
-                was = before.get(st.phase.id)
-                if was in LIVE and st.state not in LIVE:
-                    self._phase_ended(st)
-        self._first_status = False
+        for st in msg.ended:
+            self._phase_ended(st)
+        for alert in msg.alerts:
+            self._stalled(alert)
         self._show_detail()
         self._auto_preflight()
+
+    def _select_on_attach(self, plist: PhaseList) -> None:
+        """Open on what matters: the running phase, else the first that is not done."""
+        pick = next((s for s in self.statuses if s.state in LIVE), None) or next(
+            (s for s in self.statuses if s.state != "done"), None) or (self.statuses[0] if self.statuses else None)
+        if pick is None:
+            return
+        plist.select_id(pick.phase.id)
+        self._select(pick.phase.id)
 
     def _auto_preflight(self) -> None:
         """Pre-flight the phases that could start next, so the checklist says why one is
@@ -288,7 +340,7 @@ class MainScreen(Screen[None]):
             results = self.project.check(phase_id, journal=False)
         except Exception:  # noqa: BLE001 - an operator's own check (c) shows the error
             return
-        self.post_message(ChecksDone(phase_id, results, "check"))
+        self.post_message(ChecksDone(phase_id, results, "preflight"))
 
     def _phase_ended(self, st: Any) -> None:
         self.ended.append((st.phase.id, st.state))
@@ -299,6 +351,11 @@ class MainScreen(Screen[None]):
             text += f": {st.reason}"
         self.notify(text, title="phase ended", severity="information" if good else "error",
                     timeout=10 if good else 30)
+
+    def _stalled(self, alert: StallAlert) -> None:
+        self.alerts.append(alert)
+        self.app.bell()
+        self.notify(alert.summary, title="⚠ stalled", severity="warning", timeout=30)
 
     def on_gpu_updated(self, msg: GpuUpdated) -> None:
         self.query_one(GpuPanel).show(msg.reading, msg.owners)
@@ -316,6 +373,7 @@ class MainScreen(Screen[None]):
         view = self.query_one("#log", LogView)
         if msg.reset:
             view.clear()
+            view.set_source(msg.path)
         view.append(msg.lines, msg.partial)
 
     def on_journal_read(self, msg: JournalRead) -> None:
@@ -340,18 +398,23 @@ class MainScreen(Screen[None]):
             self._header_plain = ""
             return
         ph = st.phase
+        stalled = ph.id in self.stalled and st.state == "running"
         bits: list[Any] = [state_glyph(st.state), " ", (ph.id, "bold"), " · ", ph.title, " · ",
                            (st.state, state_style(st.state))]
+        if stalled:
+            bits += ["  ", ("⚠ stalled", "bold $warning")]
         dur = phase_duration(st, self.clock())
         if dur is not None:
             bits += [" ", (fmt_duration(dur), "$text-muted")]
+        if st.started_at is not None and self.size.width >= 100:
+            bits += [(f"  started {fmt_time(st.started_at)}", "$text-muted")]
         if st.exit_code is not None and st.state not in LIVE:
             bits += [("  exit ", "$text-muted"), str(st.exit_code)]
         if ph.kind == "service":
             bits += [("  service", "$text-muted")]
         if ph.confirm:
             bits += [("  destructive", "$warning")]
-        if st.reason:
+        if st.reason and st.state not in LIVE:
             bits += ["\n", (st.reason.splitlines()[0], state_style(st.state) if st.state in ("blocked", "failed", "stale") else "$text-muted")]
         content = Content.assemble(*bits)
         if content.plain != self._header_plain:
@@ -376,6 +439,17 @@ class MainScreen(Screen[None]):
             view.show(None, "pre-flight checks",
                       hint=f"{n} check(s), not run yet: press c" if n else "no checks configured; c runs needs")
 
+    def remember_checks(self, phase_id: str, kind: str, results: list[CheckResult], redraw: bool = True) -> None:
+        if kind in ("check", "preflight"):
+            self.checks = {**self.checks, phase_id: results}
+        self.shown[phase_id] = ("verify" if kind == "verify" else "check", results)
+        if redraw:
+            self._show_detail()
+
+    def started(self, phase_id: str) -> None:
+        self.pollers["status"].poke()
+        self.pollers["log"].poke()
+
     # -- actions ------------------------------------------------------------------------------
     def _phase_or_warn(self) -> str | None:
         if self.selected is None:
@@ -392,6 +466,9 @@ class MainScreen(Screen[None]):
             self.notify(f"verifying {pid}…", timeout=2)
             self._run_checks(pid, "verify")
 
+    def action_expand_checks(self) -> None:
+        self.query_one(ChecksView).action_toggle_passing()
+
     @work(thread=True, group="checks", exit_on_error=False)
     def _run_checks(self, phase_id: str, kind: str) -> None:
         try:
@@ -405,17 +482,16 @@ class MainScreen(Screen[None]):
         self.post_message(ChecksDone(phase_id, results, kind))
 
     def on_checks_done(self, msg: ChecksDone) -> None:
-        if msg.kind == "check":
-            self.checks[msg.phase_id] = msg.results
-        self.shown[msg.phase_id] = (msg.kind, msg.results)
-        bad = [r for r in msg.results if r.status == "fail"]
-        warn = [r for r in msg.results if r.status == "warn"]
-        what = "checks" if msg.kind == "check" else "verify"
-        if bad:
-            self.notify(f"{msg.phase_id}: {what} failing: " + ", ".join(r.name for r in bad), severity="error")
-        else:
-            self.notify(f"{msg.phase_id}: {what} passed ({len(msg.results)})"
-                        + (f", {len(warn)} warning(s)" if warn else ""))
+        self.remember_checks(msg.phase_id, msg.kind, msg.results, redraw=False)
+        if msg.kind != "preflight":  # the background pre-flight updates quietly
+            bad = [r for r in msg.results if r.status == "fail"]
+            warn = [r for r in msg.results if r.status == "warn"]
+            what = "checks" if msg.kind == "check" else "verify"
+            if bad:
+                self.notify(f"{msg.phase_id}: {what} failing: " + ", ".join(r.name for r in bad), severity="error")
+            else:
+                self.notify(f"{msg.phase_id}: {what} passed ({len(msg.results)})"
+                            + (f", {len(warn)} warning(s)" if warn else ""))
         self.pollers["status"].poke()
         self._show_detail()
 
@@ -423,97 +499,53 @@ class MainScreen(Screen[None]):
         self.notify(msg.text, severity="error", timeout=15)
 
     def action_run(self) -> None:
-        pid = self._phase_or_warn()
-        if pid is None:
-            return
-        st = self.by_id.get(pid)
-        if st is not None and st.state in LIVE:
-            self.notify(f"{pid} is already {st.state}", severity="warning")
-            return
-        if st is not None and st.state == "done":
-            after = [s.phase.id for s in self.statuses if pid in s.phase.needs]
+        if (pid := self._phase_or_warn()) is not None:
+            self.flow.begin(pid)
 
-            def again(yes: bool | None) -> None:
-                if yes:
-                    self.notify(f"starting {pid}: pre-flight checks…", timeout=3)
-                    self.start_phase(pid, {}, False)
-
-            tail = f" Phases that need it ({', '.join(after)}) become stale." if after else ""
-            self.app.push_screen(AskDialog(
-                f"run {pid} again?",
-                Content.assemble((pid, "bold"), f" is done.{tail} Run it again?"),
-                yes="Run again"), again)
-            return
-        self.notify(f"starting {pid}: pre-flight checks…", timeout=3)
-        self.start_phase(pid, {}, False)
-
-    @work(thread=True, group="start", exit_on_error=False)
     def start_phase(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
-        try:
-            result: Any = self.project.start(phase_id, overrides=overrides or None, confirmed=confirmed)
-        except Exception as exc:  # noqa: BLE001 - every outcome is handled on the UI loop
-            result = exc
-        self.post_message(StartOutcome(phase_id, result, overrides, confirmed))
+        self.flow.start(phase_id, overrides, confirmed)
 
     def on_start_outcome(self, msg: StartOutcome) -> None:
-        from console.core.project import Blocked, NeedsConfirmation
-
-        res = msg.result
-        if isinstance(res, Blocked):
-            self.checks[msg.phase_id] = res.results
-            self.shown[msg.phase_id] = ("check", res.results)
-            self._show_detail()
-
-            def overridden(choice: dict[str, str] | None) -> None:
-                if choice:
-                    self.start_phase(msg.phase_id, {**msg.overrides, **choice}, msg.confirmed)
-
-            self.app.push_screen(BlockedDialog(msg.phase_id, res.results), overridden)
-        elif isinstance(res, NeedsConfirmation):
-            def confirmed(ok: bool | None) -> None:
-                if ok:
-                    self.start_phase(msg.phase_id, msg.overrides, True)
-                else:
-                    self.notify(f"{msg.phase_id} not started", timeout=3)
-
-            self.app.push_screen(ConfirmDialog(msg.phase_id, res.summary), confirmed)
-        elif isinstance(res, Eagle3Error):
-            self.notify(str(res), severity="error", timeout=15)
-        elif isinstance(res, Exception):
-            self.notify(f"could not start {msg.phase_id}: {type(res).__name__}: {res}", severity="error", timeout=15)
-        else:
-            self.notify(f"{msg.phase_id} started", severity="information", timeout=4)
-            seen = self.project.last_checks.get(msg.phase_id)
-            if seen is not None:  # the pre-flight results the start passed on
-                self.checks[msg.phase_id] = seen
-                self.shown[msg.phase_id] = ("check", seen)
-                self._show_detail()
-            self.pollers["status"].poke()
-            self.pollers["log"].poke()
+        self.flow.outcome(msg)
 
     def action_stop(self) -> None:
         pid = self._phase_or_warn()
         if pid is None:
             return
         st = self.by_id.get(pid)
-        if st is None or st.state not in LIVE:
+        if st is None or st.state not in LIVE or st.run is None:
             self.notify(f"{pid} is not running", severity="warning")
             return
+        run_id = st.run.run_id
 
         def answer(yes: bool | None) -> None:
             if yes:
-                self._stop(pid)
+                self._stop(pid, run_id)
 
         self.app.push_screen(AskDialog(
             f"stop {pid}?",
-            Content.assemble("Stop ", (pid, "bold"), (f" (pid {st.pid})" if st.pid else ""), "? Its process group gets SIGTERM, "
-                             "then SIGKILL after a grace period. The stop is journaled."),
+            Content.assemble("Stop ", (pid, "bold"), f" (run {run_id}", (f", pid {st.pid}" if st.pid else ""),
+                             ")? Its process group gets SIGTERM, then SIGKILL after a grace period. "
+                             "The stop is journaled."),
             yes="Stop", danger=True), answer)
 
     @work(thread=True, group="stop", exit_on_error=False)
-    def _stop(self, phase_id: str) -> None:
+    def _stop(self, phase_id: str, run_id: str) -> None:
+        """Stops the run the operator was asked about, and only that one: a phase restarted
+        while the question was open is left alone."""
         try:
-            stopped = self.project.stop(phase_id)
+            current = self.project.run_dir(phase_id)
+            if current is None or current.run_id != run_id:
+                now = current.run_id if current is not None else "none"
+                self.post_message(ActionFailed(
+                    f"{phase_id} was restarted while you were asked (run {run_id} -> {now}); nothing was "
+                    f"stopped. Press s again to stop the new run."))
+                return
+            stop = self.project.stop
+            if "run_id" in inspect.signature(stop).parameters:
+                stopped = stop(phase_id, run_id=run_id)
+            else:
+                stopped = stop(phase_id)
         except Exception as exc:  # noqa: BLE001
             self.post_message(ActionFailed(str(exc) if isinstance(exc, Eagle3Error) else
                                            f"stop {phase_id} failed: {type(exc).__name__}: {exc}"))
@@ -531,6 +563,12 @@ class MainScreen(Screen[None]):
     def action_log(self) -> None:
         if (pid := self._phase_or_warn()) is not None:
             self.app.push_screen(LogScreen(pid, self.log_path_of(pid), interval=self.iv.log))
+
+    def action_history(self) -> None:
+        if (pid := self._phase_or_warn()) is not None:
+            from console.ui.screens.history_screen import HistoryScreen
+
+            self.app.push_screen(HistoryScreen(self.project, pid, interval=self.iv.log))
 
     def action_journal(self) -> None:
         self.app.push_screen(JournalScreen(self.project, self.selected, interval=self.iv.journal))
