@@ -77,9 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=float, default=600.0,
                    help="with --all: seconds to wait for a service to become ready (default 600)")
 
-    c = command("status", "every phase: state, last run, exit code, checks")
-    c.add_argument("--json", action="store_true")
+    c = command("status", "every phase: state, last run, exit code, live progress; exit 0 when no phase is "
+                          "failed, lost or stale, 1 otherwise")
+    c.add_argument("--json", action="store_true", help="machine-readable, with each running phase's progress")
     c.add_argument("--checks", action="store_true", help="also run every phase's pre-flight checks")
+    c.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
+                   help="refresh in place every SECONDS (default 2) until Ctrl-C")
+    c.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # --watch: stop after N (tests)
 
     c = command("logs", "print a phase's latest log")
     c.add_argument("phase")
@@ -184,25 +188,72 @@ def _fmt_duration(s: float | None) -> str:
 
 
 def _cmd_status(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """Exit codes: 0 no phase is failed (a lost run counts as failed) or stale; 1 otherwise.
+    With --watch the figures refresh in place until Ctrl-C, and the code is the last look's."""
+    from console.core.snapshot import SnapshotBuilder
+
     checks = {ph.id: project.check(ph.id, journal=False) for ph in project.config.phases} if args.checks else None
-    statuses = project.statuses(checks)
+    builder = SnapshotBuilder(project)
+    if args.watch is None:
+        return _status_once(project, builder.build(checks), args, out)
+    if args.watch <= 0 or args.watch > 3600:
+        raise UsageError(f"--watch {args.watch:g}: seconds between 0 and 3600")
+    clear = "\x1b[H\x1b[2J" if hasattr(out, "isatty") and out.isatty() else ""
+    looks = 0
+    code = EXIT_OK
+    try:
+        while args.count is None or looks < args.count:
+            if looks:
+                time.sleep(args.watch)
+            snap = builder.build(checks)
+            print(clear if clear else ("" if not looks else "\n"), end="", file=out)
+            print(time.strftime("%Y-%m-%d %H:%M:%S") + f"  (every {args.watch:g}s, Ctrl-C to leave)", file=out)
+            code = _status_once(project, snap, args, out)
+            out.flush()
+            looks += 1
+    except KeyboardInterrupt:
+        pass
+    return code
+
+
+def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO) -> int:
+    bad = [s for s in snap.statuses if s.state in ("failed", "stale")]
+    code = EXIT_FAIL if bad else EXIT_OK
     if args.json:
         json.dump({"config": str(project.config.path), "name": project.config.name,
-                   "state_dir": str(project.config.state_dir),
-                   "phases": [s.to_json() for s in statuses]}, out, indent=2)
+                   "state_dir": str(project.config.state_dir), "t": snap.t, "exit_code": code,
+                   "phases": snap.to_json()}, out, indent=2)
         print(file=out)
-        return EXIT_OK
+        return code
+    statuses = snap.statuses
     idw = max(len(s.phase.id) for s in statuses)
     print(f"{project.config.name}  ({project.config.path})", file=out)
-    for s in statuses:
-        code = "" if s.exit_code is None else f"exit {s.exit_code}"
+    for pv in snap.phases:
+        s = pv.status
+        code_s = "" if s.exit_code is None else f"exit {s.exit_code}"
         run = s.run.run_id if s.run else "never run"
         line = (f"{STATE_GLYPH.get(s.state, '?')} {s.phase.id.ljust(idw)}  {s.state:<9}  "
-                f"{_fmt_duration(s.duration_s):>7}  {code:<7}  {run}")
+                f"{_fmt_duration(s.duration_s):>7}  {code_s:<7}  {run}")
         if s.reason:
             line += f"  - {s.reason}"
         print(one_line(line), file=out)
-    return EXIT_OK
+        live = pv.live
+        if s.state in ("running", "verifying") and live is not None and live.done is not None:
+            print(one_line("    " + _progress_line(live) + ("  ⚠ stalled" if pv.stalled else "")), file=out)
+        elif pv.stalled:
+            print("    ⚠ stalled: no progress event and no log line", file=out)
+    return code
+
+
+def _progress_line(live: Any) -> str:
+    done = f"{live.done:,.0f}" + (f"/{live.total:,.0f}" if live.total else "") + f" {live.unit or ''}".rstrip()
+    bits = [f"{100 * live.fraction:.1f}%" if live.fraction is not None else "", done]
+    if live.rate is not None:
+        bits.append(f"{live.rate:,.1f}/s")
+    if live.eta_s is not None:
+        bits.append(f"ETA {_fmt_duration(live.eta_s)}")
+    bits += [f"{k} {v[-1]:.4g}" for k, v in list(live.metrics.items())[:3] if v]
+    return "  ".join(b for b in bits if b)
 
 
 # -- logs ---------------------------------------------------------------------------

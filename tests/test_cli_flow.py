@@ -72,8 +72,11 @@ def cfg(tmp_path: Path) -> Path:
 
 def status(cfg: Path, capsys) -> dict[str, dict]:
     capsys.readouterr()
-    assert main(["status", str(cfg), "--json"]) == 0
-    return {p["phase"]: p for p in json.loads(capsys.readouterr().out)["phases"]}
+    code = main(["status", str(cfg), "--json"])
+    phases = {p["phase"]: p for p in json.loads(capsys.readouterr().out)["phases"]}
+    # exit 1 exactly when a phase is failed or stale (issue 10, item 8)
+    assert code == (1 if any(p["state"] in ("failed", "stale") for p in phases.values()) else 0)
+    return phases
 
 
 def test_run_all_stops_at_failure_and_resumes_after_fix(cfg: Path, capsys) -> None:
