@@ -126,6 +126,11 @@ def ensure_meta(out: Path, meta: dict, rank: int) -> None:
         return
     for key in IDENTITY:
         if old.get(key) != meta.get(key):
+            if key == "format":
+                raise BadInput(
+                    f"{out / META}: format {old.get(key)!r}, this extractor writes {meta.get(key)!r} (manifest lines "
+                    "with checksums, a target fingerprint); it cannot resume that store: pass a new --out"
+                )
             if key == "target_fingerprint":
                 raise BadInput(
                     f"{out / META}: target_fingerprint is {old.get(key)!r} in the store but the target "

@@ -143,3 +143,12 @@ def test_the_ranks_of_one_sharded_run_share_a_store():
         assert a.held and b.held
         a.release()
         b.release()
+
+
+def test_a_store_of_the_previous_format_is_not_resumed(tmp_path, tiny_target, tiny_data, run_extract):
+    out = tmp_path / "store"
+    out.mkdir()
+    (out / "meta.json").write_text(json.dumps({"format": "eagle3-hidden-store/1", "records": 36}))
+    proc = run_extract(tiny_target, tiny_data.path, out)
+    assert proc.returncode == 2
+    assert "eagle3-hidden-store/1" in proc.stderr and "new --out" in proc.stderr
