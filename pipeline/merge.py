@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomicfile import write_json_atomic
+from pipeline.atomicfile import fsync_dir, write_json_atomic
 from pipeline.chat_records import RecordError
 from pipeline.events import EventWriter
 from pipeline.loss_mask import default_method
@@ -313,7 +313,9 @@ def _write_merged(out: Path, entries: list[tuple[str, int, int]], stats_path: Pa
             f.flush()
             os.fsync(f.fileno())
         stats_path.unlink(missing_ok=True)
+        fsync_dir(stats_path.parent)  # the old stats are gone for good before the new dataset lands
         os.replace(tmp, out)
+        fsync_dir(out.parent)
     finally:
         reader.close()
         if tmp.exists():
