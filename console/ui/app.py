@@ -140,6 +140,8 @@ class ConsoleApp(App[int]):
             (f"Check {sel}", "Run its pre-flight checks (c)", main.action_check),
             (f"Verify {sel}", "Run its verify checks on what it produced (v)", main.action_verify),
             (f"Log of {sel}", "Its log full screen: follow, pause, search (l)", main.action_log),
+            (f"History of {sel}", "Its past runs: who, when, exit, overrides; open any log (h)",
+             main.action_history),
             ("Journal", "Runs, checks, overrides with reasons, stops (J)", main.action_journal),
             ("Help", "Keys and state glyphs (?)", main.action_help),
             ("Next theme", "Cycle the console's themes (t)", self.action_next_theme),
@@ -152,9 +154,11 @@ class ConsoleApp(App[int]):
             pid = st.phase.id
             yield SystemCommand(f"Select {pid}", f"{st.phase.title} ({st.state})",
                                 lambda p=pid: main.query_one("#phases").select_id(p), False)
+            if pid == main.selected:
+                continue  # its commands are listed above, once
             for verb, fn in (("Run", main.action_run), ("Check", main.action_check),
                              ("Verify", main.action_verify), ("Stop", main.action_stop),
-                             ("Log of", main.action_log)):
+                             ("Log of", main.action_log), ("History of", main.action_history)):
                 yield SystemCommand(f"{verb} {pid}", st.phase.title,
                                     lambda p=pid, f=fn: (main.query_one("#phases").select_id(p), main._select(p), f()),
                                     False)

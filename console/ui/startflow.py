@@ -59,7 +59,22 @@ class StartFlow:
                 Content.assemble((phase_id, "bold"), f" is done.{tail} Run it again?"),
                 yes="Run again"), again)
             return
+        if st is not None and st.phase.confirm:
+            # Ask before the start, so its checks run (and are journaled) once, not twice.
+            self.screen.run_worker(lambda: self._summary(phase_id), thread=True, group="start",
+                                   exit_on_error=False, name=f"summary:{phase_id}")
+            return
         self.start(phase_id, {}, False)
+
+    def _summary(self, phase_id: str) -> None:
+        from console.core.project import NeedsConfirmation
+
+        try:
+            result: Any = NeedsConfirmation(self.project.config.phase(phase_id),
+                                            self.project.confirmation_summary(phase_id))
+        except Exception as exc:  # noqa: BLE001 - shown on the UI loop
+            result = exc
+        self.screen.post_message(StartOutcome(phase_id, result, {}, False))
 
     def start(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
         self.screen.notify(f"starting {phase_id}: pre-flight checks…", timeout=3)

@@ -271,3 +271,18 @@ async def test_a_phase_that_goes_silent_is_flagged_rung_journaled_and_notified(t
             assert len(stalled) == 1 and stalled[0]["phase"] == "quiet"
     finally:
         stop_all(project)
+
+
+async def test_palette_lists_each_command_once_and_a_confirmed_start_journals_checks_once(project) -> None:  # type: ignore[no-untyped-def]
+    from console.ui.screens.confirm_dialog import ConfirmDialog
+
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "clean")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert titles.count("Run clean") == 1 and titles.count("Run prep") == 1
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="confirm dialog")
+        await pilot.press(*"clean", "enter")
+        await wait_for(pilot, lambda: state_of(app, "clean") == "done", what="clean done")
+    assert len(project.journal.read(phase="clean", events={"checks"})) == 1
