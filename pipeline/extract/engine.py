@@ -140,7 +140,8 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
             "--no-compile turns it off)")
     capacity = max([opts.batch_tokens] + [b.padded_tokens for b in job.todo])
     pool = BufferPool(opts.queue, capacity, job.target.hidden_size, dtype, pin=capturer.cuda)
-    progress = Progress(job.out, job.total, events, job.shard.rank, job.shard.world_size, log=log)
+    progress = Progress(job.out, job.total, events, job.shard.rank, job.shard.world_size, log=log,
+                        stale=set(job.damaged))
     log(f"extract: host buffers for captured batches: {opts.queue} x {format_bytes(pool.slot_bytes)}")
 
     def on_written(tokens: int, nbytes: int) -> None:

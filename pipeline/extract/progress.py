@@ -18,9 +18,10 @@ from .reserve import format_bytes
 
 
 class ManifestTally:
-    def __init__(self, out: Path, total: int) -> None:
+    def __init__(self, out: Path, total: int, stale: set[int] | frozenset[int] = frozenset()) -> None:
         self.out = Path(out)
         self.total = total
+        self._stale = set(stale)  # lines already there for these indices are not counted (resume dropped them)
         self._seen = bytearray(total)
         self._offsets: dict[Path, tuple[int, int]] = {}
         self.done = 0
@@ -43,19 +44,21 @@ class ManifestTally:
             self._offsets[path] = (st.st_ino, offset + end)
             for e in parse_entries(data[:end]):
                 i = e["index"]
-                if 0 <= i < self.total and not self._seen[i]:
+                if 0 <= i < self.total and not self._seen[i] and i not in self._stale:
                     self._seen[i] = 1
                     self.done += 1
                     self.tokens += int(e.get("tokens", 0))
                     self.bytes += int(e.get("bytes", 0))
+        self._stale.clear()  # only the lines of the first read; a rewritten sample's new line counts
 
 
 class Progress:
     """Emits `progress` events every `event_every` s and a log line every `log_every` s."""
 
     def __init__(self, out: Path, total: int, events, rank: int, world_size: int,
-                 log: Callable[[str], None] = print, event_every: float = 2.0, log_every: float = 10.0) -> None:
-        self.tally = ManifestTally(out, total)
+                 log: Callable[[str], None] = print, event_every: float = 2.0, log_every: float = 10.0,
+                 stale: set[int] | frozenset[int] = frozenset()) -> None:
+        self.tally = ManifestTally(out, total, stale)
         self.tally.refresh()
         self.events = events
         self.rank, self.world_size = rank, world_size

@@ -152,3 +152,18 @@ def test_a_store_of_the_previous_format_is_not_resumed(tmp_path, tiny_target, ti
     proc = run_extract(tiny_target, tiny_data.path, out)
     assert proc.returncode == 2
     assert "eagle3-hidden-store/1" in proc.stderr and "new --out" in proc.stderr
+
+
+def test_progress_does_not_count_a_dropped_sample_until_it_is_written_again(tmp_path):
+    from pipeline.extract.progress import ManifestTally
+
+    line = '{{"index": {i}, "id": "s{i}", "tokens": 10, "bytes": 100, "file": "rows_0/{i}.safetensors"}}\n'
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("".join(line.format(i=i) for i in range(4)))
+    tally = ManifestTally(tmp_path, 4, stale={2})
+    tally.refresh()
+    assert (tally.done, tally.tokens) == (3, 30)
+    with open(manifest, "a") as f:
+        f.write(line.format(i=2))
+    tally.refresh()
+    assert (tally.done, tally.tokens) == (4, 40)
