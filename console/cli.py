@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("console", "open the operator console (TUI)")
     c.add_argument("--theme", help="theme name (eagle3-dark, eagle3-light, eagle3-ansi, or any Textual theme)")
     c.add_argument("--no-mouse", action="store_true", help="keyboard only; leave the mouse to tmux")
+    c.add_argument("--serve", metavar="[HOST:]PORT",
+                   help="serve the console to a browser (textual-serve); HOST defaults to 127.0.0.1")
+    c.add_argument("--serve-actions", action="store_true",
+                   help="with --serve: allow run, stop, check and verify (read-only otherwise)")
+    c.add_argument("--read-only", action="store_true", help=argparse.SUPPRESS)  # what --serve runs
 
     c = command("check", "run a phase's pre-flight checks (all phases when none is named)")
     c.add_argument("phase", nargs="?")
@@ -150,9 +155,15 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 
 # -- console ------------------------------------------------------------------------
 def _cmd_console(project: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if args.serve:
+        from console.ui.serve import serve
+
+        return serve(project, args.serve, args.set, args.theme, actions=args.serve_actions)
+    if args.serve_actions:
+        raise UsageError("--serve-actions goes with --serve [HOST:]PORT")
     from console.ui.app import run_console
 
-    return int(run_console(project, theme=args.theme, mouse=not args.no_mouse) or 0)
+    return int(run_console(project, theme=args.theme, mouse=not args.no_mouse, read_only=args.read_only) or 0)
 
 
 # -- check --------------------------------------------------------------------------

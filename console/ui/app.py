@@ -39,8 +39,9 @@ class ConsoleApp(App[int]):
                  disk_source: Any = None, shm_source: Any = None, host_source: Any = None,
                  clock: Callable[[], float] = time.time, intervals: Intervals | None = None,
                  screenshot: str | os.PathLike[str] | None = None, screenshot_after: float = 5.0,
-                 watchdog: bool = False) -> None:
+                 watchdog: bool = False, read_only: bool = False) -> None:
         super().__init__()
+        self.read_only = read_only  # a served view without --serve-actions: look, do not act
         self.project = project
         self.clock = clock
         self.intervals = intervals
@@ -59,7 +60,7 @@ class ConsoleApp(App[int]):
         self.watchdog: TtyWatchdog | None = None
         self.still_running: list[str] = []
         self.crash: tuple[str, Path] | None = None  # (one line, crash log) once the console broke
-        self.title = f"eagle3 · {project.config.name}"
+        self.title = f"eagle3 · {project.config.name}" + (" (read-only)" if read_only else "")
 
     def _handle_exception(self, error: Exception) -> None:
         if self.crash is None:
@@ -76,7 +77,8 @@ class ConsoleApp(App[int]):
         print(f"eagle3: the console crashed: {line} (details: {path})", file=sys.stderr)
 
     def get_default_screen(self) -> Screen:
-        return MainScreen(self.project, clock=self.clock, intervals=self.intervals, **self.sources)
+        return MainScreen(self.project, clock=self.clock, intervals=self.intervals, read_only=self.read_only,
+                          **self.sources)
 
     def on_mount(self) -> None:
         if self.theme_warning:
@@ -180,7 +182,7 @@ def _default_sources(project: Any) -> dict[str, Any]:
 def run_console(project: Any, *, theme: str | None = None, mouse: bool = True, gpu_source: Any = None,
                 disk_source: Any = None, shm_source: Any = None, host_source: Any = None,
                 screenshot: str | os.PathLike[str] | None = None, screenshot_after: float | None = None,
-                size: tuple[int, int] | None = None) -> int:
+                size: tuple[int, int] | None = None, read_only: bool = False) -> int:
     """Run the console until the operator quits (phases keep running); the exit code.
 
     `screenshot` (or $EAGLE3_SCREENSHOT) runs headless, saves an SVG of the screen after
@@ -204,7 +206,7 @@ def run_console(project: Any, *, theme: str | None = None, mouse: bool = True, g
             print(f"eagle3: {SCREENSHOT_SIZE_ENV}={raw!r} is not COLSxROWS (e.g. 200x60)", file=sys.stderr)
             return 2
     app = ConsoleApp(project, theme=theme, screenshot=screenshot, screenshot_after=screenshot_after,
-                     watchdog=not headless, **sources)
+                     watchdog=not headless, read_only=read_only, **sources)
     previous = None
     if not headless:
         try:

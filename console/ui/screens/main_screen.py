@@ -130,9 +130,10 @@ class MainScreen(Screen[None]):
 
     def __init__(self, project: Any, *, gpu_source: Any, disk_source: Any, shm_source: Any,
                  host_source: Any, clock: Callable[[], float] = time.time,
-                 intervals: Intervals | None = None) -> None:
+                 intervals: Intervals | None = None, read_only: bool = False) -> None:
         super().__init__()
         self.project = project
+        self.read_only = read_only
         self.sources = {"gpu": gpu_source, "disk": disk_source, "shm": shm_source, "host": host_source}
         self.clock = clock
         self.iv = intervals or Intervals()
@@ -451,17 +452,29 @@ class MainScreen(Screen[None]):
         self.pollers["log"].poke()
 
     # -- actions ------------------------------------------------------------------------------
+    def _acting(self, verb: str) -> bool:
+        """False (and a line saying why) in a read-only view: run, stop, check and verify
+        are decisions the journal records, so a browser watching must not take them."""
+        if self.read_only:
+            self.notify(f"read-only view: {verb} is off here (serve with --serve-actions to allow it)",
+                        severity="warning", timeout=6)
+        return not self.read_only
+
     def _phase_or_warn(self) -> str | None:
         if self.selected is None:
             self.notify("no phase selected", severity="warning")
         return self.selected
 
     def action_check(self) -> None:
+        if not self._acting("check"):
+            return
         if (pid := self._phase_or_warn()) is not None:
             self.notify(f"checking {pid}…", timeout=2)
             self._run_checks(pid, "check")
 
     def action_verify(self) -> None:
+        if not self._acting("verify"):
+            return
         if (pid := self._phase_or_warn()) is not None:
             self.notify(f"verifying {pid}…", timeout=2)
             self._run_checks(pid, "verify")
@@ -499,16 +512,21 @@ class MainScreen(Screen[None]):
         self.notify(msg.text, severity="error", timeout=15)
 
     def action_run(self) -> None:
+        if not self._acting("run"):
+            return
         if (pid := self._phase_or_warn()) is not None:
             self.flow.begin(pid)
 
     def start_phase(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
-        self.flow.start(phase_id, overrides, confirmed)
+        if self._acting("run"):
+            self.flow.start(phase_id, overrides, confirmed)
 
     def on_start_outcome(self, msg: StartOutcome) -> None:
         self.flow.outcome(msg)
 
     def action_stop(self) -> None:
+        if not self._acting("stop"):
+            return
         pid = self._phase_or_warn()
         if pid is None:
             return
