@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 WORDS = (
     "apple banana cherry grape lemon mango melon orange peach pear plum berry "
@@ -165,5 +165,4 @@ def generate(seed: int, quick: bool = False) -> dict[str, list[dict]]:
 
 def write_jsonl(path: Path, records: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        f.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records)
