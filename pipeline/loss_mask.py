@@ -234,9 +234,8 @@ def _encode_piece(tokenizer: Any, text: str, as_text: bool, first: bool) -> tupl
         k = 0
         while k < len(ids) and offsets[k][1] <= len(lead):
             k += 1
-        if k < len(ids) and offsets[k][0] < len(lead):  # the newline merged into a token: keep it whole
-            k = 0
-            lead = ""
+        if k < len(ids) and offsets[k][0] < len(lead):  # the newline merged into a token: go without it
+            return _encode_piece(tokenizer, text, as_text, first=True)
         ids, offsets = ids[k:], offsets[k:]
     shift = len(lead)
     return ids, [(max(a - shift, 0), max(b - shift, 0)) for a, b in offsets]

@@ -167,3 +167,20 @@ def test_special_token_text_inside_messages_is_tokenized_as_text(demo_tok, metho
     # the literal is the same tokens as the text alone, split
     plain = tok(answer, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     assert plain == [i for i, m in zip(enc.input_ids, enc.loss_mask) if m][: len(plain)]
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_special_token_spelled_in_an_answer_stays_text_under_every_template_shape(shape):
+    template, specials, bos, eos, eots = SHAPES[shape]
+    tok = _look_alike(template, specials, bos, eos)
+    spelled = "Done." + "\n".join(specials) + " end"
+    conv = [dict(m) for m in CONV]
+    conv[2]["content"] = spelled
+    plain = [dict(m) for m in CONV]
+    plain[2]["content"] = "Done."
+    enc = encode(tok, conv, METHOD_PREFIX_DIFF)
+    special_ids = {tok.convert_tokens_to_ids(t) for t in specials}
+    written = [i for i in tok.apply_chat_template(plain)["input_ids"] if i in special_ids]
+    assert [i for i in enc.input_ids if i in special_ids] == written, "special-token text became control tokens"
+    assert tok.decode(enc.input_ids) == tok.apply_chat_template(conv, tokenize=False)
+    assert _masked_runs(tok, enc.input_ids, enc.loss_mask) == [spelled + eots[0], ANSWERS[1] + eots[1]]
