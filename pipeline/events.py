@@ -16,7 +16,7 @@ import re
 import time
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator, Sequence
 
 ENV_VAR = "EAGLE3_EVENTS"
 KINDS = ("progress", "metric", "artifact", "message")
@@ -132,17 +132,21 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, tag: str = "", mode: int = 0o644) -> None:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Sequence[bytes | memoryview], tag: str = "",
+                       mode: int = 0o644) -> None:
     """Temp + fsync + rename + folder fsync: a reader sees the old file or the complete new
-    one. `tag` keeps concurrent writers (ranks, threads) off each other's temp file; a
-    failed write removes its temp file."""
+    one. `data` may be a list of buffers, written in order, so a caller with large tensors
+    never joins them into one copy. `tag` keeps concurrent writers (ranks, threads) off each
+    other's temp file; a failed write removes its temp file."""
+    parts = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
     path = os.fspath(path)
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}{tag}{TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
         try:
-            write_all(fd, data)
+            for part in parts:
+                write_all(fd, part)
             os.fsync(fd)
         finally:
             os.close(fd)

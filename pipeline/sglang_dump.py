@@ -57,8 +57,10 @@ from __future__ import annotations
 
 import fcntl
 import importlib
+import json
 import logging
 import os
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -164,10 +166,30 @@ def _mode_is(mode: Any, name: str) -> bool:
     return bool(probe()) if callable(probe) else False
 
 
-def dump_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
-    from safetensors.torch import save
+_SAFETENSORS_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.int64: "I64"}
 
-    return save(dict(tensors), metadata=dict(metadata))
+
+def dump_parts(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> tuple[bytes, list[memoryview]]:
+    """A dump's safetensors header and its tensors' raw bytes (CPU, contiguous). The file is
+    written from the tensors' own memory: the server's forward waits on this write, and a
+    serialised copy of a 470 MB dump costs it a few tenths of a second more."""
+    header: dict[str, Any] = {"__metadata__": dict(metadata)}
+    buffers, offset = [], 0
+    for name, x in tensors.items():
+        n = x.numel() * x.element_size()
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[x.dtype], "shape": list(x.shape),
+                        "data_offsets": [offset, offset + n]}
+        offset += n
+        buffers.append(memoryview(x.reshape(-1).view(torch.uint8).numpy()))
+    js = json.dumps(header, separators=(",", ":")).encode()
+    js += b" " * (-(len(js) + 8) % 8)
+    return struct.pack("<Q", len(js)) + js, buffers
+
+
+def dump_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
+    """The whole dump file as bytes (the stand-in server's fault injection cuts it)."""
+    head, buffers = dump_parts(tensors, metadata)
+    return b"".join([head, *(bytes(b) for b in buffers)])
 
 
 class DumpHook:
@@ -263,8 +285,8 @@ class DumpHook:
             "hidden_state": hidden.detach().to("cpu").contiguous(),
             "aux_hidden_state": aux.detach().to("cpu").contiguous(),
         }
-        data = dump_bytes(tensors, {"rid": key, "tokens": str(tokens)})
-        need = len(data)
+        head, buffers = dump_parts(tensors, {"rid": key, "tokens": str(tokens)})
+        need = len(head) + sum(b.nbytes for b in buffers)
         budget = self.config.budget
         room = max(0, budget - ERROR_ROOM)
         if need > room:
@@ -277,7 +299,7 @@ class DumpHook:
                 used = self.folder_bytes()
                 if used + need <= room:
                     try:
-                        write_bytes_atomic(self.config.dir / f"{key}{DUMP_SUFFIX}", data)
+                        write_bytes_atomic(self.config.dir / f"{key}{DUMP_SUFFIX}", [head, *buffers])
                     except OSError as e:
                         why = f"cannot write the dump into {self.config.dir}: {e.strerror or e}"
                         break

@@ -320,14 +320,14 @@ def test_server_problems_reads_only_what_it_knows():
 def test_an_unexpected_failure_of_one_dump_is_that_requests_error_not_a_dead_server(tmp_path, monkeypatch):
     import pipeline.sglang_dump as dump_module
 
-    real = dump_module.dump_bytes
+    real = dump_module.dump_parts
 
     def flaky(tensors, metadata):
         if metadata["rid"].startswith("e3-1-"):
             raise RuntimeError("serializer exploded")
         return real(tensors, metadata)
 
-    monkeypatch.setattr(dump_module, "dump_bytes", flaky)
+    monkeypatch.setattr(dump_module, "dump_parts", flaky)
     p = packed_batch(REQUESTS[:2] + [("e3-3-dddddddddddddddd", 7, 0)])
     hook_for(tmp_path / "d")(p.batch, p.hidden, p.layers)
     assert "RuntimeError: serializer exploded" in (tmp_path / "d" / "e3-1-bbbbbbbbbbbbbbbb.error").read_text()
