@@ -19,6 +19,7 @@ from pipeline.events import Event, read_events
 from console.core.telemetry.history import Series
 
 METRIC_POINTS = 500
+RESTART_FRACTION = 0.9  # `done` falling below this share of the last one is a new run
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,9 @@ class LiveStats:
 
     Contract (every property None when the events do not tell):
     - `feed(events)`: progress, metric, artifact and message events; other kinds ignored;
-      malformed fields ignored, never raised. A progress `done` lower than the previous one
-      (a restarted run writing to the same file) restarts the rate window.
+      malformed fields ignored, never raised. A progress `done` below 90 % of the previous one
+      (a restarted run writing to the same file) restarts the rate window; one slightly lower
+      (another rank's lagging tally) is ignored.
     - `done`, `total`, `unit`, `fraction` (done/total clamped to 0..1): the latest progress.
     - `rate`: units per second, least-squares over the last `window_s` seconds of progress
       events' `t`; `eta_s`: (total - done) / rate when rate > 0.
@@ -110,6 +112,11 @@ class LiveStats:
         if done is None:
             return
         if self._done is not None and done < self._done:
+            if done >= RESTART_FRACTION * self._done:
+                # A rank whose tally lags another's (sharded runs report one global count from
+                # each rank): not a restart. Taking it would put two points a few ms apart,
+                # 10 samples apart, into the fit: thousands of samples a second.
+                return
             self._progress.clear()
             self._tokens.clear()
         self._done = done

@@ -125,3 +125,33 @@ def test_event_tail_starts_over_when_the_file_is_replaced(tmp_path):
     ev.write_text(json.dumps(progress(0, 3, 10)) + "\n")
     tail.poll()
     assert tail.stats.done == 3 and tail.stats.total == 10
+
+
+def _progress_event(t: float, done: int, total: int = 10_000, **extra):  # type: ignore[no-untyped-def]
+    import json
+
+    from pipeline.events import parse_line
+
+    return parse_line(json.dumps({"t": t, "kind": "progress", "done": done, "total": total,
+                                  "unit": "samples", **extra}))
+
+
+def test_a_resumed_sharded_run_reports_its_own_rate_not_a_burst() -> None:
+    """Two ranks resume at 2,556 done and report the global count every second, each from its
+    own tally, one a little behind the other: 344 samples a second, not thousands."""
+    stats = LiveStats()
+    events = []
+    for k in range(6):
+        t = 1000.0 + k
+        events.append(_progress_event(t, 2556 + 344 * k, rank=0))
+        events.append(_progress_event(t + 0.01, 2556 + 344 * k - 7, rank=1))  # lagging tally
+    stats.feed(events)
+    assert stats.rate == pytest.approx(344, rel=0.02)
+    assert stats.eta_s == pytest.approx((10_000 - (2556 + 344 * 5)) / 344, rel=0.02)
+
+
+def test_a_new_run_in_the_same_file_restarts_the_rate() -> None:
+    stats = LiveStats()
+    stats.feed([_progress_event(1000.0 + k, 5000 + 100 * k) for k in range(5)])
+    stats.feed([_progress_event(2000.0 + k, 10 * k) for k in range(5)])
+    assert stats.done == 40 and stats.rate == pytest.approx(10)
