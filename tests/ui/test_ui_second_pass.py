@@ -10,7 +10,7 @@ from pathlib import Path
 
 from textual.widgets import Button, Footer
 from textual.widgets._toast import Toast, ToastRack
-from ui_harness import FAST, make_app, select, state_of, stop_all, wait_for, write_config
+from ui_harness import FAST, make_app, select, state_of, stop_all, wait_for
 
 from console.core.checks.result import CheckResult
 from console.core.project import Project
