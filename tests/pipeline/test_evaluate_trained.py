@@ -40,9 +40,9 @@ def teach_counting(path: Path) -> None:
     model = LlamaForCausalLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     g = torch.Generator().manual_seed(0)
-    for _ in range(120):
-        starts = torch.randint(0, VOCAB, (16,), generator=g).tolist()
-        batch = torch.tensor([counting(s, 24) for s in starts])
+    for _ in range(80):
+        starts = torch.randint(0, VOCAB, (8,), generator=g).tolist()
+        batch = torch.tensor([counting(s, SEQ) for s in starts])
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         opt.step()
