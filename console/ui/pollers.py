@@ -26,20 +26,25 @@ class Poller:
         self.interval = interval
         self.read = read
         self.runs = 0
+        self.posted = 0  # messages handed to the owner (tests wait for them to be handled)
         self.last_error: str | None = None
         self._stopped = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Call on the UI loop (on_mount)."""
-        self._stopped.clear()
+        """Call on the UI loop (on_mount). A stopped poller stays stopped."""
+        if self._stopped.is_set():
+            return
         self._thread = threading.Thread(target=self._loop, name=f"poll:{self.name}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Stop after the read in flight; with `wait`, block up to that many seconds for it."""
         self._stopped.set()
         self._wake.set()
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(wait)
 
     def poke(self) -> None:
         """Read again now (after an action) without waiting for the interval; if a read
@@ -61,6 +66,7 @@ class Poller:
             if msg is not None:
                 try:
                     self.owner.post_message(msg)
+                    self.posted += 1
                 except Exception:  # noqa: BLE001 - the app is closing
                     return
             self.runs += 1

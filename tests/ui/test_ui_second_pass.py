@@ -286,3 +286,37 @@ async def test_palette_lists_each_command_once_and_a_confirmed_start_journals_ch
         await pilot.press(*"clean", "enter")
         await wait_for(pilot, lambda: state_of(app, "clean") == "done", what="clean done")
     assert len(project.journal.read(phase="clean", events={"checks"})) == 1
+
+
+async def test_disk_line_is_what_df_says_and_full_in_fits_at_80_columns() -> None:
+    """28 GB used, 79 GB available to us on a 271 GB disk (the rest reserved or another
+    tenant's): the bar is 28/107, the figure 79G free; `full in` survives an 80-column screen."""
+    from textual.app import App, ComposeResult
+
+    from console.core.telemetry.history import DiskForecast
+    from console.core.telemetry.samples import DiskReading, VolumeSample
+    from console.ui.components.disk_panel import DiskPanel
+
+    G = 10**9
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield DiskPanel()
+
+    fc = DiskForecast()
+    for k in range(10):
+        fc.update(DiskReading(t=2.0 * k, volumes=(VolumeSample("/data/eagle3/work", 271 * G, 28 * G + k * 40 * 10**6,
+                                                               79 * G - k * 40 * 10**6),)))
+    reading = DiskReading(t=18.0, volumes=(VolumeSample("/data/eagle3/work", 271 * G, 28 * G, 79 * G),))
+    from console.ui.render import bar
+
+    for width, expect in ((36, "79G free full in"), (100, "79G free of 107G +20M/s  full in")):
+        app = Host()
+        async with app.run_test(size=(width, 5)) as pilot:
+            panel = app.query_one(DiskPanel)
+            panel.show(reading, {f.path: f for f in fc.forecasts()}, {})
+            await pilot.pause()
+            text = panel.render().plain
+            assert expect in text, text
+            cells = 4 if width < 70 else 10
+            assert bar(28 / 107, cells).plain in text and bar(28 / 271, cells).plain not in text

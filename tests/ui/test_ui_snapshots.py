@@ -38,12 +38,38 @@ def _app(project: Project, gpu=None):  # type: ignore[no-untyped-def]
     return make_app(project, intervals=FROZEN, clock=lambda: T0 + 3600, gpu=gpu)
 
 
+async def _quiet(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Stop every poller and let what they posted land: nothing changes the screen after."""
+    main = pilot.app.main_screen()
+    for poller in main.pollers.values():
+        poller.stop(wait=10)
+    status = main.pollers["status"]
+    await wait_for(pilot, lambda: main.snapshots_handled == status.posted, what="the last snapshot handled")
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await _laid_out(pilot)
+
+
+async def _laid_out(pilot) -> None:  # type: ignore[no-untyped-def]
+    """The last data is in the layout: every phase row and every volume line has its place."""
+    from console.ui.components.phase_list import PhaseList
+
+    main = pilot.app.main_screen()
+    plist, disk = main.query_one(PhaseList), main.query_one(DiskPanel)
+    await wait_for(pilot, lambda: plist.region.height >= min(len(main.statuses), plist.styles.max_height.value
+                                                            if plist.styles.max_height else 99)
+                   and (disk.reading is None or disk.region.height >= len(disk.reading.volumes)),
+                   what="the layout to take the last data")
+
+
 async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
     main = app.main_screen()
     await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).reading is not None
                    and main.query_one(DiskPanel).reading is not None, what="first reads")
-    if run:
+    if not run:
+        await _quiet(pilot)
+    else:
         main.query_one("#phases").select_id("stream")
         await wait_for(pilot, lambda: main.selected == "stream", what="stream selected")
         main.project.start("stream")
@@ -57,7 +83,7 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
                     and log.last_line == "stream: waiting for stream.stop")
 
         await wait_for(pilot, running, timeout=30, what="stream running with its events and log")
-        await app.workers.wait_for_complete()
+        await _quiet(pilot)
         await wait_for(pilot, lambda: int(log.scroll_offset.y) == log.end_y, what="log scrolled to its end")
         log.set_source(LOG_PATH)
         st = main.by_id["stream"]
@@ -80,6 +106,7 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
     main._forecast.update(reading)
     main.query_one(DiskPanel).show(reading, {f.path: f for f in main._forecast.forecasts()}, {})
     await pilot.pause()
+    await _laid_out(pilot)
     await pilot.wait_for_scheduled_animations()
 
 
@@ -94,7 +121,7 @@ def test_no_driver_is_one_line(snap_compare, snap_project) -> None:  # type: ign
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
         main = pilot.app.main_screen()
         await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).reading is not None)
-        await pilot.pause()
+        await _quiet(pilot)
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(_app(snap_project, gpu=gpu), terminal_size=(80, 24), run_before=settle)

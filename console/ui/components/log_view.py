@@ -108,7 +108,7 @@ class LogView(ScrollView, can_focus=True):
     def end_y(self) -> int:
         return max(0, self.line_count - self.scrollable_content_region.height)
 
-    def _to_end(self, tries: int = 5) -> None:
+    def _to_end(self, tries: int = 50) -> None:
         """Keeps the scroll position (and so the scrollbar) at the end while following; the
         rows drawn are pinned to the end regardless (render_line)."""
         if not self.follow:
@@ -123,6 +123,8 @@ class LogView(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._title()
+        if self.follow:
+            self.call_after_refresh(self._to_end)
 
     def set_source(self, path: str | None) -> None:
         if path != self.source:

@@ -59,12 +59,12 @@ class PhaseList(OptionList):
         if ids != self._ids:
             keep = self.selected_id
             self._ids = ids
-            self.highlighted = None
             prompts = self._prompts()
             self.set_options([Option(p, id=i) for p, i in zip(prompts, ids)])
             self._drawn = prompts
             self.highlighted = ids.index(keep) if keep in ids else (0 if ids else None)
             self._replace(self._prompts())
+            self.refresh(layout=True)  # new rows: the list's height changes
         else:
             self._replace(self._prompts())
 

@@ -144,6 +144,7 @@ class MainScreen(Screen[None]):
         self.notifier = Notifier(project.config, project.journal)
         self.flow = StartFlow(self)
         self.snapshot: Snapshot | None = None
+        self.snapshots_handled = 0
         self._prechecked: dict[str, float] = {}
         self.statuses: list[Any] = []
         self.by_id: dict[str, Any] = {}
@@ -199,6 +200,11 @@ class MainScreen(Screen[None]):
         self.query_one("#stats").display = False
         self.query_one(PhaseList).focus()
         self._layout_flags()
+        # After the first layout: a read that lands before the widgets have a size leaves the
+        # phase list measured empty.
+        self.call_after_refresh(self._start_pollers)
+
+    def _start_pollers(self) -> None:
         for poller in self.pollers.values():
             poller.start()
 
@@ -289,6 +295,7 @@ class MainScreen(Screen[None]):
 
     # -- updates (UI loop) ------------------------------------------------------------------
     def on_snapshot_updated(self, msg: SnapshotUpdated) -> None:
+        self.snapshots_handled += 1
         first = self.snapshot is None
         snap = self.snapshot = msg.snapshot
         self.statuses = snap.statuses
