@@ -18,6 +18,8 @@ KEYS = (
     ("c", "run its pre-flight checks"),
     ("v", "run its verify checks on what it produced"),
     ("l", "its log full screen: f follow/pause, / search, n N next/prev"),
+    ("h", "its run history: who, when, exit, overrides; enter opens a run's log"),
+    ("e", "show or fold the checks that pass"),
     ("J", "the journal: runs, checks, overrides and their reasons"),
     ("t", "next theme"),
     ("ctrl+p", "command palette: every action, every phase"),
@@ -45,6 +47,8 @@ def help_text() -> Content:
     parts.append(Content.styled("\nStates\n", "bold $accent"))
     for state, (glyph, style) in STATE_GLYPHS.items():
         parts.append(Content.assemble("  ", (glyph, style), f" {state:<10}", (STATE_TEXT[state], "$text-muted"), "\n"))
+    parts.append(Content.assemble("  ", ("⚠", "$warning"), f" {'stalled':<10}",
+                                  ("running, but no event and no log line for its stall_after", "$text-muted"), "\n"))
     parts.append(Content.styled(
         "\nPhases run in their own sessions: quitting the console, or losing SSH, never stops them.",
         "$text-muted"))
