@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from textual.content import Content
 
+from console.core.durations import format_duration
+
 STATE_GLYPHS: dict[str, tuple[str, str]] = {
     "pending": ("○", "$text-muted"),
     "blocked": ("⊘", "$error"),
@@ -122,20 +124,8 @@ def fmt_pair(used: float | None, total: float | None) -> str:
 
 
 def fmt_duration(s: float | None) -> str:
-    """3s, 4m05s, 2h03m, 3d04h: two units at most."""
-    if s is None or not math.isfinite(s):
-        return "—"
-    s = max(0, int(s))
-    if s < 60:
-        return f"{s}s"
-    m, sec = divmod(s, 60)
-    if m < 60:
-        return f"{m}m{sec:02d}s"
-    h, m = divmod(m, 60)
-    if h < 48:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"
+    """3s, 4m05s, 2h03m, 3d04h (console.core.durations: one definition for CLI and UI)."""
+    return format_duration(s)
 
 
 def fmt_rate(x: float | None, unit: str = "") -> str:
