@@ -136,7 +136,7 @@ class LogView(ScrollView, can_focus=True):
             return
         state = "following" if self.follow else "paused · end: follow"
         if self.source is None:
-            self.border_title = f"log · {state}"
+            self.border_title = "log · none yet (never run)"
             return
         room = max(8, (self.size.width or 60) - len(state) - 12)
         self.border_title = f"log · {state} · {cut_left(self.source, room)}"
