@@ -156,8 +156,12 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 # -- console ------------------------------------------------------------------------
 def _cmd_console(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.serve:
-        from console.ui.serve import serve
+        from console.ui.serve import ServeError, parse_address, serve
 
+        try:
+            parse_address(args.serve)
+        except ServeError as e:
+            raise UsageError(str(e)) from None
         return serve(project, args.serve, args.set, args.theme, actions=args.serve_actions)
     if args.serve_actions:
         raise UsageError("--serve-actions goes with --serve [HOST:]PORT")
