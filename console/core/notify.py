@@ -78,10 +78,15 @@ class Notifier:
         return out + [s for s in getattr(phase, "notify", ()) if event in s.on]
 
     def fire(self, event: str, phase_id: str, state: str, run_id: str | None, summary: str) -> int:
-        """Starts every matching command; how many were started."""
+        """Starts every matching command; how many were started. An event of a run is sent
+        once, whichever console sees it first: a `notify_sent` record claims it (a terminal
+        console and a browser tab watching the same phases do not both send it)."""
+        specs = self.specs(phase_id, event)
+        if not specs or (run_id and not self._claim(event, phase_id, run_id)):
+            return 0
         started = 0
         values = placeholders(event, phase_id, state, run_id or "", summary, str(self.config.path))
-        for spec in self.specs(phase_id, event):
+        for spec in specs:
             argv = expand(spec.argv, values)
             payload = {"argv": argv, "timeout": spec.timeout, "cwd": str(self.config.root),
                        "state_dir": str(self.config.state_dir), "event": event, "phase": phase_id,
@@ -96,6 +101,16 @@ class Notifier:
             except Exception as exc:  # noqa: BLE001 - a notifier never breaks the console
                 self._journal(event, phase_id, run_id, argv[:1], error=f"could not start: {exc}")
         return started
+
+    def _claim(self, event: str, phase_id: str, run_id: str) -> bool:
+        try:
+            for rec in self.journal.read(phase=phase_id, limit=200, events={"notify_sent"}):
+                if rec.get("run_id") == run_id and rec.get("on") == event:
+                    return False
+            self.journal.append("notify_sent", phase=phase_id, run_id=run_id, on=event)
+        except Exception:  # noqa: BLE001 - an unreadable journal must not silence an alert
+            pass
+        return True
 
     def _journal(self, event: str, phase_id: str, run_id: str | None, command: list[str], **fields: Any) -> None:
         try:

@@ -71,3 +71,14 @@ def test_notify_and_stall_after_keys_load_and_bad_ones_name_the_key(tmp_path: Pa
     cfg.write_text(cfg.read_text().replace("[failed, stalled]", "[failed, stoled]"))
     with pytest.raises(ConfigError, match=r"c.yaml:4: notify\[0\].on: 'stoled' .*did you mean 'stalled'"):
         load_config(cfg)
+
+
+def test_two_consoles_send_one_notification_per_run_event(tmp_path: Path) -> None:
+    out = tmp_path / "sent.txt"
+    spec = NotifySpec(argv=(sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write('x')", str(out)))
+    first, second = _notifier(tmp_path, spec), _notifier(tmp_path, spec)
+    assert first.fire("failed", "extract", "failed", "r1", "exit 3") == 1
+    assert second.fire("failed", "extract", "failed", "r1", "exit 3") == 0  # the browser tab's console
+    assert second.fire("failed", "extract", "failed", "r2", "exit 3") == 1  # another run: sent
+    wait_for(lambda: len(_notify_records(tmp_path)) == 2, what="two notifier runs")
+    assert out.read_text() == "xx"
