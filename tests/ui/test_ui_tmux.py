@@ -43,7 +43,9 @@ def _quit(session: str) -> None:
     while time.monotonic() < deadline:
         if subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode != 0:
             return
-        screen = _screen(session)
+        # The session may end between the two tmux calls: that is the quit we wait for.
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                text=True, timeout=10).stdout
         if "quit the console?" in screen:  # a phase still runs: the console asks first
             _tmux("send-keys", "-t", session, "y")
         time.sleep(0.2)
