@@ -20,13 +20,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..drafter.model import Eagle3Drafter, TTTCache
 
 DECAY = 0.8
 HEAD_CHUNK_ROWS = 8192
+
+
+class SoftCrossEntropy(torch.autograd.Function):
+    """-(p . log_softmax(z)) per row, for p that sums to 1: logsumexp(z) - p.z. Its gradient
+    (softmax(z) - p) is formed once in backward; the [rows, vocab] log-probabilities that
+    log_softmax followed by a product would keep for backward are never materialised."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        zf = z.float() if z.element_size() < 4 else z
+        lse = torch.logsumexp(zf, dim=-1)
+        ctx.save_for_backward(z, p, lse)
+        return lse - torch.linalg.vecdot(p.to(zf.dtype), zf)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        z, p, lse = ctx.saved_tensors
+        zf = z.float() if z.element_size() < 4 else z
+        grad = torch.exp(zf - lse.unsqueeze(-1)).sub_(p).mul_(g.unsqueeze(-1))
+        return grad.to(z.dtype), None
 
 
 def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -102,8 +121,7 @@ class TTTObjective(nn.Module):
         for i in range(self.steps):
             logits, hidden = self.drafter(shift_left(p.input_ids, 1 + i), hidden, pos + i, cache)
             n = max(t - 1 - i, 0)  # rows whose target position t+1+i exists
-            logq = F.log_softmax(logits[:, :n].float(), dim=-1)
-            row_loss = -(p.probs[:, 1 + i:] * logq).sum(-1) - p.entropy[:, 1 + i:]
+            row_loss = SoftCrossEntropy.apply(logits[:, :n], p.probs[:, 1 + i:]) - p.entropy[:, 1 + i:]
             sums.append((row_loss * p.loss_rows[i, :, :n]).sum())
             with torch.no_grad():
                 pred = self.drafter.draft_to_target(logits[:, :n].argmax(-1))

@@ -184,3 +184,18 @@ def test_refuses_to_mix_a_new_run_into_old_checkpoints(reference_store, tiny_tar
     assert _main(*where, "--batch-size", "4", "--resume") == 2
     assert "batch_size" in capsys.readouterr().err
     assert _main(*where, "--batch-size", "8", "--overwrite") == 0
+
+
+def test_fused_soft_cross_entropy_has_the_value_and_gradient_of_log_softmax():
+    from pipeline.train.loss import SoftCrossEntropy
+
+    torch.manual_seed(0)
+    z = torch.randn(3, 5, 11, dtype=torch.float64, requires_grad=True)
+    p = torch.softmax(torch.randn(3, 5, 11, dtype=torch.float64), -1)
+    g = torch.randn(3, 5, dtype=torch.float64)
+    ours = SoftCrossEntropy.apply(z, p)
+    plain = -(p * torch.log_softmax(z, -1)).sum(-1)
+    assert torch.allclose(ours, plain)
+    (ga,) = torch.autograd.grad((ours * g).sum(), z)
+    (gb,) = torch.autograd.grad((plain * g).sum(), z)
+    assert torch.allclose(ga, gb)
