@@ -284,8 +284,10 @@ class Eagle3Drafter(nn.Module):
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,
                 cache: KVCache | TTTCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         b, t = input_ids.shape
+        if not torch.is_autocast_enabled(hidden.device.type):
+            hidden = hidden.to(self.fc.weight.dtype)  # under autocast bf16 goes straight into the matmuls
         if hidden.shape[-1] != self.config.hidden_size:
-            hidden = self.fc(hidden.to(self.fc.weight.dtype))
+            hidden = self.fc(hidden)
         if position_ids is None:
             start = cache.length if isinstance(cache, KVCache) else 0
             position_ids = torch.arange(start, start + t, device=input_ids.device).expand(b, t)

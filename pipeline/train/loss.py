@@ -35,10 +35,11 @@ class SoftCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-        zf = z.float() if z.element_size() < 4 else z
-        lse = torch.logsumexp(zf, dim=-1)
-        ctx.save_for_backward(z, p, lse)
-        return lse - torch.linalg.vecdot(p.to(zf.dtype), zf)
+        with torch.autocast(z.device.type, enabled=False):  # fp32 math; z is kept in its own dtype
+            zf = z.float() if z.element_size() < 4 else z
+            lse = torch.logsumexp(zf, dim=-1)
+            ctx.save_for_backward(z, p, lse)
+            return lse - torch.linalg.vecdot(p.to(zf.dtype), zf)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
