@@ -133,6 +133,9 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=2048, help="tokens per sample")
     p.add_argument("--hidden", type=int, default=4096, help="hidden size (Llama-3.1-8B: 4096; Kimi-K2.5: 7168)")
     p.add_argument("--concurrency", type=int, default=8, help="client requests in flight (default 8, the client's)")
+    p.add_argument("--writers", default="4",
+                   help="client store writer threads: a number (default 4, the client's) or 'best' (the thread "
+                        "count that gave the write bound in [1], as an operator tuning --writers to the disk would)")
     p.add_argument("--budget", default="4GB", help="dump folder budget")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script in seconds")
     args = p.parse_args()
@@ -162,6 +165,7 @@ def main() -> None:
     bound = speeds[best] * 1e9 / per_token
     log(f"    write bound: {bound:,.0f} tokens/s ({speeds[best]:.3f} GB/s, {best} threads)")
     concurrency = args.concurrency
+    writers = best if args.writers == "best" else int(args.writers)
 
     proc = start_standin(target, dump_dir, budget, out / "port")
     try:
@@ -175,7 +179,8 @@ def main() -> None:
         log(f"[2] dump path alone (stand-in answers and writes to shm; client reads, validates, deletes), "
             f"{concurrency} in flight: {rate:,.0f} tokens/s ({rate * per_token / 1e9:.3f} GB/s)")
 
-        opts = SGLangOptions(server=url, dump_dir=dump_dir, dump_budget=budget, concurrency=concurrency)
+        opts = SGLangOptions(server=url, dump_dir=dump_dir, dump_budget=budget, concurrency=concurrency,
+                             writers=writers)
         job = prepare(ExtractOptions(data=data, out=out / "store", reserve=0), TargetInfo.from_dir(target),
                       "bfloat16", Shard(0, 1))
         peak = [0]
@@ -193,7 +198,7 @@ def main() -> None:
         if job.lock is not None:
             job.lock.release()
         e2e = res.tokens / res.seconds
-        log(f"[3] end to end: {res.samples} samples, {res.tokens:,} tokens, {res.bytes / 1e9:.2f} GB into the store "
+        log(f"[3] end to end ({concurrency} requests in flight, {writers} store writers): {res.samples} samples, {res.tokens:,} tokens, {res.bytes / 1e9:.2f} GB into the store "
             f"in {res.seconds:.2f} s: {e2e:,.0f} tokens/s ({res.bytes / res.seconds / 1e9:.3f} GB/s); "
             f"{res.retried} retries; dump folder peak {peak[0] / 1e6:.1f} MB of {budget / 1e6:.0f} MB; "
             f"complete: {res.complete}")
