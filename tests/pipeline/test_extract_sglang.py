@@ -143,6 +143,34 @@ def test_a_dump_folder_at_its_budget_throttles_and_loses_nothing(tmp_path, targe
     assert "dump budget peak" in capsys.readouterr().out
 
 
+def test_dumps_waiting_for_a_slow_store_writer_keep_their_budget(tmp_path, target, monkeypatch, capsys):
+    """--writers 1 on a slow disk: dumps validated but not yet in the store still count against the
+    budget, so the client holds requests back and a server with no patience never has to refuse."""
+    recs = records(12, seed=23, length=40)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    one = dump_bytes(40, HIDDEN)
+    budget = 3 * one + one // 2  # room for three dumps
+    monkeypatch.setenv("EAGLE3_EXTRACT_WRITE_DELAY", "0.05")  # each store write takes 50 ms more
+    with StandIn(target, dumps, budget=budget, wait=0.0) as server:
+        assert run(target, data, out, dumps, server.url, "--dump-budget", str(budget), "--concurrency", "6",
+                   "--writers", "1") == 0
+        assert server.errors == 0, "no request was sent while three dumps waited for the writer"
+        assert 0 < server.max_occupancy <= budget
+        assert server.requests == len(recs)
+    assert leftovers(dumps) == []
+    assert_store_is_what_the_server_computed(out, recs)
+    assert "1 store writers" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("writers", ["0", "65"])
+def test_a_writer_count_out_of_bounds_is_refused(tmp_path, target, capsys, writers):
+    recs = records(2)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    assert run(target, data, tmp_path / "store", tmp_path / "hs", "http://127.0.0.1:9", "--writers", writers) == 2
+    assert "--writers must be" in capsys.readouterr().err
+
+
 def test_a_sample_too_big_for_the_dump_budget_is_refused_before_sending(tmp_path, target, capsys):
     recs = records(3, length=40)
     data = write_data(tmp_path / "train.jsonl", recs)
