@@ -7,7 +7,8 @@ can) answers the client, and we measure
   1. the store's write bound: its own sample writer (write_sample: checksum, temp + fsync +
      rename) on 2, 4 and 8 threads from memory, as bench/extract.py measures it;
   2. the dump path alone: requests answered, dumps read, validated and deleted, no store;
-  3. end to end: pipeline.extract's SGLang client over --samples samples into a fresh store.
+  3. end to end: pipeline.extract's SGLang client over --samples samples into a fresh store,
+     with as many store writers (--writers) as gave the write bound in 1 unless told otherwise.
 The target is end to end >= 0.9 x the write bound. Run from the repository root:
 
     python bench/extract_sglang.py --out /path/on/the/disk [--samples 48] [--seq 2048] [--hidden 4096]
@@ -133,9 +134,10 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=2048, help="tokens per sample")
     p.add_argument("--hidden", type=int, default=4096, help="hidden size (Llama-3.1-8B: 4096; Kimi-K2.5: 7168)")
     p.add_argument("--concurrency", type=int, default=8, help="client requests in flight (default 8, the client's)")
-    p.add_argument("--writers", default="4",
-                   help="client store writer threads: a number (default 4, the client's) or 'best' (the thread "
-                        "count that gave the write bound in [1], as an operator tuning --writers to the disk would)")
+    p.add_argument("--writers", default="best",
+                   help="the client's store writer threads (--writers): 'best' (default: the thread count that gave "
+                        "the write bound in [1], as an operator sets it for the disk) or a number (the client's "
+                        "own default is 4)")
     p.add_argument("--budget", default="4GB", help="dump folder budget")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script in seconds")
     args = p.parse_args()
