@@ -209,7 +209,7 @@ class Extraction:
         self.retried = 0
         self._last_metric = self._last_log = 0.0
         self._written: queue.Queue = queue.Queue(maxsize=QUEUED_DUMPS)  # (rec, key, size, dump) to store
-        self._stored: queue.Queue = queue.Queue()  # (key, size, dump) to delete; at most one per writer ahead
+        self._stored: queue.Queue = queue.Queue()  # (key, size, dump) to delete; the budget bounds it too
 
     def halted(self) -> bool:
         return self.stop.is_set() or self.dead is not None or self.fatal is not None
@@ -573,8 +573,8 @@ def _run(job: Job, opts: SGLangOptions, server: SGLangServer, reported: str) -> 
     todo = plan(job, opts)
     swept, swept_bytes = folder.sweep(keep=leftover_keys(job, folder, todo))
     print(f"extract: {job.total} samples in the run, {len(job.done)} already in the manifest, {len(todo)} to send "
-          f"to {server.url} (serving {reported}), {opts.concurrency} at a time, {opts.writers} store writers; dump folder {folder.path} "
-          f"(budget {format_bytes(opts.dump_budget)}), capture layers {job.layers}, store {job.out}"
+          f"to {server.url} (serving {reported}), {opts.concurrency} at a time, {opts.writers} store writers; "
+          f"dump folder {folder.path} (budget {format_bytes(opts.dump_budget)}), capture layers {job.layers}, store {job.out}"
           + (f"; removed {swept} stale dump files ({format_bytes(swept_bytes)})" if swept else ""), flush=True)
     if not todo:
         complete = finalize_or_stop(job.out, job.total)
