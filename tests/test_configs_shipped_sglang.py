@@ -61,7 +61,8 @@ def test_kimi_merge_takes_b1_to_b8_and_a2_not_a1_at_8192():
     assert argv[argv.index("--out") + 1] == "/data/eagle3/synth_100k/merged/train.jsonl"
     assert cfg.phase("clean-old").confirm and cfg.phase("clean-old").deletes
     assert [p.id for p in cfg.phases] == ["merge", "clean-old", "patch", "serve-extract", "extract",
-                                          "stop-serve", "revert-patch"]
+                                          "stop-serve", "revert-patch", "train", "export", "serve-eagle3",
+                                          "evaluate"]
     assert cfg.shm_dump == Path("/dev/shm/sglang_hs")
 
 
@@ -75,6 +76,27 @@ def test_kimi_runs_our_stages_with_arguments_they_accept():
     extract_args = extract_parser().parse_args(list(cfg.phase("extract").argv[3:]))
     assert extract_args.backend == "sglang" and extract_args.server == "http://127.0.0.1:30000"
     assert str(extract_args.dump_dir) == "/dev/shm/sglang_hs" and extract_args.dump_budget == "32GB"
+
+
+def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():
+    from pipeline.evaluate.__main__ import build_parser as evaluate_parser
+    from pipeline.export import build_parser as export_parser
+    from pipeline.serve import build_parser as serve_parser
+    from pipeline.train.__main__ import build_parser as train_parser
+
+    cfg = load_config(KIMI)
+    argv = list(cfg.phase("train").argv)
+    assert argv[1:4] == ["-m", "torch.distributed.run", "--standalone"]
+    assert argv[argv.index("--nproc-per-node") + 1] == "8"
+    train = train_parser().parse_args(argv[argv.index("pipeline.train") + 1:])
+    assert str(train.store) == "/data/eagle3/synth_100k/hidden_states" and train.resume
+    export = export_parser().parse_args(list(cfg.phase("export").argv[3:]))
+    assert str(export.checkpoint) == str(train.out)
+    serve = serve_parser().parse_args(list(cfg.phase("serve-eagle3").argv[3:cfg.phase("serve-eagle3").argv.index("--")]))
+    assert serve.mode == "eagle3" and str(serve.draft) == str(export.out) and serve.tp == 8
+    assert cfg.phase("serve-eagle3").kind == "service" and "revert-patch" in cfg.phase("serve-eagle3").needs
+    evaluate = evaluate_parser().parse_args(list(cfg.phase("evaluate").argv[3:]))
+    assert evaluate.server == "http://127.0.0.1:30000"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
