@@ -88,17 +88,19 @@ def parse_size(s: str | int | float) -> int:
 _SIZE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB", "EB")
 
 
-def format_bytes(n: int | float) -> str:
-    """SI with one decimal: 0 B, 512 B, 1.5 KB, 412.3 GB, 1.2 TB."""
+def format_bytes(n: int | float, digits: int = 1, compact: bool = False) -> str:
+    """SI: 0 B, 512 B, 1.5 KB, 412.3 GB, 1.2 TB; `compact` for narrow panels: 512B, 1.5K, 1.2T."""
     sign = "-" if n < 0 else ""
     v = float(abs(n))
     if v < 1000:
-        return f"{sign}{int(round(v))} B"
+        return f"{sign}{int(round(v))}{'' if compact else ' '}B"
     i = 0
-    while v >= 999.95 and i < len(_SIZE_UNITS) - 1:
+    carry = 1000 - 0.5 * 10.0 ** -digits  # rounds up to the next unit: 999.96 KB prints as 1.0 MB
+    while v >= carry and i < len(_SIZE_UNITS) - 1:
         v /= 1000
         i += 1
-    return f"{sign}{v:.1f} {_SIZE_UNITS[i]}"
+    unit = _SIZE_UNITS[i][0] if compact else " " + _SIZE_UNITS[i]
+    return f"{sign}{v:.{digits}f}{unit}"
 
 
 # -- Crash-safe files ----------------------------------------------------------------------

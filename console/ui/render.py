@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from textual.content import Content
 
 from console.core.durations import format_duration
+from console.core.sizes import format_bytes
 
 STATE_GLYPHS: dict[str, tuple[str, str]] = {
     "pending": ("○", "$text-muted"),
@@ -96,17 +97,8 @@ def bar(fraction: float | None, width: int, style: str = "$primary") -> Content:
 
 
 def fmt_bytes(n: float | None, digits: int = 1) -> str:
-    """SI, compact: 1.2T, 512.0G, 4.0K."""
-    if n is None:
-        return "N/A"
-    x = float(n)
-    for unit in ("B", "K", "M", "G", "T", "P"):
-        if abs(x) < 1000 or unit == "P":
-            if unit == "B":
-                return f"{int(x)}B"
-            return f"{x:.{digits}f}{unit}"
-        x /= 1000
-    return f"{x:.{digits}f}P"
+    """SI, compact: 1.2T, 512.0G, 4.0K (console.core.sizes: one definition for CLI and UI)."""
+    return "N/A" if n is None else format_bytes(n, digits, compact=True)
 
 
 def fmt_pair(used: float | None, total: float | None) -> str:

@@ -76,3 +76,16 @@ def test_printed_sizes_are_the_same_everywhere_and_parse_back_within_their_round
         # one decimal of the printed unit: off by at most half of 0.1 of it
         unit = 1 if shown.endswith(" B") else 1000 ** ("KMGTPE".index(shown.split()[1][0]) + 1)
         assert abs(back - n) <= 0.05 * unit + 0.5, (n, shown, back)
+
+
+def test_the_panels_compact_sizes_say_what_the_cli_says():
+    import random
+
+    from console.ui.render import fmt_bytes
+
+    rng = random.Random(99)
+    for _ in range(5000):
+        n = int(10 ** rng.uniform(0, 18))
+        full = format_bytes(n)
+        assert fmt_bytes(n) == (full.replace(" ", "") if full.endswith(" B") else full.replace(" ", "")[:-1])
+    assert fmt_bytes(999_960) == "1.0M" and fmt_bytes(999_960, 0) == "1M" and fmt_bytes(None) == "N/A"
