@@ -244,9 +244,9 @@ class Project:
         rs = manager.run_status(rd)
         return rs if rs.state in ("running", "verifying") else None
 
-    def stop(self, phase_id: str, grace: float = 10.0) -> bool:
+    def stop(self, phase_id: str, grace: float = 10.0, run_id: str | None = None) -> bool:
         self.config.phase(phase_id)
-        return manager.stop_run(self.config, phase_id, grace=grace)
+        return manager.stop_run(self.config, phase_id, grace=grace, run_id=run_id)
 
     def confirmation_summary(self, phase_id: str) -> str:
         """What a destructive phase will touch, in numbers, so the operator reads before typing."""

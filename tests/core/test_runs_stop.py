@@ -150,3 +150,24 @@ def test_kill_group_spares_the_named_pid(tmp_path):
         spared.kill()
         spared.wait()
         leader.wait()
+
+
+def test_a_stop_confirmed_for_one_run_never_stops_the_run_that_replaced_it(tmp_path):
+    import pytest
+
+    from console.core.errors import PhaseError
+
+    ph = Phase(id="train", title="Train", argv=("sh", "-c", "echo ready; exec sleep 60"))
+    cfg = config_for(tmp_path, ph)
+    first = start_run(cfg, ph)
+    wait_for(lambda: "ready" in first.output_log.read_text().splitlines(), what="first run ready")
+    assert stop_run(cfg, "train", grace=1.0, run_id=first.run_id)
+    wait_for(lambda: run_status(first).state == "stopped", what="first run stopped")
+    second = start_run(cfg, ph)
+    wait_for(lambda: "ready" in second.output_log.read_text().splitlines(), what="second run ready")
+    try:
+        with pytest.raises(PhaseError, match=f"run {first.run_id} is no longer"):
+            stop_run(cfg, "train", grace=1.0, run_id=first.run_id)
+        assert run_status(second).state == "running"
+    finally:
+        assert stop_run(cfg, "train", grace=1.0, run_id=second.run_id)

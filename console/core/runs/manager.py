@@ -289,14 +289,20 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
     return rd
 
 
-def stop_run(config: Config, phase_id: str, grace: float = 10.0, journal: Journal | None = None) -> bool:
+def stop_run(config: Config, phase_id: str, grace: float = 10.0, journal: Journal | None = None,
+             run_id: str | None = None) -> bool:
     """Stop the phase's current run and everything it spawned: SIGTERM, SIGKILL after
     `grace`. Returns False when nothing of it runs. The launcher records the end (as
-    stopped); when the launcher itself is gone, the end is recorded here."""
+    stopped); when the launcher itself is gone, the end is recorded here. With `run_id`,
+    only that run is stopped: an operator who confirmed a stop of one run never stops the
+    run that replaced it meanwhile (PhaseError)."""
     state_dir = Path(config.state_dir).absolute()
     rd = latest_run(state_dir, phase_id)
     if rd is None:
         return False
+    if run_id is not None and rd.run_id != run_id:
+        raise PhaseError(f"{phase_id}: run {run_id} is no longer the phase's run (now {rd.run_id}); "
+                         "nothing was stopped. Stop again to stop the new run")
     if rd.read_pid() is None and run_status(rd).state == "running":
         deadline = time.monotonic() + 5.0  # a launcher just spawned: let it write its pid
         while rd.read_pid() is None and time.monotonic() < deadline:

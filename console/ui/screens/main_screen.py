@@ -9,7 +9,6 @@ lives in `console.ui.startflow`."""
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -568,11 +567,7 @@ class MainScreen(Screen[None]):
                     f"{phase_id} was restarted while you were asked (run {run_id} -> {now}); nothing was "
                     f"stopped. Press s again to stop the new run."))
                 return
-            stop = self.project.stop
-            if "run_id" in inspect.signature(stop).parameters:
-                stopped = stop(phase_id, run_id=run_id)
-            else:
-                stopped = stop(phase_id)
+            stopped = self.project.stop(phase_id, run_id=run_id)
         except Exception as exc:  # noqa: BLE001
             self.post_message(ActionFailed(str(exc) if isinstance(exc, Eagle3Error) else
                                            f"stop {phase_id} failed: {type(exc).__name__}: {exc}"))
