@@ -165,7 +165,11 @@ class Project:
         results = redact_results(results, self.redactor)
         for r in results:
             if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
-                r.overridden, r.reason = True, overrides[NEEDS_CHECK]
+                live = [p for p, st in r.evidence.get("missing", {}).items() if st in ("running", "verifying")]
+                if live:  # its outputs are still being written: no reason makes them ready
+                    r.message += f"; not overridable while {', '.join(live)} runs"
+                else:
+                    r.overridden, r.reason = True, overrides[NEEDS_CHECK]
         self.last_checks[phase.id] = results
         if journal:
             self.journal.append("checks", phase=phase.id, results=[r.to_json() for r in results],

@@ -171,3 +171,22 @@ def test_a_stop_confirmed_for_one_run_never_stops_the_run_that_replaced_it(tmp_p
         assert run_status(second).state == "running"
     finally:
         assert stop_run(cfg, "train", grace=1.0, run_id=second.run_id)
+
+
+def test_needs_done_cannot_be_overridden_while_the_upstream_phase_still_runs(tmp_path):
+    import pytest
+
+    from console.core.project import Blocked, Project
+
+    up = Phase(id="extract", title="Extract", argv=("sh", "-c", "echo writing; exec sleep 60"))
+    down = Phase(id="train", title="Train", argv=("true",), needs=("extract",))
+    project = Project(config_for(tmp_path, up, down))
+    rd = project.start("extract")
+    try:
+        wait_for(lambda: "writing" in rd.output_log.read_text(), what="upstream running")
+        with pytest.raises(Blocked) as blocked:
+            project.start("train", overrides={"needs-done": "I know what I am doing"})
+        needs = next(r for r in blocked.value.results if r.name == "needs-done")
+        assert not needs.overridden and "not overridable while extract runs" in needs.message
+    finally:
+        project.stop("extract", grace=1.0)
