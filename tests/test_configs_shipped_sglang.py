@@ -140,7 +140,7 @@ def test_kimi_serve_phase_runs_the_server_and_stop_serve_stops_it(tmp_path, monk
         deadline = time.monotonic() + 30
         ok, results = readiness(cfg, serve)
         while not ok and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.05)  # wait-ok: poll interval of a deadline loop
             ok, results = readiness(cfg, serve)
         assert ok, [r.message for r in results]  # healthy, and /model_info names the target
         server = latest_run(cfg.state_dir, serve.id).read_pid()
@@ -148,7 +148,7 @@ def test_kimi_serve_phase_runs_the_server_and_stop_serve_stops_it(tmp_path, monk
         stop = start_run(cfg, cfg.phase("stop-serve"))
         deadline = time.monotonic() + 60
         while run_status(stop).state in ("running", "verifying") and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.05)  # wait-ok: poll interval of a deadline loop
         assert run_status(stop).state == "succeeded", stop.output_log.read_text()
     finally:
         from console.core.runs import stop_run

@@ -32,5 +32,5 @@ def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condit
         v = pred()
         if v:
             return v
-        time.sleep(0.02)
+        time.sleep(0.02)  # wait-ok: poll interval
     raise AssertionError(f"timed out waiting for {what}")

@@ -40,7 +40,7 @@ def test_a_zombie_is_not_alive():
     st = procs.start_time(p.pid)
     deadline = time.monotonic() + 5
     while not procs.gone(p.pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
+        time.sleep(0.01)  # wait-ok: poll interval
     assert procs.gone(p.pid)  # exited, not yet reaped: a zombie
     assert not procs.alive(p.pid, st)
     p.wait()

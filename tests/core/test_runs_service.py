@@ -82,7 +82,7 @@ def test_real_http_service_becomes_ready_and_stops(tmp_path):
         go.write_text("")
         deadline = time.monotonic() + 30
         while not ok and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.1)  # wait-ok: poll interval
             ok, results = readiness(cfg, ph)
         assert ok, results
     finally:

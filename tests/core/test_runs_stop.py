@@ -32,7 +32,7 @@ STUBBORN = textwrap.dedent("""
         f.write(str(os.getpid()))
     os.rename(sys.argv[1] + ".tmp", sys.argv[1])
     while True:
-        time.sleep(0.1)
+        time.sleep(0.1)  # wait-ok: poll interval
 """)
 
 

@@ -201,7 +201,7 @@ def test_real_modules_verify_and_record_provenance(tmp_path):
             pid = rd.read_pid()
             if rd.read_exit() and pid and not procs.alive(pid.pid, pid.start_time):
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)  # wait-ok: poll interval
         ends[ph] = (rd, run_status(rd))
 
     rd, st = ends["make"]

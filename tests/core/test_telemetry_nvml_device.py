@@ -63,7 +63,7 @@ def test_a_phase_process_on_the_gpu_is_seen_busy_and_attributed(source, tmp_path
         while not flag.exists():
             assert launcher.poll() is None, "the GPU worker died"
             assert time.monotonic() < deadline
-            time.sleep(0.2)
+            time.sleep(0.2)  # wait-ok: poll interval of a deadline loop
         utils, found = [], None
         end = time.monotonic() + 15
         while time.monotonic() < end and (found is None or len(utils) < 10):
@@ -75,7 +75,7 @@ def test_a_phase_process_on_the_gpu_is_seen_busy_and_attributed(source, tmp_path
                 found = mine[0]
             elif procs and found is None and time.monotonic() > end - 5:
                 pytest.skip(f"NVML reports pids {[p.pid for p in procs]} from another PID namespace")
-            time.sleep(0.5)
+            time.sleep(0.5)  # wait-ok: poll interval
         assert max(utils) > 0
         assert found is not None, "the phase's GPU process never appeared"
         assert os.getsid(found.pid) == launcher.pid

@@ -32,7 +32,7 @@ def phase_processes(tmp_path: Path):
         deadline = time.monotonic() + 20
         while not out.exists():
             assert time.monotonic() < deadline, "stand-in launcher did not start"
-            time.sleep(0.02)
+            time.sleep(0.02)  # wait-ok: poll interval
         child, escaped = map(int, out.read_text().split())
         yield launcher.pid, child, escaped
     finally:

@@ -176,7 +176,7 @@ class StandIn:
                 self.hook.refuse(rid, "no room in the dump budget (stand-in)")
                 self.errors += 1
                 return
-            time.sleep(0.002)
+            time.sleep(0.002)  # wait-ok: poll interval of a deadline loop
 
     def prefill(self, rid: str, input_ids: list[int]) -> None:
         """What the patched model does for one request during extend: pipeline.sglang_dump's

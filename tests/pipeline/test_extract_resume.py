@@ -47,7 +47,7 @@ def test_sigkill_at_a_random_point_then_resume_gives_the_uninterrupted_store(
     kill_after = rng.randint(12, total - 6)
     deadline = time.monotonic() + 90
     while _finished_files(out) < kill_after and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+        time.sleep(0.005)  # wait-ok: poll interval of a deadline loop
     time.sleep(rng.uniform(0, 0.04))
     assert proc.poll() is None, "the run finished before it could be killed"
     proc.send_signal(signal.SIGKILL)

@@ -273,7 +273,7 @@ def test_sigterm_stops_cleanly_and_a_rerun_completes(tmp_path, target, capsys):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while server.dumps < 4 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.01)  # wait-ok: poll interval of a deadline loop
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)

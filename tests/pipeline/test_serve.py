@@ -149,7 +149,7 @@ def test_the_server_is_the_phase_process_and_stops_with_the_phase(tmp_path, mode
         deadline = time.monotonic() + 30
         ok, results = readiness(cfg, ph)
         while not ok and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.05)  # wait-ok: poll interval of a deadline loop
             ok, results = readiness(cfg, ph)
         assert ok, results
         pid = latest_run(cfg.state_dir, ph.id).read_pid()

@@ -177,7 +177,7 @@ def wait_until(pred, timeout=20.0, what="condition"):
     while time.monotonic() < deadline:
         if pred():
             return
-        time.sleep(0.01)
+        time.sleep(0.01)  # wait-ok: poll interval of a deadline loop
     raise AssertionError(f"timed out waiting for {what}")
 
 

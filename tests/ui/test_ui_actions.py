@@ -3,6 +3,8 @@ folder and fake telemetry."""
 
 from __future__ import annotations
 
+from textual.command import CommandList, CommandPalette
+
 import os
 import time
 
@@ -97,7 +99,7 @@ async def test_confirm_cancel_does_not_run(project) -> None:  # type: ignore[no-
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="confirm dialog")
         await pilot.press("escape")
-        await pilot.pause(0.3)
+        await pilot.pause(0.3)  # wait-ok: nothing must start; a slow machine only makes this pass more easily
         assert state_of(app, "clean") == "ready"
         assert project.run_dir("clean") is None
 
@@ -111,7 +113,7 @@ async def test_stop_asks_then_stops(project) -> None:  # type: ignore[no-untyped
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="stop question")
         await pilot.press("n")
-        await pilot.pause(0.3)
+        await pilot.pause(0.3)  # wait-ok: nothing must stop; a slow machine only makes this pass more easily
         assert state_of(app, "sleeper") == "running"
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="stop question")
@@ -187,9 +189,17 @@ async def test_palette_runs_a_phase_command(project) -> None:  # type: ignore[no
     async with app.run_test(size=(100, 30)) as pilot:
         await select(pilot, app, "train")
         await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="command palette")
         await pilot.press(*"Check gated")
-        await pilot.pause(0.5)
+
+        def gated_highlighted() -> bool:
+            found = app.screen.query(CommandList)
+            if not found or found.first().highlighted is None:
+                return False
+            options = found.first()
+            return "Check gated" in str(options.get_option_at_index(options.highlighted).prompt)
+
+        await wait_for(pilot, gated_highlighted, what="'Check gated' highlighted in the palette")
         await pilot.press("enter")
         await wait_for(pilot, lambda: "gated" in app.main_screen().shown, what="checks of gated via palette")
         assert app.main_screen().selected == "gated"
@@ -206,7 +216,7 @@ async def test_quit_says_phases_keep_running_and_they_do(project) -> None:  # ty
         assert "keep running" in str(app.screen.query_one("#ask-text").render())
         await pilot.press("y")
     assert app.still_running == ["sleeper"]
-    time.sleep(0.5)
+    time.sleep(0.5)  # wait-ok: the phase must outlive the console; a slow machine only makes this pass more easily
     status = project.status("sleeper")
     assert status.state == "running" and status.pid
     os.kill(status.pid, 0)  # still alive after the console quit
@@ -217,7 +227,7 @@ async def test_quit_with_nothing_running_exits_at_once(project) -> None:  # type
     async with app.run_test(size=(80, 24)) as pilot:
         await select(pilot, app, "prep")
         await pilot.press("q")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: app.return_value is not None, what="the console to exit")
     assert app.return_value == 0
 
 
@@ -262,7 +272,7 @@ async def test_run_on_a_done_phase_asks_first(project) -> None:  # type: ignore[
         text = str(app.screen.query_one("#ask-text").render())
         assert "is done" in text and "train" in text  # names the phase that would go stale
         await pilot.press("n")
-        await pilot.pause(0.5)
+        await pilot.pause(0.5)  # wait-ok: nothing must start; a slow machine only makes this pass more easily
         assert len(project.journal.read(phase="prep", events={"run_started"})) == runs_before
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="run-again question")

@@ -33,7 +33,7 @@ def _wait_screen(session: str, predicate, timeout: float, what: str) -> str:  # 
         text = _screen(session)
         if predicate(text):
             return text
-        time.sleep(0.2)
+        time.sleep(0.2)  # wait-ok: poll interval of a deadline loop
     raise AssertionError(f"timed out waiting for {what}; screen was:\n{text}")
 
 
@@ -48,7 +48,7 @@ def _quit(session: str) -> None:
                                 text=True, timeout=10).stdout
         if "quit the console?" in screen:  # a phase still runs: the console asks first
             _tmux("send-keys", "-t", session, "y")
-        time.sleep(0.2)
+        time.sleep(0.2)  # wait-ok: poll interval of a deadline loop
     raise AssertionError("q did not quit the console")
 
 

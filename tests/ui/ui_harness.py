@@ -66,7 +66,7 @@ for i in range(1, 31):
 print("stream: waiting for stream.stop", flush=True)
 deadline = time.monotonic() + 120
 while not os.path.exists("stream.stop") and time.monotonic() < deadline:
-    time.sleep(0.05)
+    time.sleep(0.05)  # wait-ok: the phase polls for its stop file
 print("stream: finished", flush=True)
 """
 
@@ -114,7 +114,7 @@ async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, wha
     while time.monotonic() < deadline:
         if cond():
             return
-        await pilot.pause(0.05)
+        await pilot.pause(0.05)  # wait-ok: poll interval of a deadline loop
     raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
 
 
