@@ -49,6 +49,21 @@ PHASE_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
+
+def _command(r, node: yaml.Node, key: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """An argv list, or a string split like a shell would (never run through one); items as
+    written, so YAML 1.1 never turns `yes` or `0755` into something else."""
+    if isinstance(node, yaml.SequenceNode):
+        argv = [r.string(n, f"{key}[{i}]", as_written=True) for i, n in enumerate(r.sequence(node, key))]
+    else:
+        try:
+            argv = shlex.split(r.string(node, key, as_written=True))
+        except ValueError as e:
+            raise r.error(node, key, f"cannot split the command like a shell would: {e}") from None
+    if not argv:
+        raise r.error(node, key, "the command is empty")
+    return argv
+
 def _did_you_mean(word: str, choices: tuple[str, ...] | list[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1)
     if close:
@@ -323,18 +338,7 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
             raise r.error(kn, f"{key}.{k}", "unknown phase key" + _did_you_mean(k, PHASE_KEYS))
     if "run" not in entries:
         raise r.error(node, f"{key}.run", "missing: the command to run, as a list or a string")
-    run_node = entries["run"][1]
-    if isinstance(run_node, yaml.SequenceNode):
-        argv = [r.string(n, f"{key}.run[{j}]", as_written=True)
-                for j, n in enumerate(r.sequence(run_node, f"{key}.run"))]
-    else:
-        text = r.string(run_node, f"{key}.run", as_written=True)
-        try:
-            argv = shlex.split(text)
-        except ValueError as e:
-            raise r.error(run_node, f"{key}.run", f"cannot split the command like a shell would: {e}") from None
-    if not argv:
-        raise r.error(run_node, f"{key}.run", "the command is empty")
+    argv = _command(r, entries["run"][1], f"{key}.run")
 
     env: dict[str, str] = {}
     if "env" in entries:
@@ -423,17 +427,7 @@ def _notify(r: _Reader, node: yaml.Node, key: str) -> tuple[NotifySpec, ...]:
             if "run" not in fields:
                 raise r.error(en, f"{ek}.run", "missing: the command to run, as a list or a string")
             run_node = fields["run"][1]
-        if isinstance(run_node, yaml.SequenceNode):
-            argv = [r.string(n, f"{ek}.run[{i}]", as_written=True)
-                    for i, n in enumerate(r.sequence(run_node, f"{ek}.run"))]
-        else:
-            text = r.string(run_node, f"{ek}.run", as_written=True)
-            try:
-                argv = shlex.split(text)
-            except ValueError as e:
-                raise r.error(run_node, f"{ek}.run", f"cannot split the command like a shell would: {e}") from None
-        if not argv:
-            raise r.error(run_node, f"{ek}.run", "the command is empty")
+        argv = _command(r, run_node, f"{ek}.run")
         on: tuple[str, ...] = EVENTS
         if "on" in fields:
             on_node = fields["on"][1]
