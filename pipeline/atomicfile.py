@@ -8,13 +8,27 @@ JSON layout."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 from pipeline.events import TEMP_SUFFIX, fsync_dir, write_all, write_bytes_atomic
 
-__all__ = ["TEMP_SUFFIX", "fsync_dir", "write_all", "write_bytes_atomic", "write_json_atomic"]
+__all__ = ["TEMP_SUFFIX", "fsync_dir", "swap_folder_in", "write_all", "write_bytes_atomic", "write_json_atomic"]
 
 
 def write_json_atomic(path: Path, obj: object, tag: str = "") -> None:
     """Temp + fsync + rename; `tag` keeps concurrent writers (ranks) off each other's temp."""
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), tag)
+
+
+def swap_folder_in(tmp: Path, final: Path) -> None:
+    """Replace the folder `final` by the finished folder `tmp` with renames, so a reader (or
+    a kill) sees the old folder or the new one, never a half-written one."""
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    fsync_dir(final.parent)
+    if old.exists():
+        shutil.rmtree(old)

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.atomicfile import fsync_dir, write_json_atomic
+from pipeline.atomicfile import swap_folder_in, write_json_atomic
 from pipeline.events import EventWriter
 
 QUICK_STEPS = 80
@@ -42,17 +42,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quick", action="store_true", help="tiny data and model for tests: seconds, not minutes")
     return p
-
-
-def _swap_in(tmp: Path, final: Path) -> None:
-    """Replace `final` by `tmp` with renames, so readers see the old or the new folder."""
-    old = final.with_name(f".{final.name}.old-{os.getpid()}")
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    fsync_dir(final.parent)
-    if old.exists():
-        shutil.rmtree(old)
 
 
 def _fresh_tmp(out: Path, name: str) -> Path:
@@ -101,7 +90,7 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     raw_tmp = _fresh_tmp(out, "raw")
     for name, records in datasets.items():
         write_jsonl(raw_tmp / f"{name}.jsonl", records)
-    _swap_in(raw_tmp, out / "raw")
+    swap_folder_in(raw_tmp, out / "raw")
     for name, records in datasets.items():
         print(f"demo:   raw/{name}.jsonl  {len(records)} records", flush=True)
     events.artifact(str(out / "raw"), bytes=_dir_bytes(out / "raw"))
@@ -111,7 +100,7 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     tokenizer = build_tokenizer(texts, vocab_size=512 if quick else 1024, chat_template=CHAT_TEMPLATE)
     tok_tmp = _fresh_tmp(out, "tokenizer")
     tokenizer.save_pretrained(tok_tmp)
-    _swap_in(tok_tmp, out / "tokenizer")
+    swap_folder_in(tok_tmp, out / "tokenizer")
     print(f"demo:   tokenizer/  vocab {len(tokenizer)}", flush=True)
     events.artifact(str(out / "tokenizer"), bytes=_dir_bytes(out / "tokenizer"))
 
@@ -145,7 +134,7 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(target_tmp)
     tokenizer.save_pretrained(target_tmp)
-    _swap_in(target_tmp, out / "target")
+    swap_folder_in(target_tmp, out / "target")
     events.artifact(str(out / "target"), bytes=_dir_bytes(out / "target"))
     say(f"target trained: loss {result.initial_loss:.3f} -> {result.final_loss:.3f}")
     _show_sample(model, tokenizer)

@@ -34,6 +34,7 @@ import struct
 import sys
 from pathlib import Path
 
+from pipeline.atomicfile import swap_folder_in
 from pipeline.events import EventWriter, fsync_dir
 
 PROG = "python -m pipeline.export"
@@ -200,16 +201,6 @@ def check_target(cfg, target_cfg: dict, where: str) -> None:
                            f"{target_cfg.get(ours)!r}; export with the target the store was extracted from")
 
 
-def _swap_in(tmp: Path, out: Path) -> None:
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
-    fsync_dir(out.parent)
-    if old.exists():
-        shutil.rmtree(old)
-
-
 def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None) -> int:
     """Temp folder, fsynced files, rename; returns the bytes written."""
     import torch
@@ -239,7 +230,7 @@ def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None) -> i
         os.close(fd)
     write_json_atomic(tmp / CONFIG_FILE, config)
     size = sum(f.stat().st_size for f in tmp.iterdir())
-    _swap_in(tmp, out)
+    swap_folder_in(tmp, out)
     fsync_dir(out.parent)
     return size
 
