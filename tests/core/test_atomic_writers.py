@@ -59,7 +59,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
 def test_swapping_in_a_finished_folder_syncs_its_parent(tmp_path, synced, module):
     import importlib
 
-    swap_in = importlib.import_module(module)._swap_in
+    swap_in = importlib.import_module(module).swap_folder_in
+    assert swap_in is pipeline_atomicfile.swap_folder_in  # one folder swap for every stage
     (tmp_path / "out").mkdir()
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "f").write_text("x")
