@@ -55,9 +55,9 @@ CFG = textwrap.dedent("""\
         run: [rm, -rf, "${work}/old"]
         deletes: ["${work}/old"]
       - id: sleeper
-        run: [python, -c, "import time; print('sleeping', flush=True); time.sleep(60)"]
+        run: [python, -c, "import time; print('sleeping', flush=True); time.sleep(60)"]  # wait-ok: the phase program's own work, not a test pause
       - id: ticker
-        run: [python, -c, "import time\\nfor i in range(4): print('tick', i, flush=True); time.sleep(0.3)\\nprint('ticker finished')"]
+        run: [python, -c, "import time\\nfor i in range(4): print('tick', i, flush=True); time.sleep(0.3)\\nprint('ticker finished')"]  # wait-ok: the phase program's own work, not a test pause
     """)
 
 

@@ -45,7 +45,7 @@ def test_runs_in_the_config_folder_with_the_phase_env(tmp_path):
 
 
 def test_timeout_kills_and_fails(tmp_path):
-    r = check({"argv": [sys.executable, "-c", "import time; print('start', flush=True); time.sleep(30)"],
+    r = check({"argv": [sys.executable, "-c", "import time; print('start', flush=True); time.sleep(30)"],  # wait-ok: the phase program's own work, not a test pause
                "timeout": 0.5}, ctx_for(tmp_path))
     assert r.status == "fail" and "did not finish within 0.5 s" in r.message
     assert r.evidence["output_tail"] == ["start"]

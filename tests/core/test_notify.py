@@ -41,7 +41,7 @@ def test_a_notifier_gets_the_phase_state_run_and_summary(tmp_path: Path) -> None
 
 
 def test_a_hanging_notifier_is_killed_at_its_timeout_and_journaled(tmp_path: Path) -> None:
-    n = _notifier(tmp_path, NotifySpec(argv=(sys.executable, "-c", "import time; time.sleep(60)"), timeout=1.0))
+    n = _notifier(tmp_path, NotifySpec(argv=(sys.executable, "-c", "import time; time.sleep(60)"), timeout=1.0))  # wait-ok: the phase program's own work, not a test pause
     assert n.fire("stalled", "extract", "running", "r1", "silent") == 1
     rec = wait_for(lambda: _notify_records(tmp_path), timeout=20, what="timeout record")[-1]
     assert rec["timed_out"] is True and rec["took_s"] < 30

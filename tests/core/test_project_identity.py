@@ -23,7 +23,7 @@ CFG = textwrap.dedent("""\
         run: [python, -c, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
       - id: serve
         kind: service
-        run: [python, -c, "import time; time.sleep(60)"]
+        run: [python, -c, "import time; time.sleep(60)"]  # wait-ok: the phase program's own work, not a test pause
         ready:
           - exists: never-there.txt
             severity: warning

@@ -116,7 +116,7 @@ cfg = Config(path=tmp / "pipeline.yaml", name="t", vars={{}}, state_dir=tmp / "s
              phases=(ph,), fingerprint="fp")
 rd = start_run(cfg, ph)
 print(rd.path, flush=True)
-time.sleep(600)
+time.sleep(600)  # wait-ok: the phase program's own work, not a test pause
 """
 
 

@@ -71,7 +71,7 @@ def test_real_http_service_becomes_ready_and_stops(tmp_path):
     go = tmp_path / "go"  # the server listens only once the test has seen it not ready
     ph = Phase(id="serve", title="Serve", kind="service",
                argv=("python", "-c", f"import os, time, http.server as h\n"
-                     f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+                     f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"  # wait-ok: the phase program's own work, not a test pause
                      f"h.ThreadingHTTPServer(('127.0.0.1', {port}), h.SimpleHTTPRequestHandler).serve_forever()"),
                ready=(CheckSpec(kind="http_ok", arg=f"http://127.0.0.1:{port}/health", name="health"),))
     cfg = config_for(tmp_path, ph)

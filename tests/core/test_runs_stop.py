@@ -96,7 +96,7 @@ def test_stop_a_polite_phase_lets_it_exit_on_sigterm(tmp_path):
             sys.exit(0)
         signal.signal(signal.SIGTERM, bye)
         print("ready", flush=True)
-        time.sleep(60)
+        time.sleep(60)  # wait-ok: the phase program's own work, not a test pause
     """)))
     cfg = config_for(tmp_path, ph)
     rd = start_run(cfg, ph)

@@ -16,11 +16,11 @@ from console.core.telemetry.ownership import owner_map, phase_of_pid
 # setsid (as some multi-process launchers do), writes both pids, then waits.
 LAUNCHER = r"""
 import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-escaped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # wait-ok: the phase program's own work, not a test pause
+escaped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)  # wait-ok: the phase program's own work, not a test pause
 open(sys.argv[1] + ".tmp", "w").write(f"{child.pid} {escaped.pid}")
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-time.sleep(60)
+time.sleep(60)  # wait-ok: the phase program's own work, not a test pause
 """
 
 

@@ -188,8 +188,8 @@ phases:
 # The phase double-forks a worker (parent gone, still in the phase's session), prints its
 # pid, and waits: the GPU process a multi-process launcher leaves behind.
 DAEMON = ("import os, sys, time\\nr, w = os.pipe()\\nif os.fork() == 0:\\n    if os.fork() == 0:\\n"
-          "        os.write(w, str(os.getpid()).encode()); time.sleep(60); os._exit(0)\\n    os._exit(0)\\n"
-          "os.wait()\\nprint('worker', os.read(r, 32).decode(), flush=True)\\ntime.sleep(60)")
+          "        os.write(w, str(os.getpid()).encode()); time.sleep(60); os._exit(0)\\n    os._exit(0)\\n"  # wait-ok: the phase program's own work, not a test pause
+          "os.wait()\\nprint('worker', os.read(r, 32).decode(), flush=True)\\ntime.sleep(60)")  # wait-ok: the phase program's own work, not a test pause
 
 
 async def test_gpu_processes_of_a_phase_are_named_through_the_screen(tmp_path: Path) -> None:
@@ -243,7 +243,7 @@ phases:
   - id: quiet
     title: Goes silent
     stall_after: 1s
-    run: [python3, -c, "import time, sys\\nprint('working', flush=True)\\ntime.sleep(60)"]
+    run: [python3, -c, "import time, sys\\nprint('working', flush=True)\\ntime.sleep(60)"]  # wait-ok: the phase program's own work, not a test pause
 """
 
 

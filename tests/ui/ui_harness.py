@@ -44,7 +44,7 @@ phases:
     outputs: ["${workdir}/old"]
   - id: sleeper
     title: Sleep a long time
-    run: [python3, -c, "import time\\nprint('sleeping', flush=True)\\ntime.sleep(60)"]
+    run: [python3, -c, "import time\\nprint('sleeping', flush=True)\\ntime.sleep(60)"]  # wait-ok: the phase program's own work, not a test pause
   - id: stream
     title: Stream progress and log lines
     run: [python3, stream.py]
