@@ -30,6 +30,14 @@ async def test_run_shows_log_then_done_with_bell(project) -> None:  # type: igno
     app = make_app(project)
     bells = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    toasts: list[str] = []  # as posted: a toast can expire while a loaded machine catches up
+    real_notify = app.notify
+
+    def notify(message, *args, **kwargs):  # type: ignore[no-untyped-def]
+        toasts.append(str(message))
+        return real_notify(message, *args, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
     async with app.run_test(size=(100, 30)) as pilot:
         await select(pilot, app, "prep")
         await pilot.press("r")
@@ -40,7 +48,7 @@ async def test_run_shows_log_then_done_with_bell(project) -> None:  # type: igno
         assert "progress 50%" not in log.lines  # the carriage-return rewrite replaced it
         assert ("prep", "done") in app.main_screen().ended
         assert bells, "a phase that ends rings the terminal bell"
-        assert any("prep done" in n.message for n in app._notifications)
+        await wait_for(pilot, lambda: any("prep done" in t for t in toasts), what="a 'prep done' toast")
 
 
 async def test_j_k_move_between_phases(project) -> None:  # type: ignore[no-untyped-def]
