@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,7 +43,7 @@ from pipeline.extract.meta import TargetInfo, capture_layers  # noqa: E402
 from pipeline.extract.reserve import volume_of  # noqa: E402
 from pipeline.extract.sharding import Shard  # noqa: E402
 from pipeline.extract import store as store_module  # noqa: E402
-from pipeline.extract.store import Sample, write_sample  # noqa: E402
+from store_bound import store_write  # noqa: E402
 
 SEQ = 2048
 DEVICE = "cuda:0"
@@ -229,28 +228,6 @@ def sequential_write(folder: Path, total: int, chunk: int = 64 << 20) -> float:
     return gbps
 
 
-def store_write(folder: Path, files: int, writers: int) -> float:
-    h = SHAPE["hidden_size"]
-    hidden = pinned(torch.empty(SEQ, 4 * h, dtype=torch.bfloat16).normal_())
-    ids = torch.randint(0, SHAPE["vocab_size"], (SEQ,), dtype=torch.int64)
-    mask = torch.ones(SEQ, dtype=torch.uint8)
-    store = folder / "write-test"
-    store.mkdir()
-
-    def one(i: int) -> int:
-        s = Sample(index=i, id=str(i), input_ids=ids, loss_mask=mask,
-                   hidden_state=hidden.view(-1)[: SEQ * h].view(SEQ, h),
-                   aux_hidden_state=hidden.view(-1)[SEQ * h:].view(SEQ, 3 * h))
-        return write_sample(store, s, h)["bytes"]
-
-    t = time.perf_counter()
-    with ThreadPoolExecutor(writers) as pool:
-        total = sum(pool.map(one, range(files)))
-    gbps = total / (time.perf_counter() - t) / 1e9
-    shutil.rmtree(store)
-    return gbps
-
-
 def extract_run(model, data: Path, out: Path, limit: int, shard: Shard, args, compile: bool | None = None,
                 checksums: bool = True) -> dict:
     opts = ExtractOptions(data=data, out=out, batch_tokens=args.batch_tokens, writers=args.writers,
@@ -388,7 +365,8 @@ def main() -> None:
     seq = sequential_write(out, (2 << 30) if not args.smoke else (64 << 20))
     log(f"    write, one sequential file + fsync: {seq:.2f} GB/s")
     args.writers = args.writers or 8
-    st = store_write(out, 48 if not args.smoke else 16, args.writers)
+    st = store_write(out, 48 if not args.smoke else 16, args.writers, SEQ, SHAPE["hidden_size"],
+                     SHAPE["vocab_size"], pin=DEVICE.startswith("cuda"))
     log(f"    write, store sample files ({args.writers} threads, temp+fsync+rename+checksum): {st:.2f} GB/s")
     write_gbps = max(seq, st)
     write_bound = write_gbps * 1e9 / per_token

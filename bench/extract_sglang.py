@@ -43,7 +43,7 @@ from pipeline.extract.reserve import parse_size, volume_of
 from pipeline.extract.sglang_client import Extraction, SGLangOptions, check_server, plan
 from pipeline.extract.sglang_http import SGLangServer
 from pipeline.extract.sharding import Shard
-from pipeline.extract.store import Sample, write_sample
+from store_bound import store_write  # noqa: E402
 
 STANDIN = REPO / "tests" / "pipeline" / "standin_sglang.py"
 VOCAB = 32000
@@ -82,28 +82,6 @@ def shm_pages(path: Path) -> str:
     mnt, fstype, opts = best
     huge = next((o.split("=", 1)[1] for o in opts.split(",") if o.startswith("huge=")), "never")
     return f"{mnt} ({fstype}, huge={huge})" if fstype == "tmpfs" else f"{mnt} ({fstype})"
-
-
-def store_write(folder: Path, files: int, writers: int, seq: int, hidden: int) -> float:
-    """GB/s of write_sample on `writers` threads, from memory (bench/extract.py's measure)."""
-    block = torch.empty(seq, 4 * hidden, dtype=torch.bfloat16).normal_()
-    ids = torch.randint(0, VOCAB, (seq,), dtype=torch.int64)
-    mask = torch.ones(seq, dtype=torch.uint8)
-    store = folder / "write-test"
-    store.mkdir()
-
-    def one(i: int) -> int:
-        s = Sample(index=i, id=str(i), input_ids=ids, loss_mask=mask,
-                   hidden_state=block.view(-1)[: seq * hidden].view(seq, hidden),
-                   aux_hidden_state=block.view(-1)[seq * hidden:].view(seq, 3 * hidden))
-        return write_sample(store, s, hidden)["bytes"]
-
-    t = time.perf_counter()
-    with ThreadPoolExecutor(writers) as pool:
-        total = sum(pool.map(one, range(files)))
-    gbps = total / (time.perf_counter() - t) / 1e9
-    shutil.rmtree(store)
-    return gbps
 
 
 def start_standin(target: Path, dump_dir: Path, budget: int, port_file: Path) -> subprocess.Popen:
@@ -177,7 +155,7 @@ def main() -> None:
     write_dataset(data, args.samples, args.seq)
 
     files = args.samples  # as many bytes as the end-to-end run: a disk's sustained rate, not its burst
-    speeds = {w: store_write(out, files, w, args.seq, args.hidden) for w in (2, 4, 8)}
+    speeds = {w: store_write(out, files, w, args.seq, args.hidden, VOCAB) for w in (2, 4, 8)}
     for w, s in speeds.items():
         log(f"[1] store write bound, write_sample on {w} threads (checksum, temp+fsync+rename): {s:.3f} GB/s")
     best = max(speeds, key=speeds.get)

@@ -12,12 +12,12 @@ states, and the rows of newly verified positions are added from the target's fre
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from .errors import BadInput
+from pipeline.jsonfile import read_json
 
 
 def load_exported(folder: Path, target_dir: Path, capture: list[int], device: str, dtype: torch.dtype):
@@ -26,12 +26,7 @@ def load_exported(folder: Path, target_dir: Path, capture: list[int], device: st
 
     folder = Path(folder)
     cfg_path = folder / "config.json"
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{cfg_path}: missing; --drafter must be a folder written by pipeline.export") from None
-    except ValueError as e:
-        raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
+    raw = read_json(cfg_path, f"{cfg_path}: missing; --drafter must be a folder written by pipeline.export", BadInput)
     ids = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     if not isinstance(ids, list) or [int(i) + 1 for i in ids] != list(capture):
         raise BadInput(f"{cfg_path}: eagle_aux_hidden_state_layer_ids is {ids!r}, but this target is captured at "

@@ -10,7 +10,6 @@ can be compared token for token.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pipeline.extract.errors import ExtractError
 from pipeline.extract.meta import capture_layers
 
 from .errors import BadInput
+from pipeline.jsonfile import read_json
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,8 @@ class TargetStep:
 
 def read_config(model_dir: Path) -> dict:
     path = Path(model_dir) / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"target {model_dir} has no config.json (--target); point it at a save_pretrained folder") from None
-    except ValueError as e:
-        raise BadInput(f"{path}: not valid JSON ({e})") from None
+    cfg = read_json(path, f"target {model_dir} has no config.json (--target); point it at a save_pretrained folder",
+                    BadInput)
     return cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
 
 

@@ -9,12 +9,12 @@ one filesystem block of slack and its manifest line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .errors import BadInput
 from .layout import DTYPES, dtype_name, header
 from .meta import TargetInfo
+from pipeline.jsonfile import read_json
 
 BLOCK_SLACK = 4096  # a file ends part-way through a block
 MANIFEST_LINE = 256  # index, id, tokens, bytes, file
@@ -23,12 +23,7 @@ META_BYTES = 4096
 
 def read_stats(stats_path: Path) -> dict:
     path = Path(stats_path)
-    try:
-        stats = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"stats file {path} does not exist (--stats); run pipeline.merge first") from None
-    except ValueError as e:
-        raise BadInput(f"{path}: not valid JSON ({e})") from None
+    stats = read_json(path, f"stats file {path} does not exist (--stats); run pipeline.merge first", BadInput)
     if not isinstance(stats, dict):
         raise BadInput(f"{path}: expected a JSON object of merge stats")
     for key in ("records", "tokens"):

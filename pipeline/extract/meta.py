@@ -23,6 +23,7 @@ from ..atomicfile import write_json_atomic
 from ..target_fingerprint import FingerprintError, target_fingerprint
 from .errors import BadInput
 from .layout import META
+from pipeline.jsonfile import read_json
 
 FORMAT = "eagle3-hidden-store/2"
 """/2: manifest lines carry an xxh3 checksum and meta.json a target_fingerprint."""
@@ -44,12 +45,8 @@ class TargetInfo:
     @classmethod
     def from_dir(cls, model_dir: Path) -> "TargetInfo":
         cfg_path = Path(model_dir) / "config.json"
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except FileNotFoundError:
-            raise BadInput(f"target {model_dir} has no config.json (--model); point --model at a save_pretrained folder") from None
-        except ValueError as e:
-            raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
+        cfg = read_json(cfg_path, f"target {model_dir} has no config.json (--model); point --model at a "
+                                  "save_pretrained folder", BadInput)
         info = cls.from_config(cfg, os.path.abspath(model_dir), cfg_path)
         try:
             fingerprint = target_fingerprint(model_dir)

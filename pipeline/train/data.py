@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 
 from ..extract.manifest import read_manifest
 from .errors import BadInput
+from pipeline.jsonfile import read_json
 
 WINDOW = 1024  # samples sorted by length together
 MAX_SAMPLES = 100_000_000
@@ -76,19 +76,10 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
     if not root.is_dir():
         raise BadInput(f"--store {root}: not a folder; run the extraction first")
     meta_path = root / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{meta_path}: missing; {root} is not a finished hidden-state store") from None
-    except ValueError as e:
-        raise BadInput(f"{meta_path}: not valid JSON ({e})") from None
+    meta = read_json(meta_path, f"{meta_path}: missing; {root} is not a finished hidden-state store", BadInput)
     cfg_path = target / "config.json"
-    try:
-        cfg = _text_config(json.loads(cfg_path.read_text()))
-    except FileNotFoundError:
-        raise BadInput(f"{cfg_path}: missing; --target must be the target's save_pretrained folder") from None
-    except ValueError as e:
-        raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
+    cfg = _text_config(read_json(cfg_path, f"{cfg_path}: missing; --target must be the target's save_pretrained "
+                                           "folder", BadInput))
     for mkey, ckey in SHAPE_KEYS.items():
         if meta.get(mkey) != cfg.get(ckey):
             raise BadInput(f"{meta_path}: {mkey} is {meta.get(mkey)!r} but {cfg_path} has {ckey} "
