@@ -530,7 +530,14 @@ def _summary(stats: dict) -> Iterator[str]:
     )
 
 
+_MAIN_PID = os.getpid()
+
+
 def _on_sigterm(signum, frame) -> None:
+    # A forked tokenizer worker inherits this handler until init_worker resets it: a SIGTERM
+    # in that window ends the worker quietly; only the parent unwinds and cleans up.
+    if os.getpid() != _MAIN_PID:
+        os._exit(128 + signal.SIGTERM)
     raise Terminated()
 
 
@@ -539,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     previous = None
     if threading.current_thread() is threading.main_thread():
+        global _MAIN_PID
+        _MAIN_PID = os.getpid()
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with EventWriter.from_env() as events:
