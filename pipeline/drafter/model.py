@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DrafterConfig
+from .ttt_attention import causal_plus_diagonal, flash_supported, score_matrix
 from .vocab import DraftVocab
 
 EXPORT_KEYS = (
@@ -133,7 +134,9 @@ class KVCache:
 
 
 class TTTCache:
-    """Training-time-test cache: call 0's keys over the sequence, then one diagonal key per call."""
+    """Training-time-test cache: call 0's keys over the sequence, then one diagonal key per call.
+    Calls >= 1 go through ttt_attention's flash merge, or its written-out score matrix
+    where flash attention is not available."""
 
     def __init__(self) -> None:
         self.k: list[torch.Tensor] = []
@@ -145,18 +148,10 @@ class TTTCache:
         self.v.append(v)
         if len(self.k) == 1:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        t = q.shape[2]
         scale = 1.0 / math.sqrt(q.shape[-1])
-        k0, v0 = self.k[0], self.v[0]
-        scores = torch.matmul(q, k0.transpose(2, 3)).float() * scale
-        future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(diagonal=1)
-        scores = scores.masked_fill(future, float("-inf"))
-        diag = torch.stack([(q * ki).sum(-1).float() * scale for ki in self.k[1:]], dim=-1)
-        weights = torch.softmax(torch.cat((scores, diag), dim=-1), dim=-1).to(v0.dtype)
-        out = torch.matmul(weights[..., :t], v0)
-        for j, vj in enumerate(self.v[1:]):
-            out = out + weights[..., t + j, None] * vj
-        return out
+        if flash_supported(q):
+            return causal_plus_diagonal(q, self.k[0], self.v[0], self.k[1:], self.v[1:], scale)
+        return score_matrix(q, self.k, self.v, scale)
 
 
 class Attention(nn.Module):

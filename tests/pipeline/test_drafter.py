@@ -129,6 +129,56 @@ def test_training_time_test_step_sees_what_the_inference_chain_sees():
             assert torch.allclose(lg[:, 0], logits[i][:, row], atol=1e-5), (row, i)
 
 
+@pytest.mark.parametrize("steps", [1, 3])
+def test_flash_merge_of_ttt_attention_equals_the_score_matrix_in_values_and_gradients(monkeypatch, steps):
+    """The merge that trains on GPU (flash over step 0's keys + one key per later step) must
+    give the outputs and gradients of the written-out [T, T+i] softmax it replaces."""
+    import pipeline.drafter.model as model
+
+    torch.manual_seed(5)
+    b, heads, t, d = 2, 4, 23, 8
+    q = torch.randn(b, heads, t, d, dtype=torch.float64)
+    kv = [(torch.randn(b, 2, t, d, dtype=torch.float64), torch.randn(b, 2, t, d, dtype=torch.float64))
+          for _ in range(steps + 1)]
+    grad = torch.randn(b, heads, t, d, dtype=torch.float64)
+
+    def run(flash: bool):
+        monkeypatch.setattr(model, "flash_supported", lambda _q: flash)
+        leaves = [x.clone().requires_grad_() for pair in kv for x in pair] + [q.clone().requires_grad_()]
+        cache = TTTCache()
+        for j in range(steps):
+            cache.attend(leaves[-1], leaves[2 * j], leaves[2 * j + 1], groups=2)
+        out = cache.attend(leaves[-1], leaves[2 * steps], leaves[2 * steps + 1], groups=2)
+        return out, torch.autograd.grad(out, leaves, grad)
+
+    ref, ref_grads = run(False)
+    got, got_grads = run(True)
+    assert torch.allclose(got, ref, atol=1e-5)
+    for g_ref, g_got in zip(ref_grads, got_grads):
+        assert torch.allclose(g_got, g_ref, atol=1e-5)
+    assert ref_grads[2 * steps].abs().sum() > 0  # the newest diagonal key gets a gradient
+
+
+def test_a_flash_merge_that_disagrees_with_the_score_matrix_is_not_used(monkeypatch):
+    """flash attention's private ops can change between torch releases: a merge that no
+    longer matches the definition must fall back, with a warning, before it trains anything."""
+    from pipeline.drafter import ttt_attention
+
+    monkeypatch.setattr(ttt_attention, "_checked", {})
+    real = ttt_attention._flash_forward
+
+    def off_by_a_bit(q, k, v, scale):
+        out, lse, aux = real(q, k, v, scale)
+        return out * 1.01, lse, aux
+
+    monkeypatch.setattr(ttt_attention, "_flash_forward", off_by_a_bit)
+    with pytest.warns(RuntimeWarning, match="differs from the score matrix"):
+        assert not ttt_attention.flash_supported(torch.zeros(1, 2, 5, 16))
+    monkeypatch.setattr(ttt_attention, "_checked", {})
+    monkeypatch.setattr(ttt_attention, "_flash_forward", real)
+    assert ttt_attention.flash_supported(torch.zeros(1, 2, 5, 16))
+
+
 def test_draft_vocab_keeps_most_frequent_tokens_with_offsets_to_target_ids():
     counts = torch.zeros(20, dtype=torch.int64)
     counts[[3, 7, 11, 19]] = torch.tensor([5, 9, 5, 1])

@@ -1,0 +1,148 @@
+"""Where one drafter training step spends its GPU time, by kernel, at bench/train.py's shapes.
+
+The step is pipeline.train's (prepare with the target head, the TTT objective, backward,
+clipping, fused AdamW) on random weights and a resident random batch, so no store or
+target folder is needed. It prints tokens/s, then the kernels that took the most GPU time
+over the profiled steps, grouped into matmuls, attention, and the rest:
+
+    python bench/train_profile.py [--steps 6] [--attention flash|reference] [--top 25]
+
+`--attention reference` runs the written-out [T, T+i] softmax for TTT steps >= 1 instead
+of the flash merge (pipeline/drafter/ttt_attention.py), to measure what the merge saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch
+
+from train import SHAPES, TTT  # noqa: E402
+
+
+def build(shape: str, device: torch.device):
+    from pipeline.drafter import vocab as dvocab
+    from pipeline.drafter.config import DrafterConfig
+    from pipeline.drafter.model import Eagle3Drafter
+    from pipeline.train.loss import TargetHead
+
+    cfg, dv, tokens = SHAPES[shape]
+    dcfg = DrafterConfig.from_target(cfg, dv)
+    torch.manual_seed(0)
+    with torch.device(device):
+        drafter = Eagle3Drafter(dcfg)
+    v, h = cfg["vocab_size"], cfg["hidden_size"]
+    drafter.load_embeddings(torch.randn(v, h, device=device) * 0.02)
+    counts = torch.rand(v).pow(3.0) * 1000
+    vocab = dvocab.from_counts(counts.long(), dcfg.draft_vocab_size)
+    drafter.set_vocab(vocab)
+    head_w = torch.randn(v, h, device=device, dtype=torch.bfloat16) * 0.02
+    amp = torch.bfloat16 if device.type == "cuda" else torch.float32
+    head = TargetHead(head_w, vocab.ids, vocab.t2d, device, amp)
+    g = torch.Generator(device=device).manual_seed(1)
+    batch = {
+        "input_ids": torch.randint(0, v, (1, tokens), device=device, generator=g),
+        "loss_mask": torch.ones(1, tokens, dtype=torch.uint8, device=device),
+        "hidden_state": torch.randn(1, tokens, h, device=device, generator=g).to(torch.bfloat16),
+        "aux_hidden_state": torch.randn(1, tokens, 3 * h, device=device, generator=g).to(torch.bfloat16),
+    }
+    return drafter, head, batch, amp, tokens
+
+
+def category(name: str) -> str:
+    n = name.lower()
+    if any(k in n for k in ("gemm", "cutlass", "sm90_xmma", "nvjet", "matmul", "cublas")):
+        return "matmul"
+    if "flash" in n or "fmha" in n or "attention" in n:
+        return "attention"
+    if "adam" in n or "multi_tensor" in n:
+        return "optimizer"
+    return "other"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="llama8b")
+    p.add_argument("--steps", type=int, default=6, help="timed (and profiled) steps after 3 warmup steps")
+    p.add_argument("--attention", choices=["flash", "reference"], default="flash")
+    p.add_argument("--top", type=int, default=25, help="kernels listed")
+    p.add_argument("--no-profile", action="store_true", help="only the tokens/s figure")
+    a = p.parse_args()
+    if a.attention == "reference":
+        import pipeline.drafter.model as model
+
+        model.flash_supported = lambda _q: False
+    from pipeline.train.loss import TTTObjective, prepare, weights
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu" and a.shape == "llama8b":
+        a.shape = "small"
+    drafter, head, batch, amp, tokens = build(a.shape, device)
+    objective = TTTObjective(drafter, TTT)
+    params = [q for q in drafter.parameters() if q.requires_grad]
+    cuda = device.type == "cuda"
+    opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), fused=True if cuda else None)
+    w = weights(TTT, device)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            prep = prepare(head, batch, TTT, amp)
+            sums, _correct = objective(prep)
+            loss = (w * sums / prep.loss_rows.sum((1, 2)).float().clamp(min=1)).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    for _ in range(3):
+        step()
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    sync()
+    dt = (time.perf_counter() - t0) / a.steps
+    peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if cuda else ""
+    name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    print(f"train_profile: {a.shape} (H {SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, TTT {TTT}), "
+          f"attention {a.attention}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
+          f"{tokens / dt:,.0f} tok/s{peak}", flush=True)
+    if a.no_profile or not cuda:
+        return 0
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.steps):
+            step()
+        sync()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+        if t > 0:
+            rows.append((t / a.steps / 1e3, e.count // a.steps, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    by_cat: dict[str, float] = {}
+    for ms, _n, key in rows:
+        by_cat[category(key)] = by_cat.get(category(key), 0.0) + ms
+    print(f"GPU time per step {total:.1f} ms: " + ", ".join(f"{k} {v:.1f} ms ({v / total:.0%})"
+                                                          for k, v in sorted(by_cat.items(), key=lambda x: -x[1])))
+    for ms, n, key in rows[: a.top]:
+        print(f"  {ms:7.2f} ms  x{n:<4} {category(key):<9} {key[:110]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
