@@ -170,11 +170,28 @@ class Project:
                     r.message += f"; not overridable while {', '.join(live)} runs"
                 else:
                     r.overridden, r.reason = True, overrides[NEEDS_CHECK]
-        self.last_checks[phase.id] = results
         if journal:
+            results += self._journal_checks(phase, results, create=False)
+        self.last_checks[phase.id] = results
+        return results
+
+    def _journal_checks(self, phase: Phase, results: list[CheckResult], create: bool) -> list[CheckResult]:
+        """Record a check in the journal. Only a start creates the state dir: a check on a
+        machine the project has never run on leaves no folder behind, and a state dir that
+        cannot be created or written becomes one more failing check instead of an error that
+        hides the others. Returns that extra result, if any."""
+        state = Path(self.config.state_dir)
+        if not create and not state.is_dir():
+            problem = _uncreatable(state)
+            return [_state_dir_result(state, problem)] if problem else []
+        try:
             self.journal.append("checks", phase=phase.id, results=[r.to_json() for r in results],
                                 passed=not any(r.blocking for r in results))
-        return results
+        except OSError as e:
+            if create:
+                raise
+            return [_state_dir_result(state, f"cannot write its journal: {e.strerror or e}")]
+        return []
 
     def _python_result(self, phase: Phase) -> CheckResult | None:
         """A configured `python:` that names nothing runnable blocks the start with one
@@ -227,7 +244,8 @@ class Project:
         rs = self._live_status(phase.id)
         if rs is not None:
             raise PhaseError(f"phase {phase.id} is already running (pid {rs.pid}); stop it first or wait")
-        results = self.check(phase.id, overrides=overrides)
+        results = self.check(phase.id, overrides=overrides, journal=False)
+        self._journal_checks(phase, results, create=True)
         if any(r.blocking for r in results):
             raise Blocked(phase, results)
         for r in results:
@@ -263,6 +281,24 @@ class Project:
         for p in phase.outputs:
             lines.append(f"writes: {p} ({_describe_path(p)})")
         return self.redactor.text("\n".join(lines))
+
+
+def _uncreatable(path: Path) -> str | None:
+    """Why `path` (absent) could not be created by this user, or None when it could."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"cannot be created: {parent} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot be created: {parent} is not writable by this user"
+    return None
+
+
+def _state_dir_result(state: Path, problem: str) -> CheckResult:
+    return CheckResult(name="state_dir", kind="state_dir", severity="error", status="fail",
+                       message=f"state_dir {state} {problem}; set state_dir to a folder this user can write",
+                       evidence={"path": str(state)})
 
 
 def _describe_path(p: Path, limit: int = 200_000) -> str:
