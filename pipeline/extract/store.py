@@ -1,20 +1,25 @@
 """One sample file of the hidden-state store, written so a crash never leaves a bad one.
 
 `<out>/rows_<k>/<index>.safetensors` (k = index // 1000) holds `input_ids [T] int64`,
-`hidden_state [T,H]`, `aux_hidden_state [T,3H]` and `loss_mask [T] uint8`. The file is
-written to a temp name, fsynced and renamed only after its shapes, finiteness and size
-check out, so a reader never sees a partial sample under a final name. The safetensors
-header comes from `layout.header` and the tensor bytes go to the file straight from the
-(pinned) host buffers with os.write, skipping the serialise-to-bytes copy that
+`hidden_state [T,H]`, `aux_hidden_state [T,3H]` and `loss_mask [T] uint8`. One routine,
+`write_parts`, writes every sample file: to a temp name, fsynced, its size checked, then
+renamed, so a reader never sees a partial sample under a final name. The safetensors
+header comes from `layout.header`; the tensor bytes go to the file with os.write straight
+from the caller's buffers, skipping the serialise-to-bytes copy that
 `safetensors.torch.save` makes; `safetensors.safe_open` reads these files like any other.
 The xxh3 checksum (pipeline/checksum.py) is taken over those same buffers on the way out.
+Two callers: `write_sample` (the HF backend: tensors in pinned host memory, shapes and
+finiteness checked first) and the SGLang client, which streams a dump through one reused
+buffer (dumps.DumpFile.chunks) and whose finiteness check may still fail mid-file.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import torch
@@ -22,7 +27,7 @@ import torch
 from ..atomicfile import write_all
 from ..checksum import ALGO, Checksum
 from .errors import ExtractError
-from .layout import header, relpath, temp_relpath
+from .layout import header, relpath, sample_bytes, temp_relpath
 
 WRITE_DELAY_ENV = "EAGLE3_EXTRACT_WRITE_DELAY"
 """Test hook: seconds each writer sleeps between fsync and rename, so a kill test can land
@@ -72,37 +77,51 @@ def _bytes_of(x: torch.Tensor) -> memoryview:
 
 
 def write_sample(out: Path, s: Sample, hidden: int, finite: bool = True) -> dict:
-    """Write one sample atomically; returns its manifest line as a dict:
-    {"index", "id", "tokens", "bytes", "file" (relative to `out`), "xxh3"}.
-
-    Every writer of the store (this HF backend, the SGLang client) calls this and appends
-    the returned dict to the manifest unchanged, so their lines are identical. The checksum
-    is computed over the same buffers as they go to the file: no extra copy, no re-read."""
+    """Write one sample from tensors in memory atomically; returns its manifest line (write_parts)."""
     dtype = s.hidden_state.dtype
     validate(s, hidden, dtype, finite)
-    t = s.input_ids.shape[0]
-    head = header(t, hidden, TORCH_DTYPES[dtype])
-    expected = len(head) + t * (9 + 4 * hidden * s.hidden_state.element_size())
-    rel = relpath(s.index)
-    final, tmp = out / rel, out / temp_relpath(s.index)
+    parts = (_bytes_of(s.input_ids), _bytes_of(s.hidden_state), _bytes_of(s.aux_hidden_state),
+             _bytes_of(s.loss_mask))
+    return write_parts(out, s.index, s.id, s.input_ids.shape[0], hidden, TORCH_DTYPES[dtype], parts)
+
+
+def write_parts(out: Path, index: int, id: str, tokens: int, hidden: int, dtype: str, parts: Iterable) -> dict:
+    """Write one sample file atomically from `parts`, the raw bytes of input_ids, hidden_state,
+    aux_hidden_state and loss_mask in that order, in as many buffers as the caller likes (a
+    generator may hand out one reused buffer: each is checksummed and written before the next
+    is asked for). Returns its manifest line as a dict:
+    {"index", "id", "tokens", "bytes", "file" (relative to `out`), "xxh3"}.
+
+    Every writer of the store (the HF backend through write_sample, the SGLang client streaming
+    from a dump) ends here and appends the returned dict to the manifest unchanged, so their
+    files and lines are identical. The checksum is computed over the same buffers as they go
+    to the file: no extra copy, no re-read. Any exception (one raised by `parts` included)
+    removes the temp file; the final name is only ever the whole, fsynced, right-sized file."""
+    head = header(tokens, hidden, dtype)
+    expected = sample_bytes(tokens, hidden, dtype)
+    rel = relpath(index)
+    final, tmp = out / rel, out / temp_relpath(index)
     final.parent.mkdir(parents=True, exist_ok=True)
     digest = Checksum()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        for part in (head, _bytes_of(s.input_ids), _bytes_of(s.hidden_state),
-                     _bytes_of(s.aux_hidden_state), _bytes_of(s.loss_mask)):
-            digest.update(part)
-            write_all(fd, part)
-        os.fsync(fd)
-        size = os.fstat(fd).st_size
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    if size != expected:
-        raise InvalidSample(f"{tmp}: wrote {size} bytes, expected {expected}; not renamed")
+        try:
+            for part in chain((head,), parts):
+                digest.update(part)
+                write_all(fd, part)
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        if size != expected:
+            raise InvalidSample(f"{tmp}: wrote {size} bytes, expected {expected}; removed, not renamed")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     delay = os.environ.get(WRITE_DELAY_ENV)
     if delay:
         time.sleep(float(delay))
     os.replace(tmp, final)
-    return {"index": s.index, "id": s.id, "tokens": t, "bytes": size, "file": rel, ALGO: digest.hexdigest()}
+    return {"index": index, "id": id, "tokens": tokens, "bytes": size, "file": rel, ALGO: digest.hexdigest()}
