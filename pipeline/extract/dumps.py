@@ -7,20 +7,29 @@ one line of reason. KEY is computed by the client from the request alone, so a r
 finds a dump a killed run left behind and a retry never confuses two samples:
 `e3-<index>-<first 16 hex of sha256(input ids as little-endian int64)>`.
 
-A dump is trusted only after it is read back whole: the tensor names, dtypes and shapes,
-the token count and token ids of the request, and finite values. Anything else is a
-`BadDump`, which the client treats like a failed request (deleted, then retried).
+A dump is trusted only once it is read whole. Before anything moves, its safetensors header
+(at most HEADER_ALLOWANCE bytes; tensor names, dtypes, shapes, data offsets that tile the
+file to its last byte) and its token ids are checked against the request (`DumpFolder.open`,
+a few small preads; nothing is mapped). Its states are then streamed through one reused
+buffer straight into the store (`DumpFile.chunks`), each chunk checked for NaN and Inf on
+its raw bits as it passes. Anything wrong, found up front or mid-stream, is a `BadDump`,
+which the client treats like a failed request (the dump deleted, the store's temp file
+removed, the sample retried).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import struct
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
+
+from .layout import DTYPES
 
 KEY_PREFIX = "e3-"
 DUMP_SUFFIX = ".safetensors"
@@ -31,7 +40,14 @@ SERVER_ROOM = 4096
 dumps may fill the budget less this."""
 HEADER_ALLOWANCE = 1024
 """Bytes allowed for a dump's safetensors header when sizing it before it exists (the real
-header of three tensors plus metadata is about 300 bytes)."""
+header of three tensors plus metadata is about 300 bytes), and the most a dump's header may
+take: a longer one is refused before it is read."""
+CHUNK_BYTES = 1 << 20
+"""Size of the buffer a dump streams through into the store: big enough that the syscalls per
+chunk cost next to nothing, small enough to stay in cache between the read, the finiteness
+check, the checksum and the write (`bench/dump_move.py --chunks 256K,1M,4M` compares sizes:
+on the 2-core dev box 256 KB costs ~10% more CPU, 1 to 8 MB the same)."""
+STATES = ("hidden_state", "aux_hidden_state")
 
 
 class BadDump(Exception):
@@ -43,30 +59,167 @@ def request_key(index: int, input_ids: list[int]) -> str:
     return f"{KEY_PREFIX}{index}-{digest[:16]}"
 
 
-_EXPONENT = {torch.bfloat16: (torch.int16, 0x7F80), torch.float16: (torch.int16, 0x7C00),
-             torch.float32: (torch.int32, 0x7F800000)}
-_CHUNK = 1 << 18
+_EXPONENT = {"bfloat16": (np.int16, 0x7F80), "float16": (np.int16, 0x7C00), "float32": (np.int32, 0x7F800000)}
+_TORCH_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+_SCRATCH = 1 << 18
+"""Bytes the finiteness check works on at a time: its scratch stays in the core's own cache."""
+
+
+def _finite(raw: np.ndarray, dtype: str, scratch: np.ndarray) -> bool:
+    """No NaN or Inf among the `dtype` values whose bytes are `raw` (uint8, a whole number of
+    values): no exponent field is all ones. Works through `raw` a scratch (uint8, a multiple of
+    8 bytes long) at a time."""
+    int_dtype, exp = _EXPONENT[dtype]
+    step = scratch.size
+    for start in range(0, raw.size, step):
+        part = raw[start:start + step].view(int_dtype)
+        out = scratch[: part.nbytes].view(int_dtype)
+        np.bitwise_and(part, exp | (exp - 1), out=out)  # every bit but the sign
+        if out.max() >= exp:
+            return False
+    return True
 
 
 def all_finite(x: torch.Tensor) -> bool:
     """No NaN or Inf in `x`: its exponent bits are never all ones. On the raw bits, in chunks
     that stay in cache, this is about 40x faster on CPU than torch.isfinite on bf16 (a
-    2048x16384 dump: 15 ms instead of 0.7 s), which would otherwise bound the client."""
-    import numpy as np
-
-    if x.dtype not in _EXPONENT:
+    2048x16384 dump: 15 ms instead of 0.7 s)."""
+    if x.dtype not in _TORCH_NAMES:
         return bool(torch.isfinite(x).all())
-    int_dtype, exp = _EXPONENT[x.dtype]
-    bits = x.contiguous().view(int_dtype).reshape(-1).numpy()
-    buf = np.empty(min(_CHUNK, bits.size), dtype=bits.dtype)
-    sign_off = np.array(exp | (exp - 1), dtype=bits.dtype)  # every bit but the sign
-    for start in range(0, bits.size, _CHUNK):
-        part = bits[start:start + _CHUNK]
-        out = buf[: part.size]
-        np.bitwise_and(part, sign_off, out=out)
-        if out.max() >= exp:
-            return False
-    return True
+    raw = x.contiguous().reshape(-1).view(torch.uint8).numpy()
+    return _finite(raw, _TORCH_NAMES[x.dtype], np.empty(_SCRATCH, dtype=np.uint8))
+
+
+class ChunkBuffer:
+    """The reused buffer a dump streams through (CHUNK_BYTES), with the scratch its finiteness
+    check needs. One per concurrent store write, kept for the whole run: no allocation, no
+    page faults and no unmapping per dump."""
+
+    def __init__(self, nbytes: int | None = None) -> None:
+        nbytes = CHUNK_BYTES if nbytes is None else nbytes
+        if nbytes <= 0 or nbytes % 8:
+            raise ValueError(f"a chunk buffer takes a positive multiple of 8 bytes, not {nbytes}")
+        self.data = bytearray(nbytes)
+        self.view = memoryview(self.data)
+        self._raw = np.frombuffer(self.data, dtype=np.uint8)
+        self._scratch = np.empty(min(nbytes, _SCRATCH), dtype=np.uint8)
+
+    def finite(self, n: int, dtype: str) -> bool:
+        """The first `n` bytes hold no NaN or Inf of `dtype`."""
+        return _finite(self._raw[:n], dtype, self._scratch)
+
+
+def _read_into(path: Path, fd: int, view: memoryview, offset: int) -> None:
+    """Fill `view` from `fd` at `offset`; BadDump when the file ends first or cannot be read."""
+    done = 0
+    while done < len(view):
+        try:
+            n = os.preadv(fd, [view[done:]], offset + done)
+        except OSError as e:
+            raise BadDump(f"{path}: cannot read it: {e.strerror or e}") from None
+        if n <= 0:
+            raise BadDump(f"{path}: ends at byte {offset + done}, before the end its header gives (cut while read?)")
+        done += n
+
+
+class DumpFile:
+    """An open dump whose header and token ids match its request (DumpFolder.open); close it
+    (or use it as a context manager) when done."""
+
+    def __init__(self, path: Path, fd: int, dtype: str, input_ids: bytes, states: list[tuple[str, int, int]]) -> None:
+        self.path, self.fd, self.dtype = path, fd, dtype
+        self.input_ids = input_ids  # the request's token ids as the store holds them (int64 LE)
+        self.states = states  # (name, file offset, bytes) of hidden_state, then aux_hidden_state
+
+    def chunks(self, buf: ChunkBuffer) -> Iterator[memoryview]:
+        """hidden_state's bytes then aux_hidden_state's, read piece by piece into `buf`, each
+        piece checked finite before it is handed out and overwritten by the next: consume
+        each before asking for the next. Raises BadDump (NaN/Inf, a short or failed read)."""
+        for name, start, length in self.states:
+            offset, end = start, start + length
+            while offset < end:
+                view = buf.view[: min(len(buf.view), end - offset)]
+                _read_into(self.path, self.fd, view, offset)
+                if not buf.finite(len(view), self.dtype):
+                    raise BadDump(f"{self.path}: {name} holds NaN or Inf (in its bytes "
+                                  f"{offset - start}..{offset - start + len(view)})")
+                yield view
+                offset += len(view)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> DumpFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_dump(path: Path, fd: int, input_ids: list[int], hidden: int, dtype: str) -> DumpFile:
+    """The header and token ids of the dump open on `fd`, checked against the request: the
+    DumpFile to stream its states from. Raises BadDump naming `path` and what is wrong."""
+    size = os.fstat(fd).st_size
+    if size < 8:
+        raise BadDump(f"{path}: {size} bytes, too short for a safetensors file")
+    prefix = bytearray(8)
+    _read_into(path, fd, memoryview(prefix), 0)
+    n = struct.unpack("<Q", prefix)[0]
+    if n > HEADER_ALLOWANCE:
+        raise BadDump(f"{path}: its safetensors header takes {n} bytes, more than the {HEADER_ALLOWANCE} a dump's "
+                      "may: not a dump written by pipeline.sglang_dump")
+    if 8 + n > size:
+        raise BadDump(f"{path}: truncated: {size} bytes, less than its {n}-byte header needs")
+    raw = bytearray(n)
+    _read_into(path, fd, memoryview(raw), 8)
+    try:
+        meta = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise BadDump(f"{path}: its safetensors header is not a JSON object")
+    t = len(input_ids)
+    code, width = DTYPES[dtype]
+    expect = {"input_ids": ([t], "I64", 8 * t), "hidden_state": ([t, hidden], code, t * hidden * width),
+              "aux_hidden_state": ([t, 3 * hidden], code, 3 * t * hidden * width)}
+    names = set(meta) - {"__metadata__"}
+    if names != set(expect):
+        raise BadDump(f"{path}: holds tensors {sorted(names)}, expected {sorted(expect)}")
+    begins = {}
+    for name, (shape, dt, nbytes) in expect.items():
+        entry = meta[name] if isinstance(meta[name], dict) else {}
+        got_shape, got_dt = entry.get("shape"), entry.get("dtype")
+        if got_shape != shape or got_dt != dt:
+            shown = tuple(got_shape) if isinstance(got_shape, list) else got_shape
+            raise BadDump(f"{path}: {name} is {shown} {got_dt}, expected {tuple(shape)} {dt} "
+                          f"(request of {t} tokens, hidden size {hidden})")
+        offsets = entry.get("data_offsets")
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(type(o) is int for o in offsets) or offsets[1] - offsets[0] != nbytes):
+            raise BadDump(f"{path}: {name} has data_offsets {offsets}, expected [begin, begin + {nbytes}]")
+        begins[name] = offsets[0]
+    end = 0
+    for name in sorted(begins, key=begins.get):
+        if begins[name] != end:
+            raise BadDump(f"{path}: its tensors' data_offsets overlap or leave a gap ({name} begins at byte "
+                          f"{begins[name]} of the data, not {end})")
+        end += expect[name][2]
+    whole = 8 + n + end
+    if size != whole:
+        raise BadDump(f"{path}: truncated: {size} bytes, its header says {whole}" if size < whole else
+                      f"{path}: {size} bytes, {size - whole} more than its header says")
+    ids = bytearray(8 * t)
+    _read_into(path, fd, memoryview(ids), 8 + n + begins["input_ids"])
+    want = struct.pack(f"<{t}q", *input_ids)
+    if ids != want:
+        got, exp = np.frombuffer(ids, "<i8"), np.frombuffer(want, "<i8")
+        first = int(np.flatnonzero(got != exp)[0])
+        raise BadDump(f"{path}: input_ids differ from the request's at position {first} "
+                      f"({int(got[first])} instead of {int(exp[first])})")
+    states = [(name, 8 + n + begins[name], expect[name][2]) for name in STATES]
+    return DumpFile(path, fd, dtype, want, states)
 
 
 def _is_lock(name: str) -> bool:
@@ -84,13 +237,6 @@ def key_index(key: str) -> int | None:
 def dump_bytes(tokens: int, hidden: int, dtype_bytes: int = 2) -> int:
     """Upper bound of one dump file's size: input_ids, hidden_state and aux_hidden_state."""
     return HEADER_ALLOWANCE + tokens * (8 + 4 * hidden * dtype_bytes)
-
-
-@dataclass(frozen=True)
-class Dump:
-    input_ids: torch.Tensor  # [T] int64
-    hidden_state: torch.Tensor  # [T,H]
-    aux_hidden_state: torch.Tensor  # [T,3H]
 
 
 class DumpFolder:
@@ -167,42 +313,13 @@ class DumpFolder:
                     total += size
         return files, total
 
-    def read(self, key: str, input_ids: list[int], hidden: int, dtype: torch.dtype) -> Dump:
-        """The validated dump of `key`; raises BadDump (FileNotFoundError when absent).
-
-        The file is memory-mapped, not copied: its pages go from shared memory straight to the
-        store's write, and deleting the file once it is in the store is safe (the mapping
-        keeps the pages until the tensors are dropped)."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
+    def open(self, key: str, input_ids: list[int], hidden: int, dtype: str) -> DumpFile:
+        """The dump of `key`, its header and token ids checked against the request (check_dump),
+        open for streaming; raises BadDump (FileNotFoundError when absent)."""
         path = self.dump_path(key)
-        if not path.exists():
-            raise FileNotFoundError(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            tensors = load_file(path)
-        except (SafetensorError, ValueError, RuntimeError, OSError) as e:
-            raise BadDump(f"{path}: not a readable safetensors file ({e})") from None
-        want = {"input_ids", "hidden_state", "aux_hidden_state"}
-        if set(tensors) != want:
-            raise BadDump(f"{path}: holds tensors {sorted(tensors)}, expected {sorted(want)}")
-        t = len(input_ids)
-        expect = {
-            "input_ids": ((t,), torch.int64),
-            "hidden_state": ((t, hidden), dtype),
-            "aux_hidden_state": ((t, 3 * hidden), dtype),
-        }
-        for name, (shape, dt) in expect.items():
-            x = tensors[name]
-            if tuple(x.shape) != shape or x.dtype != dt:
-                raise BadDump(f"{path}: {name} is {tuple(x.shape)} {x.dtype}, expected {shape} {dt} "
-                              f"(request of {t} tokens, hidden size {hidden})")
-        ids = tensors["input_ids"]
-        if not torch.equal(ids, torch.tensor(input_ids, dtype=torch.int64)):
-            first = int((ids != torch.tensor(input_ids, dtype=torch.int64)).nonzero()[0, 0])
-            raise BadDump(f"{path}: input_ids differ from the request's at position {first} "
-                          f"({int(ids[first])} instead of {input_ids[first]})")
-        for name in ("hidden_state", "aux_hidden_state"):
-            if not all_finite(tensors[name]):
-                raise BadDump(f"{path}: {name} holds NaN or Inf")
-        return Dump(ids, tensors["hidden_state"], tensors["aux_hidden_state"])
+            return check_dump(path, fd, input_ids, hidden, dtype)
+        except BaseException:
+            os.close(fd)
+            raise

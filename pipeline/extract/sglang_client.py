@@ -9,22 +9,30 @@ dumps.py); the patched server writes `<dump-dir>/<KEY>.safetensors` during prefi
 `--concurrency` requests are in flight, and a request is sent only while the bytes its dump
 will take, plus those of every dump in flight or not yet moved, fit in `--dump-budget` (the
 server's EAGLE3_DUMP_BUDGET): the client holds back before the folder fills rather than
-letting the server refuse. Each dump is validated (dumps.py) by its request thread, then handed
-to one of `--writers` store writer threads (default 4), which writes it into the store through
-the same write_sample, manifest and meta as the HF backend (the loss mask comes from the
-dataset, never from the server); a deleter thread per writer then deletes it. A store made by
-either backend is the same to training. Why separate pools: the store's fsync'ing writes peak
-at a few threads (bench/extract.py) while the requests in flight must keep the server busy; a
-request thread that also wrote would leave the server idle during its write and put as many
-writers on the disk as requests. A dump holds its bytes of the budget until it is deleted, so
-the budget bounds the bytes queued between the pools.
+letting the server refuse. One thread carries each sample through its whole attempt, so the
+retry logic lives in one place: the request and the wait for its dump (at most `--concurrency`
+at a time), the dump's header and token ids checked (dumps.py: a few small preads, nothing
+mapped), then the move into the store under one of `--writers` write slots (default 4): the
+states stream from the dump through the slot's reused buffer of CHUNK_BYTES, each chunk checked
+for NaN/Inf, checksummed and written to the store's temp file while it is in cache (one pass
+over memory, no mmap, no munmap), then fsync, rename and the manifest line, through the same
+store.write_parts, manifest and meta as the HF backend (the loss mask comes from the dataset,
+never from the server). The file and manifest line are byte for byte those write_sample makes
+of the same sample; a store made by either backend is the same to training. Then the thread
+deletes the dump and gives back its bytes of the budget, which therefore bounds the bytes
+waiting for a write slot. There are `--concurrency` + `--writers` such threads, so the requests
+in flight keep the server busy while the store writes: the store's fsync'ing writes peak at a
+few threads (bench/extract.py), far fewer than the requests a server wants in flight.
 
 A failed attempt (HTTP error or timeout, a `.error` file, a dump that does not appear or does
-not validate) is retried up to `--retries` times; a retry that SGLang refuses as a duplicate
-request id (the timed-out attempt still runs there) waits for that attempt's dump instead. `--max-failures` failed attempts in a row
-(no success between them) mean the server is gone or broken: the run stops sending, lets the
-requests in flight end, and exits 4. What is in the manifest stays; rerunning the same
-command with a live server resumes.
+not validate, up front or mid-stream: then its store temp file is removed too) is retried up
+to `--retries` times; a retry that SGLang refuses as a duplicate request id (the timed-out
+attempt still runs there) waits for that attempt's dump instead. `--max-failures` failed
+attempts in a row (no success between them) mean the server is gone or broken: the run stops
+sending, lets the requests in flight end, and exits 4. What is in the manifest stays;
+rerunning the same command with a live server resumes. A signal (or a fatal error) stops the
+run without moving the checked dumps still waiting for a write slot: they stay in the folder
+and the rerun uses them.
 
 Exit codes (those of pipeline.extract, plus one): 0 done, 1 other failure (including samples
 that failed every retry while others succeeded), 2 bad input (or a server serving another
@@ -41,12 +49,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
-import torch
-
 from .dataset import Record
-from .dumps import SERVER_ROOM, BadDump, DumpFolder, dump_bytes, key_index, request_key
+from .dumps import SERVER_ROOM, BadDump, ChunkBuffer, DumpFile, DumpFolder, dump_bytes, key_index, request_key
 from .engine import finalize_or_stop
 from .errors import BadInput, ExtractError, ReserveStop, disk_full, is_disk_full
 from .job import Job
@@ -54,15 +61,11 @@ from .manifest import ManifestWriter
 from .progress import Progress
 from .reserve import format_bytes
 from .sglang_http import ServerError, SGLangServer
-from .store import Sample, write_sample
+from .store import write_parts
 
 DTYPE = "bfloat16"
-TORCH_DTYPE = torch.bfloat16
 SERVER_FAILED_EXIT = 4
 MAX_WRITERS = 64
-QUEUED_DUMPS = 256
-"""Validated dumps waiting for a writer, at most. The budget bounds their bytes; this bounds
-their number (each holds a memory map) when samples are short and the budget large."""
 DUPLICATE = "Duplicate request ID"
 """SGLang's answer to a rid still in flight (managers/tokenizer_manager.py:3835 in 0.5.23)."""
 
@@ -208,8 +211,10 @@ class Extraction:
         self.failed: dict[int, str] = {}
         self.retried = 0
         self._last_metric = self._last_log = 0.0
-        self._written: queue.Queue = queue.Queue(maxsize=QUEUED_DUMPS)  # (rec, key, size, dump) to store
-        self._stored: queue.Queue = queue.Queue()  # (key, size, dump) to delete; the budget bounds it too
+        self._requests = threading.Semaphore(opts.concurrency)  # requests in flight
+        self._slots: queue.Queue[ChunkBuffer] = queue.Queue()  # store write slots, each with its buffer
+        for _ in range(opts.writers):
+            self._slots.put(ChunkBuffer())
 
     def halted(self) -> bool:
         return self.stop.is_set() or self.dead is not None or self.fatal is not None
@@ -243,9 +248,10 @@ class Extraction:
                 raise AttemptFailed("stopped by a signal")
             delay = min(delay * 2, 0.05)
 
-    def _attempt(self, rec: Record, key: str):
+    def _request(self, rec: Record, key: str) -> DumpFile:
+        """The checked dump of `rec`: requested unless an earlier attempt or run left it."""
         deadline = time.monotonic() + self.opts.request_timeout
-        if not self.folder.dump_path(key).exists():  # else a dump left by an earlier attempt or run
+        if not self.folder.dump_path(key).exists():
             self.folder.error_path(key).unlink(missing_ok=True)
             try:
                 self.server.generate(rec.input_ids, key)
@@ -255,43 +261,73 @@ class Extraction:
                 # an earlier attempt (timed out here) still runs on the server: its dump will do
             self._wait_for_dump(key, deadline)
         try:
-            return self.folder.read(key, rec.input_ids, self.hidden, TORCH_DTYPE)
+            return self.folder.open(key, rec.input_ids, self.hidden, DTYPE)
         except BadDump as e:
             raise AttemptFailed(f"rejected dump: {e}") from None
         except FileNotFoundError:
             raise AttemptFailed(f"dump {self.folder.dump_path(key)} vanished before it was read") from None
 
-    def _store(self, rec: Record, dump) -> None:
-        t = len(rec.input_ids)
-        need = self.job.bytes_of(t)
-        self.job.guard.check(need, done=self.progress.tally.done, total=self.job.total)
-        sample = Sample(index=rec.index, id=rec.id, input_ids=dump.input_ids,
-                        loss_mask=torch.tensor(rec.loss_mask, dtype=torch.uint8),
-                        hidden_state=dump.hidden_state.contiguous(),
-                        aux_hidden_state=dump.aux_hidden_state.contiguous())
+    def _attempt(self, rec: Record, key: str) -> bool:
+        """One attempt: request, check, store, delete the dump. False when the run halted
+        first; a dump already checked then stays in the folder for the rerun."""
+        while not self._requests.acquire(timeout=0.1):
+            if self.halted():
+                return False
+        t0 = time.monotonic()
         try:
-            entry = write_sample(self.job.out, sample, self.hidden)
-            self.manifest.add(entry)
-        except OSError as e:
-            if is_disk_full(e):
-                raise disk_full(e, f"writing sample {rec.index}", self.job.out) from None
-            raise ExtractError(f"writing sample {rec.index} to {self.job.out} failed: {e}") from None
+            dump = self._request(rec, key)
+        finally:
+            self._requests.release()
+        self.latency.add(time.monotonic() - t0)
+        with dump:
+            if not self._store(rec, dump):
+                return False
+        self.folder.discard(key)
+        return True
+
+    def _store(self, rec: Record, dump: DumpFile) -> bool:
+        """Stream a checked dump into the store under a write slot; False when a signal or a
+        fatal error came first."""
+        while True:
+            if self.stop.is_set() or self.fatal is not None:
+                return False
+            try:
+                buf = self._slots.get(timeout=0.1)
+                break
+            except queue.Empty:
+                continue
+        try:
+            t = len(rec.input_ids)
+            self.job.guard.check(self.job.bytes_of(t), done=self.progress.tally.done, total=self.job.total)
+            parts = chain((dump.input_ids,), dump.chunks(buf), (bytes(rec.loss_mask),))
+            try:
+                entry = write_parts(self.job.out, rec.index, rec.id, t, self.hidden, DTYPE, parts)
+                self.manifest.add(entry)
+            except BadDump as e:
+                raise AttemptFailed(f"rejected dump: {e}") from None
+            except OSError as e:
+                if is_disk_full(e):
+                    raise disk_full(e, f"writing sample {rec.index}", self.job.out) from None
+                raise ExtractError(f"writing sample {rec.index} to {self.job.out} failed: {e}") from None
+        finally:
+            self._slots.put(buf)
         self.progress.note_written(t, entry["bytes"])
         self.job.guard.note_written(entry["bytes"])
+        return True
 
     def _one(self, rec: Record) -> None:
-        """Request and validate one sample's dump, then queue it for a writer, which releases
-        its budget once the dump is in the store and deleted; every other way out releases it here."""
+        """Carry one sample through its attempts, holding its dump's bytes of the budget until
+        its dump is deleted (or left for the rerun)."""
         key = request_key(rec.index, rec.input_ids)
         size = dump_bytes(len(rec.input_ids), self.hidden)
         if not self.budget.acquire(size, self.halted):
             return
-        queued = False
         try:
             for attempt in range(1, self.opts.retries + 1):
-                t0 = time.monotonic()
                 try:
-                    dump = self._attempt(rec, key)
+                    if self._attempt(rec, key):
+                        self._success()
+                    return
                 except AttemptFailed as e:
                     self.folder.discard(key)
                     if self.stop.is_set():
@@ -309,60 +345,8 @@ class Extraction:
                     self.log(f"extract: sample {rec.index} attempt {attempt} failed, retrying: {e}")
                     if self.stop.wait(min(0.05 * 2 ** attempt, 5.0)) or self.halted():
                         return
-                    continue
-                self.latency.add(time.monotonic() - t0)
-                self._success()
-                self._written.put((rec, key, size, dump))
-                queued = True
-                return
         finally:
-            if not queued:
-                self.budget.release(size)
-
-    def _writer(self) -> None:
-        """Store the queued dumps until the None that ends the run. After a fatal error or a
-        signal the rest are not written: their dumps stay in the folder for the rerun to reuse."""
-        while True:
-            item = self._written.get()
-            if item is None:
-                return
-            rec, key, size, dump = item
-            del item
-            stored = False
-            try:
-                if self.fatal is None and not self.stop.is_set():
-                    self._store(rec, dump)
-                    stored = True
-            except BaseException as e:  # noqa: BLE001 - handed to the main thread
-                with self._lock:
-                    if self.fatal is None:
-                        self.fatal = e
-            finally:
-                if stored:
-                    self._stored.put((key, size, dump))
-                else:
-                    self.budget.release(size)
-            del dump
-
-    def _deleter(self) -> None:
-        """Unmap and delete each stored dump, then give its bytes back to the budget. Apart
-        from the writers because freeing a dump's shared-memory pages costs about a quarter of
-        writing it (67 MB: 15 ms to unmap, 24 ms to unlink on the 2-core dev box), time the
-        writers would not spend writing."""
-        while True:
-            item = self._stored.get()
-            if item is None:
-                return
-            key, size, dump = item
-            del item, dump
-            try:
-                self.folder.discard(key)
-            except BaseException as e:  # noqa: BLE001 - handed to the main thread
-                with self._lock:
-                    if self.fatal is None:
-                        self.fatal = e
-            finally:
-                self.budget.release(size)
+            self.budget.release(size)
 
     def _worker(self, work: queue.Queue) -> None:
         while True:
@@ -400,12 +384,8 @@ class Extraction:
         self.manifest = ManifestWriter(job.out, 0, 1)
         work: queue.Queue = queue.Queue(maxsize=self.opts.concurrency)
         threads = [threading.Thread(target=self._worker, args=(work,), name=f"extract-sglang-{n}", daemon=True)
-                   for n in range(self.opts.concurrency)]
-        writers = [threading.Thread(target=self._writer, name=f"extract-sglang-writer-{n}", daemon=True)
-                   for n in range(self.opts.writers)]
-        deleters = [threading.Thread(target=self._deleter, name=f"extract-sglang-deleter-{n}", daemon=True)
-                    for n in range(self.opts.writers)]
-        for th in threads + writers + deleters:
+                   for n in range(self.opts.concurrency + self.opts.writers)]
+        for th in threads:
             th.start()
         reader = job.dataset.open()
         t0 = time.monotonic()
@@ -434,13 +414,6 @@ class Extraction:
                 while th.is_alive():
                     th.join(0.1)
                     self._tick()
-            for pool, q in ((writers, self._written), (deleters, self._stored)):
-                for _ in pool:
-                    q.put(None)
-                for th in pool:
-                    while th.is_alive():
-                        th.join(0.1)
-                        self._tick()
             try:
                 self.manifest.close()
             except OSError as e:  # a full disk here must not hide the first failure, nor exit 1

@@ -10,8 +10,9 @@ with `<KEY>.error`, and never takes the folder over the budget (`max_occupancy` 
 most the folder held right after each write).
 
 Fault knobs: `die_after` (answer N /generate requests, then drop every connection and stop
-listening), `corrupt` ({sample index: "truncate" | "nan" | "ids"} on that sample's first
-dump), `dump_delay` (the dump lands that many seconds after the answer), `latency` (seconds
+listening), `corrupt` ({sample index: "truncate" | "nan" | "nan-last" | "ids"} on that
+sample's first dump; "nan" is the first value of hidden_state, "nan-last" the last of
+aux_hidden_state), `dump_delay` (the dump lands that many seconds after the answer), `latency` (seconds
 before the prefill), `fast` (the bench: each length's states computed once, written with one
 writev; same layout, budget and rename as the hook, but not its writer).
 
@@ -195,6 +196,9 @@ class StandIn:
         if fault == "nan":
             tensors["hidden_state"] = tensors["hidden_state"].clone()
             tensors["hidden_state"][0, 0] = float("nan")
+        elif fault == "nan-last":
+            tensors["aux_hidden_state"] = tensors["aux_hidden_state"].clone()
+            tensors["aux_hidden_state"][-1, -1] = float("nan")
         elif fault == "ids":
             tensors["input_ids"] = tensors["input_ids"].flip(0).contiguous()
         if fault == "truncate":

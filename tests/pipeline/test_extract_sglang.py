@@ -180,8 +180,11 @@ def test_a_sample_too_big_for_the_dump_budget_is_refused_before_sending(tmp_path
     assert "more than the dump budget" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("fault", ["truncate", "nan", "ids"])
-def test_a_corrupt_dump_is_rejected_and_retried(tmp_path, target, capsys, fault):
+@pytest.mark.parametrize("fault", ["truncate", "nan", "nan-last", "ids"])
+def test_a_corrupt_dump_is_rejected_and_retried(tmp_path, target, capsys, monkeypatch, fault):
+    from pipeline.extract import dumps as dumps_module
+
+    monkeypatch.setattr(dumps_module, "CHUNK_BYTES", 256)  # many chunks per dump: "nan-last" is in the last
     recs = records(8, seed=11)
     data = write_data(tmp_path / "train.jsonl", recs)
     dumps, out = tmp_path / "hs", tmp_path / "store"
@@ -190,7 +193,34 @@ def test_a_corrupt_dump_is_rejected_and_retried(tmp_path, target, capsys, fault)
         key = request_key(3, recs[3]["input_ids"])
         assert server.per_key[key] == 2, "sent again after the bad dump"
     assert_store_is_what_the_server_computed(out, recs)
-    assert "rejected dump" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "rejected dump" in text and "retrying" in text and str(dumps / f"{key}.safetensors") in text
+
+
+def test_a_nan_in_the_last_chunk_fails_the_sample_with_its_file_named_and_no_store_temp_left(
+        tmp_path, target, capsys, monkeypatch):
+    """The NaN is found after most of the sample went into the store's temp file: the temp is
+    removed, the dump deleted, and with --retries 1 the sample is given up on (the store stays
+    incomplete, so nothing else would clean a leftover temp file); a rerun completes."""
+    from pipeline.extract import dumps as dumps_module
+
+    monkeypatch.setattr(dumps_module, "CHUNK_BYTES", 256)
+    recs = records(6, seed=29, length=40)  # aux of 40 x 96 bf16: 30 chunks of 256 bytes
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "hs", tmp_path / "store"
+    with StandIn(target, dumps, corrupt={2: "nan-last"}) as server:
+        assert run(target, data, out, dumps, server.url, "--retries", "1") == 1
+        key = request_key(2, recs[2]["input_ids"])
+        assert server.per_key[key] == 1
+        captured = capsys.readouterr()
+        assert f"{dumps / key}.safetensors: aux_hidden_state holds NaN or Inf" in captured.err
+        assert "1 samples failed 1 attempts each" in captured.err
+        assert sorted(read_manifest(out)) == [0, 1, 3, 4, 5]
+        assert list(out.glob("rows_*/.*")) == [], "no temp file left in the store"
+        assert leftovers(dumps) == [], "the bad dump is deleted"
+        assert run(target, data, out, dumps, server.url) == 0
+        assert server.per_key[key] == 2
+    assert_store_is_what_the_server_computed(out, recs)
 
 
 def test_a_server_that_writes_no_dumps_is_reported_not_waited_on_forever(tmp_path, target, capsys):
