@@ -13,6 +13,8 @@ Store layout (DESIGN.md section 2), as readers (training, checks) see it:
 API for other writers and readers of the store (all but `write_sample` are torch-free):
 - `store.write_sample(out, Sample, hidden) -> dict`: writes one sample atomically and
   returns its manifest line; append it with `manifest.ManifestWriter.add(line)`.
+  `store.write_parts` is the routine under it, for a writer that streams the tensors' bytes
+  (the SGLang client moves a dump through it chunk by chunk); the file and line are the same.
 - `store_lock.StoreLock(out, rank, world_size).acquire()`: one extraction per store;
   raises `StoreInUse` ("store OUT in use by pid N").
 - `pipeline.target_fingerprint.target_fingerprint(model_dir) -> "wfp1:<hex>"`: the

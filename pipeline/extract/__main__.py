@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", type=Path, help="merge stats JSON (its dataset_sha256 is checked against --data)")
     p.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward (default 16384)")
     p.add_argument("--max-len", type=int, default=None, help="truncate samples to this many tokens")
-    p.add_argument("--writers", type=int, default=4, help="writer threads (default 4)")
+    p.add_argument("--writers", type=int, default=4, help="concurrent store writes (default 4): writer threads for the HF backend, "
+                        "write slots for the SGLang client")
     p.add_argument("--queue", type=int, default=4,
                    help="captured batches held in host memory awaiting writes (default 4); "
                         "host memory is about queue x batch-tokens x 4 x hidden x dtype bytes")
