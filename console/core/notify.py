@@ -2,6 +2,14 @@
 run when a phase `ended`, `failed`, `stalled` or was `blocked`. This is how an operator
 wires a chat or mail script.
 
+Who sends what, so that alerts arrive with no console open: the run's launcher sends `ended`
+or `failed` once the run is over (after verification and its `run_ended` record) and watches
+for `stalled` while the phase runs; a console sends `failed` only for a run whose launcher
+died (state lost), and sends `stalled` too when it sees a silence first; `Project.start`
+sends `blocked` (the console's `r` and `eagle3 run` alike). An event of a run is sent once
+across all these processes: `claim` creates a file with O_CREAT|O_EXCL in the run's `claims/`
+folder, and only the process that created it sends.
+
 Each command runs detached (its own session, through this module's small runner), with
 no stdin, bounded by its `timeout`, and its outcome (exit code or timeout, last output
 line) is journaled as `notify` by the runner itself, so the bound and the record hold even
@@ -17,8 +25,9 @@ The command gets, as placeholders in its argv and as environment:
   {config} EAGLE3_CONFIG        the config file
 (`{...}` because `${...}` is the config's own interpolation, done at load time.)
 
-Runner exit codes (`python -m console.core.notify`): 0 the command ran (whatever its exit),
-2 a bad spec in $EAGLE3_NOTIFY_SPEC.
+Runner exit codes (`python -m console.core.notify`): 0 the command runs (whatever its exit;
+the runner goes on in a child of its own, see `_leave_parent`), 2 a bad spec in
+$EAGLE3_NOTIFY_SPEC.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 EVENTS = ("ended", "failed", "stalled", "blocked")
+CLAIMS = "claims"
 DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 3600.0
 MAX_SUMMARY = 500
@@ -62,6 +72,40 @@ def environment(values: dict[str, str]) -> dict[str, str]:
             "EAGLE3_SUMMARY": values["summary"], "EAGLE3_CONFIG": values["config"]}
 
 
+def claims_dir(state_dir: str | os.PathLike[str], phase_id: str, run_id: str) -> Path:
+    """The folder of a run's claims (inside its run directory)."""
+    return Path(state_dir) / "runs" / phase_id / run_id / CLAIMS
+
+
+def claim(state_dir: str | os.PathLike[str], phase_id: str, run_id: str, name: str, note: str = "") -> bool:
+    """True for exactly one caller, of all processes, per (run, `name`): the one whose
+    O_CREAT|O_EXCL creates `claims/<name>` (with `note` as its text). A claim that cannot be
+    written at all (a full disk, a read-only state dir) is granted: an alert sent twice beats
+    one never sent."""
+    folder = claims_dir(state_dir, phase_id, run_id)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    try:
+        if note:
+            os.write(fd, note.encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return True
+
+
+def ended_notice(st: Any) -> tuple[str, str]:
+    """(event, summary) of a run that ended, from its PhaseStatus, worded alike by every sender."""
+    event = "failed" if st.state == "failed" else "ended"
+    return event, f"{st.phase.id} {st.state}" + (f": {st.reason}" if st.reason else "")
+
+
 class Notifier:
     """Fires the matching `notify:` commands of a config. Never raises."""
 
@@ -77,12 +121,14 @@ class Notifier:
             return out
         return out + [s for s in getattr(phase, "notify", ()) if event in s.on]
 
-    def fire(self, event: str, phase_id: str, state: str, run_id: str | None, summary: str) -> int:
+    def fire(self, event: str, phase_id: str, state: str, run_id: str | None, summary: str,
+             claimed: bool = False) -> int:
         """Starts every matching command; how many were started. An event of a run is sent
-        once, whichever console sees it first: a `notify_sent` record claims it (a terminal
-        console and a browser tab watching the same phases do not both send it)."""
+        once, whichever process (its launcher, a terminal console, a browser tab) fires it
+        first: it `claim`s the event and journals `notify_sent`. `claimed`: the caller holds
+        a claim already (a StallWatch, for the silence it journaled)."""
         specs = self.specs(phase_id, event)
-        if not specs or (run_id and not self._claim(event, phase_id, run_id)):
+        if not specs or (run_id and not claimed and not self._claim(event, phase_id, run_id)):
             return 0
         started = 0
         values = placeholders(event, phase_id, state, run_id or "", summary, str(self.config.path))
@@ -103,12 +149,11 @@ class Notifier:
         return started
 
     def _claim(self, event: str, phase_id: str, run_id: str) -> bool:
+        if not claim(self.config.state_dir, phase_id, run_id, event):
+            return False
         try:
-            for rec in self.journal.read(phase=phase_id, limit=200, events={"notify_sent"}):
-                if rec.get("run_id") == run_id and rec.get("on") == event:
-                    return False
             self.journal.append("notify_sent", phase=phase_id, run_id=run_id, on=event)
-        except Exception:  # noqa: BLE001 - an unreadable journal must not silence an alert
+        except Exception:  # noqa: BLE001 - an unwritable journal must not silence an alert
             pass
         return True
 
@@ -151,6 +196,14 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _leave_parent() -> None:
+    """Go on in a child of our own and let this process exit: the runner is then nobody's
+    descendant, so stopping a phase (which ends every descendant of its launcher) never cuts
+    off a notification that launcher sent a moment before."""
+    if os.fork() > 0:
+        os._exit(0)
+
+
 def main() -> int:
     try:
         payload = json.loads(os.environ[SPEC_ENV])
@@ -160,6 +213,7 @@ def main() -> int:
     except (KeyError, ValueError, TypeError) as exc:
         print(f"eagle3 notify: ${SPEC_ENV} is not a notifier spec ({exc})", file=sys.stderr)
         return 2
+    _leave_parent()
     result = _run(payload)
     from console.core.config.secrets import Redactor
     from console.core.journal import Journal

@@ -2,24 +2,29 @@
 for `stall_after` seconds. A hung NCCL collective or a wedged server prints nothing and
 exits nothing; without this an operator finds it hours late.
 
-`StallWatch.update(snapshot)` returns the phases that just went silent (once per silence)
-and journals each as `stalled`; when the phase speaks again it journals `stall_cleared`,
-and a later silence alerts again. A task phase gets `DEFAULT_STALL_AFTER` unless its config
-says otherwise; a service is quiet while idle, so it is watched only when `stall_after` is
-set on it. `stall_after: 0` (or `off`) turns the watch off for a phase.
+`StallWatch.update(snapshot)` journals each silence once as `stalled` and sends its `stalled`
+notification, whichever process (the run's launcher, a console) sees it first; when the phase
+speaks again it journals `stall_cleared`, and a later silence alerts again. A task phase gets
+`DEFAULT_STALL_AFTER` unless its config says otherwise; a service is quiet while idle, so it is
+watched only when `stall_after` is set on it. `stall_after: 0` (or `off`) turns the watch off
+for a phase.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from console.core.durations import MAX_DURATION, format_duration, parse_duration
+from console.core.notify import claim, claims_dir
 
 __all__ = ["DEFAULT_STALL_AFTER", "MAX_DURATION", "StallAlert", "StallWatch", "parse_duration", "silence",
            "stall_after"]
 
 DEFAULT_STALL_AFTER = 600.0  # 10 minutes: extraction reports every 2 s, training every step
+SAME_LIFE = 0.01  # seconds: two looks at one silence agree on its last sign of life to within this
 
 
 def stall_after(phase: Any) -> float:
@@ -51,64 +56,97 @@ class StallAlert:
 
 
 class StallWatch:
-    """Remembers which runs were alerted, so each silence alerts once."""
+    """Journals each silence once as `stalled`, and sends its `stalled` notification once,
+    whichever process sees it first: the run's launcher watches its own run, and any number
+    of consoles watch too. The run's `claims/` folder holds the silences: `stalled.<n>` (its
+    text: the time of the last sign of life before it) and `stall_cleared.<n>` once the run
+    spoke after it. Each process also remembers the silences it handled, so one that cannot
+    write claims alerts at most once a silence."""
 
-    def __init__(self, journal: Any | None = None) -> None:
+    def __init__(self, journal: Any, notifier: Any | None = None) -> None:
         self.journal = journal
-        self._alerted: set[tuple[str, str]] = set()
+        self.notifier = notifier
+        self._handled: dict[tuple[str, str], float] = {}  # (phase, run) -> its silence's last sign of life
 
-    def update(self, phases: Any) -> list[StallAlert]:
+    def update(self, phases: Any, now: float | None = None) -> list[StallAlert]:
         """`phases`: items with `.status` (PhaseStatus), `.stalled`, `.silent_s`, `.stall_after`
-        (the snapshot's PhaseView). New alerts, journaled."""
+        (the snapshot's PhaseView); `now`: the time their `silent_s` was measured at (the
+        snapshot's `t`). The silences this call claimed: journaled and sent."""
+        now = time.time() if now is None else now
         out: list[StallAlert] = []
-        live: set[tuple[str, str]] = set()
         for pv in phases:
             st = pv.status
-            if st.run is None:
+            if st.run is None or st.state != "running" or pv.silent_s is None:
                 continue
-            key = (st.phase.id, st.run.run_id)
-            if pv.stalled:
-                live.add(key)
-                if key not in self._alerted and not self._journaled(key):
-                    self._alerted.add(key)
-                    alert = StallAlert(st.phase.id, st.run.run_id, pv.silent_s or 0.0, pv.stall_after)
-                    out.append(alert)
-                    self._append("stalled", alert)
-                else:
-                    self._alerted.add(key)
-        for key in list(self._alerted):
-            if key not in live:
-                self._alerted.discard(key)
-                running = any(pv.status.phase.id == key[0] and pv.status.run is not None
-                              and pv.status.run.run_id == key[1] and pv.status.state == "running"
-                              for pv in phases)
-                if running and self.journal is not None:
-                    self.journal.append("stall_cleared", phase=key[0], run_id=key[1])
+            alert = self._look(pv, st.phase.id, st.run.run_id, now - pv.silent_s)
+            if alert is not None:
+                out.append(alert)
         return out
 
-    def _journaled(self, key: tuple[str, str]) -> bool:
-        """Another console (or an earlier one) already journaled this silence."""
-        if self.journal is None:
-            return False
-        try:
-            recent = self.journal.read(phase=key[0], limit=20)
-        except Exception:  # noqa: BLE001 - an unreadable journal must not hide a stall
-            return False
-        for rec in reversed(recent):
-            if rec.get("run_id") != key[1]:
-                continue
-            if rec.get("event") == "stall_cleared":
-                return False
-            if rec.get("event") == "stalled":
-                return True
-        return False
+    def _look(self, pv: Any, phase_id: str, run_id: str, life: float) -> StallAlert | None:
+        """`life`: when the run last showed a sign of life."""
+        state = _Silences(self._state_dir(), phase_id, run_id)
+        if state.declared is not None and life > state.declared + SAME_LIFE:
+            if state.claim_clear():  # it spoke after the silence on record
+                self._record("stall_cleared", phase=phase_id, run_id=run_id)
+            state.next()
+        key = (phase_id, run_id)
+        if not pv.stalled or state.claimed or life <= self._handled.get(key, float("-inf")) + SAME_LIFE:
+            return None
+        if state.previous is not None and life <= state.previous + SAME_LIFE:
+            return None  # a stale look at a silence already cleared
+        self._handled[key] = life
+        if not state.claim(life):
+            return None
+        alert = StallAlert(phase_id, run_id, pv.silent_s or 0.0, pv.stall_after)
+        self._record("stalled", phase=phase_id, run_id=run_id, silent_s=round(alert.silent_s, 1),
+                     stall_after=alert.stall_after, message=alert.summary)
+        if self.notifier is not None:
+            self.notifier.fire("stalled", phase_id, "running", run_id, alert.summary, claimed=True)
+        return alert
 
-    def _append(self, event: str, alert: StallAlert) -> None:
+    def _state_dir(self) -> Any:
+        return getattr(self.journal, "state_dir", None)
+
+    def _record(self, event: str, **fields: Any) -> None:
         if self.journal is None:
             return
         try:
-            self.journal.append(event, phase=alert.phase_id, run_id=alert.run_id,
-                                silent_s=round(alert.silent_s, 1), stall_after=alert.stall_after,
-                                message=alert.summary)
-        except Exception:  # noqa: BLE001 - the alert still shows when the journal cannot take it
+            self.journal.append(event, **fields)
+        except Exception:  # noqa: BLE001 - the alert still goes out when the journal cannot take it
             pass
+
+
+class _Silences:
+    """One run's silences on disk, as they stand at one look."""
+
+    def __init__(self, state_dir: Any, phase_id: str, run_id: str) -> None:
+        self.where = (state_dir, phase_id, run_id)
+        try:
+            self.names = set(os.listdir(claims_dir(*self.where))) if state_dir is not None else set()
+        except OSError:
+            self.names = set()
+        self.n = 0
+        while f"stall_cleared.{self.n}" in self.names:
+            self.n += 1
+        self.previous = self._life(self.n - 1) if self.n else None
+        self.claimed = f"stalled.{self.n}" in self.names
+        self.declared = self._life(self.n) if self.claimed else None
+
+    def _life(self, n: int) -> float | None:
+        try:
+            return float((claims_dir(*self.where) / f"stalled.{n}").read_text())
+        except (OSError, ValueError):
+            return None  # being written: the next look reads it
+
+    def claim(self, life: float) -> bool:
+        if self.where[0] is None:
+            return True
+        return claim(*self.where, f"stalled.{self.n}", note=repr(life))
+
+    def claim_clear(self) -> bool:
+        return self.where[0] is None or claim(*self.where, f"stall_cleared.{self.n}")
+
+    def next(self) -> None:
+        self.previous, self.declared, self.claimed = self.declared, None, False
+        self.n += 1

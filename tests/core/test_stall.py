@@ -35,19 +35,20 @@ def test_silence_counts_from_the_latest_sign_of_life() -> None:
     assert silence(100.0, None, None, None) is None
 
 
-def _view(stalled: bool, run_id: str = "r1", state: str = "running") -> SimpleNamespace:
+def _view(stalled: bool, run_id: str = "r1", state: str = "running", silent_s: float = 700.0) -> SimpleNamespace:
     st = SimpleNamespace(phase=SimpleNamespace(id="extract"), run=SimpleNamespace(run_id=run_id), state=state)
-    return SimpleNamespace(status=st, stalled=stalled, silent_s=700.0, stall_after=600.0)
+    return SimpleNamespace(status=st, stalled=stalled, silent_s=silent_s, stall_after=600.0)
 
 
 def test_one_alert_per_silence_journaled_and_again_after_it_speaks(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     watch = StallWatch(journal)
-    assert [a.phase_id for a in watch.update([_view(True)])] == ["extract"]
-    assert watch.update([_view(True)]) == []  # still silent: no second alert
-    assert StallWatch(journal).update([_view(True)]) == []  # another console: already journaled
-    assert watch.update([_view(False)]) == []  # it spoke
-    assert len(watch.update([_view(True)])) == 1  # silent again: alerted again
+    assert [a.phase_id for a in watch.update([_view(True)], now=1000.0)] == ["extract"]
+    assert watch.update([_view(True, silent_s=701.0)], now=1001.0) == []  # still silent: no second alert
+    assert StallWatch(journal).update([_view(True, silent_s=702.0)], now=1002.0) == []  # another console
+    assert watch.update([_view(False, silent_s=5.0)], now=1010.0) == []  # it spoke
+    assert StallWatch(journal).update([_view(True, silent_s=702.0)], now=1002.0) == []  # a look from before
+    assert len(watch.update([_view(True, silent_s=610.0)], now=1615.0)) == 1  # silent again: alerted again
     events = [r["event"] for r in journal.read(phase="extract")]
     assert events == ["stalled", "stall_cleared", "stalled"]
     assert "no progress event and no log line" in journal.read(events={"stalled"})[0]["message"]
