@@ -21,6 +21,7 @@ from console.core.config.model import Config, Phase
 from console.core.errors import Eagle3Error, PhaseError
 from console.core.interpreter import locate, missing_message, path_with_interpreter
 from console.core.journal import Journal
+from console.core.notify import Notifier
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
 from console.core.sizes import format_bytes
@@ -247,6 +248,8 @@ class Project:
         results = self.check(phase.id, overrides=overrides, journal=False)
         self._journal_checks(phase, results, create=True)
         if any(r.blocking for r in results):
+            bad = ", ".join(r.name for r in results if r.blocking)
+            Notifier(self.config, self.journal).fire("blocked", phase.id, "blocked", None, f"{phase.id} blocked: {bad}")
             raise Blocked(phase, results)
         for r in results:
             if r.overridden:

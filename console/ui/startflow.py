@@ -82,15 +82,11 @@ class StartFlow:
                                group="start", exit_on_error=False, name=f"start:{phase_id}")
 
     def _start(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
-        from console.core.project import Blocked
-
+        """(A blocked start sends its `blocked` notification in `Project.start` itself.)"""
         try:
             result: Any = self.project.start(phase_id, overrides=overrides or None, confirmed=confirmed)
         except Exception as exc:  # noqa: BLE001 - every outcome is handled on the UI loop
             result = exc
-        if isinstance(result, Blocked):
-            bad = ", ".join(r.name for r in result.results if r.blocking)
-            self.screen.notifier.fire("blocked", phase_id, "blocked", None, f"{phase_id} blocked: {bad}")
         self.screen.post_message(StartOutcome(phase_id, result, overrides, confirmed))
 
     def outcome(self, msg: StartOutcome) -> None:

@@ -3,8 +3,10 @@
 It lives in its own session, started by `manager.start_run`, so that a phase outlives the
 console or CLI that started it (and the SSH session around them). It holds the phase lock
 it inherited, writes `pid` before the phase starts, runs the phase with its output in
-`output.log`, writes `exit` atomically, and then verifies, records provenance and journals
-the end: a run is finished properly whether or not anyone is watching.
+`output.log`, writes `exit` atomically, and then verifies, records provenance, journals
+the end and sends the config's `ended`/`failed` notifications: a run is finished properly
+whether or not anyone is watching. While the phase runs, a thread watches it for a stall
+(`stall_after`), journals it and sends `stalled`, as an open console would.
 
 Everything it has to say goes to its stderr, which the spawner pointed at `output.log`.
 """
@@ -16,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -128,6 +131,86 @@ def finish(rd: RunDir, argv: dict[str, Any], stopping: Callable[[], bool] = lamb
     return outcome
 
 
+STALL_POLL = (0.25, 5.0)  # seconds between looks for a stall: a quarter of stall_after, within these
+STALL_JOIN_S = 2.0  # how long the end of a run waits for the stall watch's last look
+
+
+class _OneRun:
+    """What a SnapshotBuilder reads of a project, for the one run a launcher owns."""
+
+    def __init__(self, status: Any) -> None:
+        self.status = status
+
+    def statuses(self, checks: Any = None) -> list[Any]:
+        return [self.status]
+
+
+def watch_stalls(rd: RunDir, argv: dict[str, Any], started: float, done: threading.Event) -> None:
+    """Until `done`: look at the run as a console's snapshot does, and let a StallWatch
+    journal and send each silence longer than the phase's `stall_after` (once, with any
+    console that watches too). Never raises: its first error is logged and ends the watch."""
+    redactor = _redactor(argv)
+    try:
+        from console.core.journal import Journal
+        from console.core.notify import Notifier
+        from console.core.snapshot import SnapshotBuilder
+        from console.core.stall import StallWatch, stall_after
+        from console.core.state import PhaseStatus
+
+        config, phase = load_phase_config(redactor.restore(argv))
+        after = stall_after(phase)
+        if not after:
+            return
+        journal = Journal(rd.state_dir, redactor)
+        watch = StallWatch(journal, Notifier(config, journal))
+        builder = SnapshotBuilder(_OneRun(PhaseStatus(phase=phase, state="running", run=rd, started_at=started)))
+        every = min(STALL_POLL[1], max(STALL_POLL[0], after / 4))
+        while not done.wait(every):
+            snap = builder.build()
+            watch.update(snap.phases, now=snap.t)
+    except Exception as e:  # noqa: BLE001 - the watch is advisory; the run goes on without it
+        log(redactor.text(f"stall watch ended: {type(e).__name__}: {e}"))
+
+
+class _Ended(RunDir):
+    """The run as everyone reads it once its launcher has exited."""
+
+    def read_pid(self) -> PidInfo | None:
+        return None
+
+
+def final_status(rd: RunDir, config: Any, phase: Any) -> Any:
+    """The PhaseStatus a console derives for this ended run (state done/failed/stopped and
+    its reason), by the core's own derivation."""
+    from dataclasses import replace
+
+    from console.core.runs.manager import run_status
+    from console.core.state import derive_states
+
+    rs = run_status(_Ended(rd.path))
+    return derive_states(replace(config, phases=(phase,)), lambda _id: (rd, rs),
+                         lambda _phase: None, lambda _id: None)[0]
+
+
+def notify_end(rd: RunDir, argv: dict[str, Any]) -> None:
+    """Sends `ended` or `failed` for the run that just ended (once, whoever else sees it).
+    A config that no longer loads or a notifier that fails costs the notification only."""
+    redactor = _redactor(argv)
+    try:
+        from console.core.journal import Journal
+        from console.core.notify import Notifier, ended_notice
+
+        config, phase = load_phase_config(redactor.restore(argv))
+        notifier = Notifier(config, Journal(rd.state_dir, redactor))
+        if not (notifier.specs(rd.phase_id, "ended") or notifier.specs(rd.phase_id, "failed")):
+            return
+        st = final_status(rd, config, phase)
+        event, summary = ended_notice(st)
+        notifier.fire(event, rd.phase_id, st.state, rd.run_id, redactor.text(summary))
+    except Exception as e:  # noqa: BLE001 - the run is over and on record whatever happens here
+        log(redactor.text(f"notifications not sent: {type(e).__name__}: {e}"))
+
+
 def _child_env(rd: RunDir, additions: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in additions.items()})
@@ -205,6 +288,7 @@ class Launcher:
         _journal(rd, "run_ended", _redactor(argv), phase=phase_id, run_id=rd.run_id, code=code, signal=sig,
                  stopped=stopped, duration_s=round(ended - started, 3), verify=outcome,
                  **({"error": error} if error else {}))
+        notify_end(rd, argv)
         return 0
 
     def _run_child(self, argv: dict[str, Any], mine: float | None,
@@ -235,7 +319,20 @@ class Launcher:
             log(f"could not record the phase pid {child.pid} in {rd.pid_file}: {e}")
         if self.stop_requested:
             self._forward(signal.SIGTERM)
-        rc = child.wait()
+        watching = threading.Event()
+        try:
+            watch: threading.Thread | None = threading.Thread(
+                target=watch_stalls, args=(rd, argv, started, watching), name="stall-watch", daemon=True)
+            watch.start()
+        except RuntimeError as e:  # no thread to be had: the run goes on unwatched
+            log(f"stall watch not started: {e}")
+            watch = None
+        try:
+            rc = child.wait()
+        finally:
+            watching.set()
+            if watch is not None:
+                watch.join(STALL_JOIN_S)
         return (rc, None, None) if rc >= 0 else (None, -rc, None)
 
 
@@ -263,6 +360,9 @@ def main(args: list[str] | None = None) -> int:
                                        stopped=launcher.stopping(), error=f"launcher error: {e}"))
             except OSError as e2:
                 log(f"could not write {rd.exit_file}: {e2}")
+        argv = rd.read_argv()
+        if argv is not None and rd.read_exit() is not None:
+            notify_end(rd, argv)
         return 1
 
 

@@ -26,7 +26,8 @@ from textual.widgets import Footer, OptionList, Static
 from console.core.checks.result import CheckResult
 from console.core.errors import Eagle3Error
 from console.core.livestats import LiveSnapshot
-from console.core.notify import Notifier
+from console.core.notify import Notifier, ended_notice
+from console.core.runs.manager import run_status
 from console.core.snapshot import Snapshot, SnapshotBuilder
 from console.core.stall import StallAlert, StallWatch
 from console.core.telemetry.history import DiskForecast
@@ -139,8 +140,8 @@ class MainScreen(Screen[None]):
         self.clock = clock
         self.iv = intervals or Intervals()
         self.builder = SnapshotBuilder(project, clock=clock)
-        self.stall_watch = StallWatch(project.journal)
         self.notifier = Notifier(project.config, project.journal)
+        self.stall_watch = StallWatch(project.journal, self.notifier)
         self.flow = StartFlow(self)
         self.snapshot: Snapshot | None = None
         self.snapshots_handled = 0
@@ -156,6 +157,7 @@ class MainScreen(Screen[None]):
         self.alerts: list[StallAlert] = []
         self._sessions: dict[int, str] = {}
         self._prev_states: dict[str, str] | None = None
+        self._prev_stalled: set[str] = set()
         self._journal_visible = False
         self._forecast = DiskForecast()
         self._header_plain = ""
@@ -222,8 +224,11 @@ class MainScreen(Screen[None]):
     # -- reads (poller threads: data in, data out, no DOM) ----------------------------------
     def _read_snapshot(self) -> SnapshotUpdated:
         snap = self.builder.build(checks=self.checks)
-        alerts = self.stall_watch.update(snap.phases)
+        # Journals and sends each silence once, whether this console or the run's launcher
+        # (or another console) sees it first; what this console shows is its own (below).
+        self.stall_watch.update(snap.phases, now=snap.t)
         ended: list[Any] = []
+        alerts: list[StallAlert] = []
         attach: dict[str, list[CheckResult]] = {}
         if self._prev_states is None:
             for pv in snap.phases:
@@ -235,13 +240,15 @@ class MainScreen(Screen[None]):
             for pv in snap.phases:
                 if self._prev_states.get(pv.id) in LIVE and pv.status.state not in LIVE:
                     ended.append(pv.status)
+                if pv.stalled and pv.id not in self._prev_stalled and pv.status.run is not None:
+                    alerts.append(StallAlert(pv.id, pv.status.run.run_id, pv.silent_s or 0.0, pv.stall_after))
         self._prev_states = {pv.id: pv.status.state for pv in snap.phases}
+        self._prev_stalled = {pv.id for pv in snap.phases if pv.stalled}
         for st in ended:
-            event = "failed" if st.state == "failed" else "ended"
-            self.notifier.fire(event, st.phase.id, st.state, st.run.run_id if st.run else None,
-                               f"{st.phase.id} {st.state}" + (f": {st.reason}" if st.reason else ""))
-        for a in alerts:
-            self.notifier.fire("stalled", a.phase_id, "running", a.run_id, a.summary)
+            # A run's launcher sends its end; one that died (lost) cannot, so the console does.
+            if st.run is not None and run_status(st.run).state == "lost":
+                event, summary = ended_notice(st)
+                self.notifier.fire(event, st.phase.id, st.state, st.run.run_id, summary)
         return SnapshotUpdated(snap, ended, alerts, attach)
 
     def _read_gpu(self) -> GpuUpdated:
