@@ -37,7 +37,7 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.events import EventWriter
-from pipeline.extract.dumps import ChunkBuffer, DumpFolder, request_key
+from pipeline.extract.dumps import ChunkBuffer, DumpFolder, dump_bytes, request_key
 from pipeline.extract.job import ExtractOptions, prepare
 from pipeline.extract.layout import sample_bytes
 from pipeline.extract.meta import TargetInfo
@@ -125,6 +125,35 @@ def dump_path_only(server: SGLangServer, folder: DumpFolder, data: Path, n: int,
     with ThreadPoolExecutor(concurrency) as pool:
         tokens = sum(pool.map(one, range(n)))
     return tokens / (time.perf_counter() - t)
+
+
+def client_alone(server: SGLangServer, folder: DumpFolder, target: Path, out: Path, data: Path, budget: int,
+                 opts: SGLangOptions, args: argparse.Namespace):
+    """The client's own move rate: as many samples as the budget holds are requested and
+    their dumps waited for first; then a fresh extraction finds every dump already there (the
+    path a resumed run takes) and only checks, streams and deletes. The stand-in is idle
+    meanwhile, so on a machine of few cores this shows what the client does with them."""
+    m = max(1, min(args.samples, int(budget * 0.9) // dump_bytes(args.seq, args.hidden)))
+    lines = data.read_text().splitlines()[:m]
+    sub = out / "data-ahead.jsonl"
+    sub.write_text("\n".join(lines) + "\n")
+
+    def one(i: int) -> None:
+        ids = json.loads(lines[i])["input_ids"]
+        key = request_key(i, ids)
+        server.generate(ids, key)
+        while not folder.dump_path(key).exists():
+            time.sleep(0.001)  # wait-ok: polling for the stand-in's dump
+
+    with ThreadPoolExecutor(args.concurrency) as pool:
+        list(pool.map(one, range(m)))
+    job = prepare(ExtractOptions(data=sub, out=out / "store-ahead", reserve=0), TargetInfo.from_dir(target),
+                  "bfloat16", Shard(0, 1))
+    try:
+        return Extraction(job, opts, server, EventWriter(None), log=lambda s: None).run(plan(job, opts))
+    finally:
+        if job.lock is not None:
+            job.lock.release()
 
 
 def main() -> None:
@@ -219,6 +248,11 @@ def main() -> None:
             f"end is {e2e / min(bound, rate):.3f} x of it; if the two share one resource (cores, memory bandwidth: "
             f"the stand-in runs on the same machine) the bound is {both:,.0f} tokens/s and end to end is "
             f"{e2e / both:.3f} x of that")
+        ahead = client_alone(server, folder, target, out, data, budget, opts, args)
+        log(f"[4] the client alone, every dump written before it starts (a server running ahead of it, as the "
+            f"stand-in wrote them as fast as it can): {ahead.samples} samples, {ahead.bytes / 1e9:.2f} GB into the "
+            f"store in {ahead.seconds:.2f} s: {ahead.tokens / ahead.seconds:,.0f} tokens/s, "
+            f"{ahead.tokens / ahead.seconds / bound:.3f} x the store's write bound; complete: {ahead.complete}")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
