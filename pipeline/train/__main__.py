@@ -15,6 +15,7 @@ writing a checkpoint (rerun with --resume), 1 anything else.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -72,14 +73,25 @@ def _is_bad_input(e: Exception) -> bool:
     return isinstance(e, (DrafterConfigError, TargetWeightsError, StoreInput))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    stop = threading.Event()
+def stop_handler(stop: threading.Event):  # noqa: ANN201 - a signal handler
+    """SIGTERM/SIGINT: checkpoint and stop. A DataLoader worker forked before its
+    worker_init_fn ignores these inherits this handler: there it stays silent, so the
+    operator reads the message once, from the process that checkpoints."""
+    main_pid = os.getpid()
 
     def on_signal(signum: int, _frame: object) -> None:
+        if os.getpid() != main_pid:
+            return
         print(f"train: {signal.Signals(signum).name} received; checkpointing and stopping", flush=True)
         stop.set()
 
+    return on_signal
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stop = threading.Event()
+    on_signal = stop_handler(stop)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:

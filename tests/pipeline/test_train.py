@@ -199,3 +199,28 @@ def test_fused_soft_cross_entropy_has_the_value_and_gradient_of_log_softmax():
     (ga,) = torch.autograd.grad((ours * g).sum(), z)
     (gb,) = torch.autograd.grad((plain * g).sum(), z)
     assert torch.allclose(ga, gb)
+
+
+def _signal_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_loader_worker_signalled_before_its_init_stays_silent(capfd):
+    """A DataLoader worker forked before its worker_init_fn inherits the trainer's handler:
+    a stop in that window must not print a second "checkpointing and stopping" line."""
+    import multiprocessing
+    import threading
+
+    from pipeline.train.__main__ import stop_handler
+
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, stop_handler(stop))
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_signal_self)
+        child.start()
+        child.join(timeout=60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert child.exitcode == 0
+    assert "checkpointing and stopping" not in capfd.readouterr().out
+    assert not stop.is_set()
