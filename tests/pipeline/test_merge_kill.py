@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from forked_signal import exit_code_of_forked_child_signalled_under
+
 from pipeline.chat_template import CHAT_TEMPLATE
 from pipeline.demo_datasets import generate, write_jsonl
 from pipeline.merge import main as merge_main
@@ -84,26 +86,12 @@ def test_sigterm_stops_a_merge_and_it_removes_its_own_temporary_files(workload, 
     assert not out.exists()
 
 
-def _terminate_self_before_init() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(30)  # wait-ok: the SIGTERM above ends this process first
-
-
 @pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork")
 def test_a_worker_terminated_before_its_initializer_ends_quietly(capfd, monkeypatch):
     """A forked worker still carries the parent's SIGTERM handler until init_worker runs:
     a stop in that window must not print a multiprocessing traceback to the operator."""
-    import multiprocessing
-
     import pipeline.merge as merge
 
     monkeypatch.setattr(merge, "_MAIN_PID", os.getpid())
-    previous = signal.signal(signal.SIGTERM, merge._on_sigterm)
-    try:
-        child = multiprocessing.get_context("fork").Process(target=_terminate_self_before_init)
-        child.start()
-        child.join(timeout=60)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert child.exitcode == 143
+    assert exit_code_of_forked_child_signalled_under(merge._on_sigterm) == 143
     assert capfd.readouterr().err == ""

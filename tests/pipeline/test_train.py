@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from forked_signal import exit_code_of_forked_child_signalled_under
+
 from pipeline.events import iter_events
 
 TRAIN_OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "1", "--workers", "1"]
@@ -201,26 +203,14 @@ def test_fused_soft_cross_entropy_has_the_value_and_gradient_of_log_softmax():
     assert torch.allclose(ga, gb)
 
 
-def _signal_self() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 def test_a_loader_worker_signalled_before_its_init_stays_silent(capfd):
     """A DataLoader worker forked before its worker_init_fn inherits the trainer's handler:
     a stop in that window must not print a second "checkpointing and stopping" line."""
-    import multiprocessing
     import threading
 
     from pipeline.train.__main__ import stop_handler
 
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, stop_handler(stop))
-    try:
-        child = multiprocessing.get_context("fork").Process(target=_signal_self)
-        child.start()
-        child.join(timeout=60)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert child.exitcode == 0
+    assert exit_code_of_forked_child_signalled_under(stop_handler(stop)) == 0
     assert "checkpointing and stopping" not in capfd.readouterr().out
     assert not stop.is_set()
