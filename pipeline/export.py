@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pipeline.atomicfile import swap_folder_in
 from pipeline.events import EventWriter, fsync_dir
+from pipeline.program_edge import run_program
 
 PROG = "python -m pipeline.export"
 CONFIG_FILE = "config.json"
@@ -327,34 +328,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run(args: argparse.Namespace) -> int:
+    if args.verify is not None:
+        problems = verify_folder(args.verify, args.target)
+        for line in problems:
+            print(f"export: {line}", file=sys.stderr)
+        if not problems:
+            print(f"export: {args.verify} is complete: {len(required_keys())} weights, config for SGLang")
+        return 1 if problems else 0
+    missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(args, n) is None]
+    if missing:
+        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
+    with EventWriter.from_env() as events:
+        info = export(args.checkpoint, args.target, args.out, DTYPES[args.dtype], events)
+    print(f"export: {info['checkpoint']} -> {info['out']}: {info['keys']} weights, {info['bytes']} bytes, "
+          f"draft vocab {info['draft_vocab_size']}, aux layer ids {info['eagle_aux_hidden_state_layer_ids']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.verify is not None:
-            problems = verify_folder(args.verify, args.target)
-            for line in problems:
-                print(f"export: {line}", file=sys.stderr)
-            if not problems:
-                print(f"export: {args.verify} is complete: {len(required_keys())} weights, config for SGLang")
-            return 1 if problems else 0
-        missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(args, n) is None]
-        if missing:
-            raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
-        with EventWriter.from_env() as events:
-            info = export(args.checkpoint, args.target, args.out, DTYPES[args.dtype], events)
-        print(f"export: {info['checkpoint']} -> {info['out']}: {info['keys']} weights, {info['bytes']} bytes, "
-              f"draft vocab {info['draft_vocab_size']}, aux layer ids {info['eagle_aux_hidden_state_layer_ids']}")
-        return 0
-    except ExportError as e:
-        print(f"export: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("export: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
-        print(f"export: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-
+    return run_program("export", lambda: _run(args), ExportError)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from pipeline.atomicfile import write_json_atomic
 from pipeline.events import EventWriter
+from pipeline.program_edge import run_program
 
 from .errors import BadInput, EvalError, Mismatch
 
@@ -186,7 +187,8 @@ def run_server(args: argparse.Namespace, events: EventWriter) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     started = time.monotonic()
-    try:
+
+    def body() -> int:
         _check_args(args)
         with EventWriter.from_env() as events:
             report = run_server(args, events) if args.server else run_local(args, events)
@@ -197,16 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                 events.artifact(str(args.report), bytes=args.report.stat().st_size)
                 print(f"evaluate: report -> {args.report}")
         return 0
-    except EvalError as e:
-        print(f"evaluate: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("evaluate: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
-        print(f"evaluate: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
 
+    return run_program("evaluate", body, EvalError)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..checksum import ALGO, file_checksum
 from ..target_fingerprint import FingerprintError, target_fingerprint
 from .errors import BadInput
-from .manifest import manifest_files, parse_entries
+from .manifest import manifest_in_order
 from .meta import FORMAT, read_meta
 
 CHECKSUM_MODES = ("all", "sample", "none")
@@ -43,21 +43,6 @@ def expected_samples(meta: dict) -> int | None:
         return None
     limit = meta.get("limit")
     return min(records, limit) if isinstance(limit, int) else records
-
-
-def manifest_in_order(out: Path) -> list[dict]:
-    """Every manifest entry of the store in the order written (main manifest, then each
-    rank's part); a later line for an index replaces an earlier one."""
-    entries: dict[int, dict] = {}
-    for path in manifest_files(Path(out)):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            continue
-        for e in parse_entries(data):
-            entries.pop(e["index"], None)
-            entries[e["index"]] = e
-    return list(entries.values())
 
 
 def _entry_problem(out: Path, e: dict, checksum: bool) -> str | None:

@@ -19,8 +19,9 @@ from .batching import PlannedBatch, plan_batches
 from .dataset import DatasetIndex, index_dataset
 from .errors import BadInput, ExtractError
 from .estimate import read_stats
-from .integrity import RESUME_CHECKSUMS, manifest_in_order, resume_damage
+from .integrity import RESUME_CHECKSUMS, resume_damage
 from .layout import sample_bytes
+from .manifest import manifest_in_order
 from .meta import TargetInfo, build_meta, capture_layers, ensure_meta
 from .reserve import DiskGuard
 from .sharding import Shard

@@ -53,7 +53,9 @@ def parse_entries(data: bytes) -> list[dict]:
 
 
 def read_manifest(out: Path) -> dict[int, dict]:
-    """Every finished sample of the store at `out`, by index (all ranks' parts included)."""
+    """Every finished sample of the store at `out`, by index (all ranks' parts included), in
+    the order written (main manifest, then each rank's part); a later line for an index
+    replaces an earlier one and takes its place in that order."""
     done: dict[int, dict] = {}
     for path in manifest_files(Path(out)):
         try:
@@ -61,8 +63,14 @@ def read_manifest(out: Path) -> dict[int, dict]:
         except FileNotFoundError:
             continue
         for e in parse_entries(data):
+            done.pop(e["index"], None)
             done[e["index"]] = e
     return done
+
+
+def manifest_in_order(out: Path) -> list[dict]:
+    """read_manifest's entries as a list, last written last (resume checks those first)."""
+    return list(read_manifest(out).values())
 
 
 def entry_line(entry: dict) -> bytes:
