@@ -11,7 +11,9 @@ across all these processes: `claim` creates a file with O_CREAT|O_EXCL in the ru
 folder, and only the process that created it sends.
 
 Each command runs detached (its own session, through this module's small runner), with
-no stdin, bounded by its `timeout`, and its outcome (exit code or timeout, last output
+no stdin, bounded by its `timeout` (its whole group, and any child that left the group with
+setsid, found by the mark in its environment, die at the timeout; only the last 64 KB of its
+output is kept), and its outcome (exit code or timeout, last output
 line) is journaled as `notify` by the runner itself, so the bound and the record hold even
 if the console quits meanwhile. A notifier that fails, hangs or is missing never touches
 the phase: the phase is another process that knows nothing of it.
@@ -37,8 +39,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,8 @@ DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 3600.0
 MAX_SUMMARY = 500
 SPEC_ENV = "EAGLE3_NOTIFY_SPEC"
+MARK_ENV = "EAGLE3_NOTIFY_MARK"  # inherited by all the command starts: how a setsid child is found
+TAIL_BYTES = 64 * 1024
 
 
 def placeholders(event: str, phase: str, state: str, run_id: str, summary: str, config: str) -> dict[str, str]:
@@ -165,34 +169,66 @@ class Notifier:
             pass
 
 
+def _read_tail(stream: Any, tail: bytearray) -> None:
+    """Keeps only the last TAIL_BYTES of what the command prints: a chatty notifier (`yes`)
+    must cost a few kilobytes, not the training host's memory."""
+    while chunk := stream.read1(TAIL_BYTES):
+        tail += chunk
+        if len(tail) > TAIL_BYTES:
+            del tail[:-TAIL_BYTES]
+
+
+def _kill_marked(pgid: int, mark: str) -> None:
+    """SIGKILL the command's group and every process that carries its mark, which is how a
+    child that called setsid (left the group) is still found."""
+    from console.core.runs.procs import with_env
+
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+    for p in with_env(MARK_ENV, mark):
+        try:
+            p.kill()
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            pass
+
+
 def _run(payload: dict[str, Any]) -> dict[str, Any]:
-    """Runs one notifier command in its own process group, at most `timeout` seconds."""
+    """Runs one notifier command in its own process group, at most `timeout` seconds;
+    whatever it started that is still alive at the timeout is killed with it."""
     argv = [str(a) for a in payload["argv"]]
     timeout = min(float(payload.get("timeout") or DEFAULT_TIMEOUT), MAX_TIMEOUT)
     started = time.monotonic()
-    tail: deque[str] = deque(maxlen=1)
+    mark = f"{os.getpid()}-{time.time_ns()}"
     try:
         env = {k: v for k, v in os.environ.items() if k != SPEC_ENV}
+        env[MARK_ENV] = mark
         proc = subprocess.Popen(argv, cwd=payload.get("cwd") or None, stdin=subprocess.DEVNULL, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0)
     except OSError as exc:
         return {"error": f"could not start {argv[0]}: {exc.strerror or exc}"}
+    tail = bytearray()
+    reader = threading.Thread(target=_read_tail, args=(proc.stdout, tail), daemon=True)
+    reader.start()
     try:
-        out, _ = proc.communicate(timeout=timeout)
-        lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
-        if lines:
-            tail.append(lines[-1][:200])
-        result: dict[str, Any] = {"exit_code": proc.returncode}
+        result: dict[str, Any] = {"exit_code": proc.wait(timeout=timeout)}
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait()
         result = {"timed_out": True, "timeout_s": timeout}
+    from console.core.runs.procs import with_env
+
+    if result.get("timed_out") or with_env(MARK_ENV, mark):
+        left = timeout - (time.monotonic() - started)
+        while left > 0 and with_env(MARK_ENV, mark):
+            time.sleep(min(0.2, left))  # wait-ok: strays get what is left of the timeout
+            left = timeout - (time.monotonic() - started)
+        _kill_marked(proc.pid, mark)
+    proc.wait()
+    reader.join(5)
     result["took_s"] = round(time.monotonic() - started, 2)
-    if tail:
-        result["output"] = tail[0]
+    lines = [ln for ln in bytes(tail).decode("utf-8", "replace").splitlines() if ln.strip()]
+    if lines:
+        result["output"] = lines[-1][:200]
     return result
 
 

@@ -82,3 +82,51 @@ def test_two_consoles_send_one_notification_per_run_event(tmp_path: Path) -> Non
     assert second.fire("failed", "extract", "failed", "r2", "exit 3") == 1  # another run: sent
     wait_for(lambda: len(_notify_records(tmp_path)) == 2, what="two notifier runs")
     assert out.read_text() == "xx"
+
+
+def _run_in_child(payload: dict, tmp_path: Path) -> dict:
+    """`notify._run` in a fresh interpreter held to 1 GiB of address space, printing its
+    result and its peak memory, so a runner that hoards output fails here, not the host."""
+    import json
+    import subprocess
+
+    code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30));"
+            "from console.core.notify import _run; r = _run(json.loads(sys.argv[1]));"
+            "r['peak_kb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; print(json.dumps(r))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**__import__("os").environ,
+                                                          "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_a_notifier_that_prints_without_end_is_cut_at_its_timeout_in_bounded_memory(tmp_path: Path) -> None:
+    r = _run_in_child({"argv": ["yes", "a chatty notifier"], "timeout": 2}, tmp_path)
+    assert r["timed_out"] is True and r["output"] == "a chatty notifier"
+    assert r["peak_kb"] < 200 * 1024  # the tail is 64 KB; `communicate()` kept gigabytes
+
+
+def test_a_notifier_child_that_left_its_group_dies_at_the_timeout(tmp_path: Path) -> None:
+    import os
+
+    pidfile = tmp_path / "child.pid"
+    script = ("import os, sys, time\n"
+              "if os.fork() == 0:\n"
+              "    os.setsid(); open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)\n"  # wait-ok: the stray's own life
+              "print('sent')\n")
+    r = _run_in_child({"argv": [sys.executable, "-c", script, str(pidfile)], "timeout": 2}, tmp_path)
+    assert r["exit_code"] == 0 and r["output"] == "sent"
+    pid = int(pidfile.read_text())
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    try:
+        assert wait_for(gone, timeout=10, what="the setsid child to be killed")
+    finally:
+        if not gone():
+            os.kill(pid, 9)
