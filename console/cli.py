@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +30,27 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 class UsageError(Eagle3Error):
     pass
+
+
+class Signalled(Exception):
+    """SIGTERM or SIGHUP on a command line, raised where the main thread is, like Ctrl-C's
+    KeyboardInterrupt, so that the same cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, _frame: Any) -> None:
+    raise Signalled(signum)
+
+
+def _kill_checks() -> None:
+    """The check commands still running: they are in sessions of their own, which the
+    terminal's signals never reach."""
+    from console.core.checks.subproc import kill_live
+
+    kill_live()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -123,8 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"eagle3: {e}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
+        _kill_checks()
         print("\neagle3: interrupted", file=sys.stderr)
         return 130
+    except Signalled as e:
+        _kill_checks()
+        print(f"\neagle3: {signal.Signals(e.signum).name}: stopped", file=sys.stderr)
+        return 128 + e.signum
     except BrokenPipeError:
         return EXIT_OK
     except OSError as e:  # a state dir on a full or read-only disk, a vanished mount
@@ -146,6 +173,9 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     from console.core.project import Project
 
     project = Project.load(args.config, _parse_sets(args.set))
+    if args.command != "console":  # Textual has its own handlers
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _raise_signalled)
     handler = {
         "console": _cmd_console, "check": _cmd_check, "run": _cmd_run, "status": _cmd_status,
         "logs": _cmd_logs, "stop": _cmd_stop, "journal": _cmd_journal,

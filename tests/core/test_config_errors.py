@@ -63,6 +63,10 @@ CASES = [
     ("duplicate-check-names", "name: x\nphases:\n  - id: a\n    run: [x]\n    checks:\n      - exists: /a\n        name: same\n      - exists: /b\n        name: same\n",
      "phases.a.checks[1]", "two checks are named 'same'", 8),
     ("vars-is-list", "name: x\nvars: [a, b]\nphases:\n  - id: a\n    run: [x]\n", "vars", "expected a mapping", 2),
+    ("check-timeout-unbounded", "name: x\nphases:\n  - id: a\n    run: [x]\n    checks:\n      - command: {argv: ['true'], timeout: 1e9}\n",
+     "phases.a.checks[0]", "timeout must be seconds in (0, 21600]", 6),
+    ("check-timeout-zero", "name: x\nphases:\n  - id: a\n    run: [x]\n    verify:\n      - http_ok: {url: 'http://127.0.0.1:1/', timeout: 0}\n",
+     "phases.a.verify[0]", "timeout must be seconds in (0, 21600]", 6),
     ("volumes-not-list", "name: x\nvolumes: /data\nphases:\n  - id: a\n    run: [x]\n", "volumes", "expected a list", 2),
 ]
 

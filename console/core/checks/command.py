@@ -44,6 +44,6 @@ def _label(a: dict[str, Any]) -> str:
 KINDS = (
     Kind("command",
          {"argv": Field("argv", required=True), "expect": Field("int", default=0),
-          "timeout": Field("number", default=60.0)},
+          "timeout": Field("timeout", default=60.0)},
          run_command, _label, scalar="argv", listed="argv", budget=lambda a: a["timeout"] + 5),
 )

@@ -77,6 +77,16 @@ def _as_number(value: Any, what: str) -> float:
     raise ArgError(f"{what} must be a number, got {_got(value)}")
 
 
+MAX_TIMEOUT = 6 * 3600.0  # a check is a pre-flight look; a day-long one is a typo (1e9)
+
+
+def _as_timeout(value: Any, what: str) -> float:
+    seconds = _as_number(value, what)
+    if not 0 < seconds <= MAX_TIMEOUT:
+        raise ArgError(f"{what} must be seconds in (0, {MAX_TIMEOUT:g}] (6 hours), got {value}")
+    return seconds
+
+
 def _as_text(value: Any, what: str) -> str:
     if isinstance(value, (str, PurePath)) and str(value).strip():
         return str(value)
@@ -145,7 +155,7 @@ def _as_values(value: Any, what: str) -> dict[str, Any]:
                 raise ArgError(f"{where} must be a JSON file path or {{command: [argv...], timeout?}}")
             entry: dict[str, Any] = {"command": as_argv(src["command"], f"{where}.command")}
             if "timeout" in src:
-                entry["timeout"] = _as_number(src["timeout"], f"{where}.timeout")
+                entry["timeout"] = _as_timeout(src["timeout"], f"{where}.timeout")
             out[name] = entry
         else:
             raise ArgError(f"{where} must be a JSON file, a number or {{command: [...]}}, got {_got(src)}")
@@ -221,6 +231,7 @@ COERCE: dict[str, Callable[[Any, str], Any]] = {
     "count": lambda v, w: _as_int(v, w, lo=0),
     "port": lambda v, w: _as_int(v, w, lo=1, hi=65535),
     "number": _as_number,
+    "timeout": _as_timeout,
     "need": _as_need,
     "amount": _as_amount,
     "size": _as_size,

@@ -161,6 +161,6 @@ KINDS = (
     Kind("port_free", {"port": Field("port", required=True), "host": Field("text", default="127.0.0.1")},
          run_port_free, lambda a: str(a["port"]), scalar="port"),
     Kind("http_ok", {"url": Field("url", required=True), "status": Field("int", default=200),
-                     "timeout": Field("number", default=3.0), "json": Field("mapping")},
+                     "timeout": Field("timeout", default=3.0), "json": Field("mapping")},
          run_http_ok, _url_label, scalar="url", budget=lambda a: a["timeout"] + 2),
 )

@@ -95,6 +95,6 @@ def run_store_intact(args: dict[str, Any], ctx: CheckContext) -> Outcome:
 KINDS = (
     Kind("store_intact",
          {"path": Field("path", required=True), "model": Field("path"), "sample": Field("count", default=64),
-          "timeout": Field("number", default=600.0)},
+          "timeout": Field("timeout", default=600.0)},
          run_store_intact, lambda a: short_path(a["path"]), scalar="path", budget=lambda a: a["timeout"] + 5),
 )

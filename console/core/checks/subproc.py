@@ -1,6 +1,9 @@
 """Running a program for a check with a hard time limit. The program gets its own
 session and its output goes to temporary files, not pipes, so a grandchild that keeps
-a pipe open cannot hang the check, and a timeout kills the whole group."""
+a pipe open cannot hang the check, and a timeout kills the whole session. The sessions
+alive are listed, so a command line that is interrupted (`eagle3 check` under Ctrl-C,
+SIGTERM or SIGHUP) kills them too: its children are in sessions of their own, out of the
+terminal's reach, and would otherwise live on under init."""
 
 from __future__ import annotations
 
@@ -8,10 +11,15 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 MAX_OUTPUT = 16 * 2**20
+_live: set[int] = set()
+_live_lock = threading.Lock()
 
 
 @dataclass
@@ -36,6 +44,29 @@ def _read(f) -> str:
     return f.read().decode("utf-8", "replace")
 
 
+def _kill_session(sid: int) -> None:
+    """SIGKILL a check's process group and every other process of its session."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid:
+                p.kill()
+        except (OSError, psutil.Error):
+            continue
+
+
+def kill_live() -> int:
+    """Kill every check command still running in this process; how many there were."""
+    with _live_lock:
+        sids = list(_live)
+    for sid in sids:
+        _kill_session(sid)
+    return len(sids)
+
+
 def run_bounded(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> Completed:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
@@ -48,14 +79,16 @@ def run_bounded(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] 
             return Completed(argv, None, "", "", error=f"not executable: {argv[0]}")
         except OSError as e:
             return Completed(argv, None, "", "", error=f"cannot start {argv[0]}: {e.strerror or e}")
+        with _live_lock:
+            _live.add(proc.pid)
         try:
             code: int | None = proc.wait(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill_session(proc.pid)
             proc.wait()
             code, timed_out = None, True
+        finally:
+            with _live_lock:
+                _live.discard(proc.pid)
         return Completed(argv, code, _read(out), _read(err), timed_out=timed_out)
