@@ -252,3 +252,34 @@ def test_unwritable_state_dir_is_one_clear_line(tmp_path: Path, capsys) -> None:
     assert code == 1
     assert "Traceback" not in err and "internal error" not in err
     assert "state-is-a-file" in err
+
+
+BIDI = "\u202e\u2066\u2067\u2068\u2069\u202a\u202b\u202c\u202d\u200b\u2060\ufeff\U000e0041"
+
+
+def test_bidi_overrides_never_reach_titles_the_journal_or_logs(cfg: Path, capsys) -> None:
+    """A title, an override reason or a log line holding U+202E (right-to-left override) and
+    the isolates would show the operator text in another order than it was written, and keep
+    the rest of a truncated row reversed. They are dropped; ZWJ/ZWNJ stay."""
+    from console.core.config.loader import load_config
+    from console.ui.logfeed import clean_lines
+
+    cfg.write_text(cfg.read_text().replace("title: Copy the input", f"title: Copy {BIDI}the input"))
+    assert load_config(cfg).phase("make-data").title == "Copy the input"
+    reason = f"safe{BIDI}: approved by ops"
+    assert main(["run", str(cfg), "guarded", "--wait", "--override", "approval", "--reason", reason]) == 0
+    capsys.readouterr()
+    assert main(["journal", str(cfg)]) == 0
+    journal = capsys.readouterr().out
+    assert "overridden: safe: approved by ops" in journal
+
+    from console.core.runs import manager
+    rd = manager.latest_run(cfg.parent / "work" / "state", "guarded")
+    with open(rd.output_log, "ab") as f:
+        f.write(f"evil{BIDI}line \u0915\u094d\u200d\u0937\n".encode())
+    assert main(["logs", str(cfg), "guarded"]) == 0
+    log = capsys.readouterr().out
+    assert "evilline \u0915\u094d\u200d\u0937" in log  # the ZWJ of a conjunct is kept
+    assert clean_lines([f"a{BIDI}b", "plain"]) == ["ab", "plain"]
+    for text in (journal, log):
+        assert not any(c in text for c in BIDI)

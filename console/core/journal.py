@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from console.core.terminal_text import strip_format
+
 FILE = "journal.jsonl"
 
 # Events the core writes; others are allowed, these are the ones readers can rely on.
@@ -45,6 +47,18 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
     except OSError:
         pass
     return p
+
+
+def _readable(value: Any) -> Any:
+    """A record with its text stripped of Unicode format characters (bidi overrides):
+    an override reason must read the same in every view as in the file."""
+    if isinstance(value, str):
+        return strip_format(value)
+    if isinstance(value, dict):
+        return {k: _readable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_readable(v) for v in value]
+    return value
 
 
 class Journal:
@@ -104,7 +118,7 @@ class Journal:
                 continue
             if events is not None and rec.get("event") not in events:
                 continue
-            out.append(rec)
+            out.append(_readable(rec))
         if limit is not None:
             out = out[-limit:] if limit > 0 else []
         return out

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 
 from console.core.logtail import LogTail
+from console.core.terminal_text import has_format, strip_format
 from console.ui.messages import LogLines
 
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
@@ -15,14 +16,15 @@ _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b
 def clean(line: str) -> str:
     if "\t" in line:
         line = line.expandtabs(4)
-    return _CONTROL.sub("", line)
+    return strip_format(_CONTROL.sub("", line))
 
 
 def clean_lines(lines: list[str]) -> list[str]:
     if not lines:
         return lines
     # One scan decides whether any line needs cleaning; most logs need none.
-    if not _CONTROL.search("\n".join(lines).replace("\n", "")) and not any("\t" in ln for ln in lines):
+    joined = "".join(lines)
+    if not _CONTROL.search(joined) and not has_format(joined) and "\t" not in joined:
         return lines
     return [clean(ln) for ln in lines]
 

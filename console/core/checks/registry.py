@@ -17,6 +17,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.kind import ArgError, Kind, Outcome
 from console.core.checks.result import CheckResult
 from console.core.config.model import CheckSpec
+from console.core.terminal_text import strip_format
 
 _ALL: dict[str, Kind] = {k.name: k for fam in (fs, data, digest, jsonfile, disk, gpu, net, python, patch, fresh, command,
                                                store_checks)
@@ -62,7 +63,7 @@ def default_name(kind_name: str, arg: Any) -> str:
 def _result(spec: CheckSpec, ok: bool, message: str, evidence: dict[str, Any]) -> CheckResult:
     status = "pass" if ok else ("warn" if spec.severity == "warning" else "fail")
     return CheckResult(name=spec.name, kind=spec.kind, severity=spec.severity, status=status,
-                       message=message, evidence=evidence)
+                       message=strip_format(message), evidence=evidence)
 
 
 def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:

@@ -19,6 +19,7 @@ from console.core.config import bounds
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import CheckSpec, Config, NotifySpec, Phase
 from console.core.errors import ConfigError
+from console.core.terminal_text import strip_controls
 
 TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "phases")
 PHASE_KEYS = (
@@ -375,8 +376,9 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
         raise r.error(entries["ready"][0], f"{key}.ready", "`ready:` is for `kind: service` phases")
     return Phase(
         id=pid,
-        title=r.string(entries["title"][1], f"{key}.title") if "title" in entries else pid,
-        description=r.string(entries["description"][1], f"{key}.description", allow_empty=True) if "description" in entries else "",
+        title=strip_controls(r.string(entries["title"][1], f"{key}.title")) if "title" in entries else pid,
+        description=strip_controls(r.string(entries["description"][1], f"{key}.description", allow_empty=True))
+        if "description" in entries else "",
         argv=tuple(argv),
         env=env,
         needs=tuple(d for d, _ in needs),
