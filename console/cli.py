@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the console to a browser (textual-serve); HOST defaults to 127.0.0.1")
     c.add_argument("--serve-actions", action="store_true",
                    help="with --serve: allow run, stop, check and verify (read-only otherwise)")
+    c.add_argument("--serve-sessions", type=int, default=None, metavar="N",
+                   help="with --serve: at most N browser sessions at once (default 2, at most 16)")
     c.add_argument("--read-only", action="store_true", help=argparse.SUPPRESS)  # what --serve runs
 
     c = command("check", "run a phase's pre-flight checks (all phases when none is named)")
@@ -186,15 +188,17 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 # -- console ------------------------------------------------------------------------
 def _cmd_console(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.serve:
-        from console.ui.serve import ServeError, parse_address, serve
+        from console.ui.serve import DEFAULT_SESSIONS, ServeError, check_sessions, parse_address, serve
 
+        sessions = DEFAULT_SESSIONS if args.serve_sessions is None else args.serve_sessions
         try:
             parse_address(args.serve)
+            check_sessions(sessions)
         except ServeError as e:
             raise UsageError(str(e)) from None
-        return serve(project, args.serve, args.set, args.theme, actions=args.serve_actions)
-    if args.serve_actions:
-        raise UsageError("--serve-actions goes with --serve [HOST:]PORT")
+        return serve(project, args.serve, args.set, args.theme, actions=args.serve_actions, sessions=sessions)
+    if args.serve_actions or args.serve_sessions is not None:
+        raise UsageError("--serve-actions and --serve-sessions go with --serve [HOST:]PORT")
     from console.ui.app import run_console
 
     return int(run_console(project, theme=args.theme, mouse=not args.no_mouse, read_only=args.read_only) or 0)
