@@ -55,7 +55,8 @@ def _kill_checks() -> None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        sub = self.prog.removeprefix("eagle3").strip()
+        raise UsageError(f"{sub + ': ' if sub else ''}{message} (see {self.prog} --help)")
 
 
 def _parse_sets(values: Sequence[str] | None) -> dict[str, str]:
@@ -101,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a failing check for this run (needs --reason)")
     c.add_argument("--reason", help="why the override is safe; recorded in the journal")
     c.add_argument("--wait", action="store_true", help="stream the log and wait for the phase to end")
+    c.add_argument("--rerun", action="store_true",
+                   help="run a phase that is done again (asked on a terminal; needed without one)")
     c.add_argument("--confirm", metavar="PHASE_ID", action="append", default=[],
                    help="confirm a `confirm: true` phase without a prompt (type its id)")
     c.add_argument("--timeout", type=float, default=600.0,
@@ -138,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"eagle3: {e}", file=sys.stderr)
         return EXIT_USAGE
     except UsageError as e:
-        print(str(e), file=sys.stderr)
+        print(f"eagle3: {e}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownPhase as e:
         print(f"eagle3: {e}", file=sys.stderr)
@@ -420,14 +423,40 @@ def format_journal_record(r: dict[str, Any]) -> str:
 # -- run ----------------------------------------------------------------------------
 def _cmd_run(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.all == bool(args.phase):
-        raise UsageError("eagle3 run: name one PHASE or give --all")
+        raise UsageError("run: name one PHASE or give --all")
     if args.override and not args.reason:
-        raise UsageError("eagle3 run: --override needs --reason TEXT (it is recorded in the journal)")
+        raise UsageError("run: --override needs --reason TEXT (it is recorded in the journal)")
     overrides = {name: args.reason for name in args.override}
     if args.all:
         return _run_all(project, args, overrides, out)
+    refused = None if args.rerun else _rerun_refused(project, args.phase, args)
+    if refused is not None:
+        return refused
     code, _ = _run_one(project, args.phase, args, overrides, out, wait=args.wait)
     return code
+
+
+def _rerun_refused(project: Any, phase_id: str, args: argparse.Namespace) -> int | None:
+    """A done phase runs again only when asked to, as the console asks: on a terminal the
+    operator answers (no: exit 1); without one (a script, cron) `--rerun` says it (exit 2).
+    None: go ahead."""
+    project.config.phase(phase_id)
+    if project.status(phase_id).state != "done":
+        return None
+    after = [ph.id for ph in project.config.phases if phase_id in ph.needs]
+    tail = f"; phases that need it ({', '.join(after)}) become stale" if after else ""
+    if not sys.stdin.isatty():
+        print(f"eagle3: phase {phase_id} is done{tail}. To run it again: "
+              f"eagle3 run {args.config} {phase_id} --rerun", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        answer = input(f"phase {phase_id} is done{tail}. Run it again? [y/N] ").strip().lower()
+    except EOFError:
+        answer = ""
+    if answer not in ("y", "yes"):
+        print(f"eagle3: {phase_id} not run", file=sys.stderr)
+        return EXIT_FAIL
+    return None
 
 
 def _confirm(project: Any, phase_id: str, args: argparse.Namespace, summary: str) -> bool:
@@ -504,7 +533,7 @@ def _run_all(project: Any, args: argparse.Namespace, overrides: dict[str, str], 
     known = {"needs-done"} | {c.name for ph in project.config.phases for c in ph.checks}
     for name in overrides:
         if name not in known:
-            raise UsageError(f"eagle3 run --all: --override {name}: no phase has a check of that name")
+            raise UsageError(f"run --all: --override {name}: no phase has a check of that name")
     for phase in project.config.phases:
         st = project.status(phase.id)
         if st.state == "done" or (phase.kind == "service" and st.state == "running" and st.service_ready):

@@ -283,3 +283,63 @@ def test_bidi_overrides_never_reach_titles_the_journal_or_logs(cfg: Path, capsys
     assert clean_lines([f"a{BIDI}b", "plain"]) == ["ab", "plain"]
     for text in (journal, log):
         assert not any(c in text for c in BIDI)
+
+
+class _Terminal:
+    """stdin as a terminal the operator types `answer` into."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def isatty(self) -> bool:
+        return True
+
+    def readline(self) -> str:
+        return self.answer + "\n"
+
+
+def test_running_a_done_phase_again_asks_on_a_terminal_and_needs_rerun_in_a_script(
+        cfg: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """As the console asks before `r` on a done phase, so does `eagle3 run`; --all still
+    skips what is done."""
+    from console.core.runs import manager
+
+    state = cfg.parent / "work" / "state"
+    assert main(["run", str(cfg), "make-data", "--wait"]) == 0
+    runs = len(manager.list_runs(state, "make-data"))
+    capsys.readouterr()
+    assert main(["run", str(cfg), "make-data", "--wait"]) == 2  # no terminal: a script must say --rerun
+    err = capsys.readouterr().err
+    assert "make-data is done" in err and "(count) become stale" in err and "--rerun" in err
+    assert len(manager.list_runs(state, "make-data")) == runs
+    monkeypatch.setattr("sys.stdin", _Terminal("n"))
+    assert main(["run", str(cfg), "make-data", "--wait"]) == 1
+    assert "Run it again? [y/N]" in capsys.readouterr().out
+    assert len(manager.list_runs(state, "make-data")) == runs
+    monkeypatch.setattr("sys.stdin", _Terminal("y"))
+    assert main(["run", str(cfg), "make-data", "--wait"]) == 0
+    assert len(manager.list_runs(state, "make-data")) == runs + 1
+    monkeypatch.undo()
+    assert main(["run", str(cfg), "make-data", "--wait", "--rerun"]) == 0
+    assert len(manager.list_runs(state, "make-data")) == runs + 2
+    cfg.write_text(CFG.split("  - id: count")[0])
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--all"]) == 0
+    assert "make-data: done, skipped" in capsys.readouterr().out
+
+
+def test_a_mistyped_phase_id_gets_did_you_mean_on_every_command(cfg: Path, capsys) -> None:
+    for argv in (["logs", str(cfg), "make-dta"], ["stop", str(cfg), "make-dta"], ["run", str(cfg), "make-dta"],
+                 ["journal", str(cfg), "--phase", "make-dta"], ["check", str(cfg), "make-dta"]):
+        assert main(argv) == 2, argv
+        assert "no phase 'make-dta'; did you mean 'make-data'?" in capsys.readouterr().err, argv
+
+
+def test_every_command_line_error_starts_with_eagle3(cfg: Path, capsys) -> None:
+    for argv in (["status", str(cfg), "--set", "work"], ["run", str(cfg)], ["run", str(cfg), "guarded", "--override", "x"],
+                 ["status", str(cfg), "--watch", "0"], ["console", str(cfg), "--serve", "http"],
+                 ["console", str(cfg), "--serve-actions"], ["run"], ["nosuch", str(cfg)],
+                 ["run", str(cfg), "--all", "--override", "nope", "--reason", "r"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("eagle3: ") and err.count("\n") == 1, (argv, err)

@@ -3,6 +3,7 @@ loader (checks, runs, UI) reads these and never the raw YAML."""
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -103,5 +104,7 @@ class Config:
         for ph in self.phases:
             if ph.id == phase_id:
                 return ph
-        known = ", ".join(p.id for p in self.phases)
-        raise UnknownPhase(f"{self.path}: no phase '{phase_id}' (phases: {known})")
+        ids = [p.id for p in self.phases]
+        close = difflib.get_close_matches(phase_id, ids, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise UnknownPhase(f"{self.path}: no phase '{phase_id}'; {hint}(phases: {', '.join(ids)})")
