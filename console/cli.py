@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("phase")
     c.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
 
+    c = command("set", "remember variable overrides for this config: every command (the console too) applies "
+                       "them under --set; with no VAR=VALUE, list them")
+    c.add_argument("assignments", nargs="*", metavar="VAR=VALUE")
+    c.add_argument("--clear", action="append", default=[], metavar="VAR", help="forget one (repeatable)")
+
     c = command("journal", "the append-only record of runs, checks, overrides and stops")
     c.add_argument("--json", action="store_true")
     c.add_argument("--phase")
@@ -177,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     from console.core.project import Project
 
+    if args.command == "set":  # before the overlay is applied: a bad one must stay fixable
+        return _cmd_set(args, out)
     project = Project.load(args.config, _parse_sets(args.set))
     if args.command != "console":  # Textual has its own handlers
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -274,12 +281,17 @@ def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO)
     if args.json:
         json.dump({"config": str(project.config.path), "name": project.config.name,
                    "state_dir": str(project.config.state_dir), "t": snap.t, "exit_code": code,
+                   "saved_overrides": dict(project.config.saved_overrides),
                    "phases": snap.to_json()}, out, indent=2)
         print(file=out)
         return code
     statuses = snap.statuses
     idw = max(len(s.phase.id) for s in statuses)
     print(f"{project.config.name}  ({project.config.path})", file=out)
+    saved = project.config.saved_overrides
+    if saved:
+        print(one_line("saved overrides: " + ", ".join(f"{k}={v}" for k, v in sorted(saved.items()))
+                       + "  (eagle3 set)"), file=out)
     for pv in snap.phases:
         s = pv.status
         code_s = "" if s.exit_code is None else f"exit {s.exit_code}"
@@ -377,6 +389,63 @@ def _cmd_stop(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_FAIL
 
 
+# -- set ----------------------------------------------------------------------------
+def _cmd_set(args: argparse.Namespace, out: TextIO) -> int:
+    import difflib
+
+    from console.core.config.loader import load_config
+    from console.core.config.saved import overlay_path, read_saved, write_saved
+    from console.core.project import Project
+
+    if args.set:
+        raise UsageError("set: give VAR=VALUE as arguments (--set applies to one command only)")
+    base = load_config(args.config, saved={})  # the config alone: an overlay it rejects stays fixable
+    file = overlay_path(base.path)
+    current = dict(read_saved(base.path))
+    given = {}
+    for item in args.assignments:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"set {item}: expected VAR=VALUE")
+        name = name.strip()
+        if name not in base.vars:
+            close = difflib.get_close_matches(name, list(base.vars), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise UsageError(f"set {item}: {base.path} has no variable '{name}' under vars:; {hint}"
+                             f"(vars: {', '.join(base.vars) or 'none'})")
+        given[name] = value
+    new = dict(current)
+    for name in args.clear:
+        if name not in new:
+            close = difflib.get_close_matches(name, list(new), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise UsageError(f"set --clear {name}: not a saved override{hint} (saved: {', '.join(new) or 'none'})")
+        del new[name]
+    new.update(given)
+    if not args.assignments and not args.clear:
+        if not current:
+            print(f"no saved overrides for {base.path} (set one: eagle3 set {args.config} VAR=VALUE)", file=out)
+        for name, value in sorted(current.items()):
+            print(one_line(f"{name}={value}"), file=out)
+        if current:
+            print(f"(from {file}; eagle3 set {args.config} --clear VAR forgets one)", file=out)
+        return EXIT_OK
+    changed = {k: v for k, v in new.items() if current.get(k) != v}
+    cleared = [k for k in current if k not in new]
+    if not changed and not cleared:
+        print("unchanged", file=out)
+        return EXIT_OK
+    config = load_config(args.config, saved=new)  # the values must make a config that loads
+    write_saved(base.path, new)
+    Project(config).journal.append("overrides_saved", file=str(file), set=changed, cleared=cleared)
+    for name, value in sorted(changed.items()):
+        print(one_line(f"saved {name}={value}"), file=out)
+    for name in cleared:
+        print(f"cleared {name}", file=out)
+    print(f"({file}; every command and the console apply it under --set)", file=out)
+    return EXIT_OK
+
+
 # -- journal ------------------------------------------------------------------------
 def _cmd_journal(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.phase:
@@ -417,6 +486,10 @@ def format_journal_record(r: dict[str, Any]) -> str:
         detail = f"run {r.get('run_id', '')}"
     elif ev == "confirm":
         detail = "confirmed by typing the phase id"
+    elif ev == "overrides_saved":
+        bits = [f"{k}={v}" for k, v in sorted((r.get("set") or {}).items())]
+        bits += [f"cleared {k}" for k in r.get("cleared") or []]
+        detail = "saved overrides: " + ", ".join(bits)
     return one_line(f"{t}  {r.get('user', '?'):<10} {ev:<12} {phase:<14} {detail}".rstrip())
 
 

@@ -179,8 +179,11 @@ def load_config(
     path: str | Path,
     overrides: Mapping[str, str] | None = None,
     validate_check: Callable[[str, Any], str | None] | None = None,
+    saved: Mapping[str, str] | None = None,
 ) -> Config:
-    """Read, validate and interpolate a pipeline config. Raises ConfigError only."""
+    """Read, validate and interpolate a pipeline config. Raises ConfigError only.
+    `overrides` (--set) apply over the operator's remembered ones (`saved.py`'s overlay
+    beside the config, read here unless `saved` gives them)."""
     file = Path(path).expanduser()
     try:
         if file.is_file() and file.stat().st_size > MAX_CONFIG_BYTES:
@@ -195,6 +198,10 @@ def load_config(
         raise ConfigError(file, f"cannot read the config: {e}") from None
     file = file.resolve()
     overrides = dict(overrides or {})
+    if saved is None:
+        from console.core.config.saved import read_saved
+
+        saved = read_saved(file)
     if validate_check is None:
         from console.core.checks.registry import validate as validate_check
 
@@ -218,13 +225,14 @@ def load_config(
             raise ConfigError(file, f"YAML syntax error: {e}") from None
         if root is None:
             raise ConfigError(file, "the config is empty; it needs at least `name:` and `phases:`")
-        return _build(file, text, loader, root, overrides, validate_check)
+        return _build(file, text, loader, root, overrides, validate_check, saved)
     finally:
         loader.dispose()
 
 
 def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
-           overrides: dict[str, str], validate_check: Callable[[str, Any], str | None]) -> Config:
+           overrides: dict[str, str], validate_check: Callable[[str, Any], str | None],
+           saved: dict[str, str]) -> Config:
     r = _Reader(file, loader)
     top = {k: (kn, vn) for k, kn, vn in r.mapping(root, "")}
     for k, (kn, _) in top.items():
@@ -244,6 +252,15 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
                     raise r.error(kn, f"vars.{k}", "variable names use letters, digits, _ . - and start with a letter")
                 raw_vars[k] = r.string(vn, f"vars.{k}", interpolate=False, allow_empty=True, as_written=True)
                 var_nodes[k] = vn
+    for k in saved:
+        if k not in raw_vars:
+            from console.core.config.saved import overlay_path
+
+            raise ConfigError(overlay_path(file), f"no variable '{k}' under vars: in {file.name}"
+                              + _did_you_mean(k, list(raw_vars) or ["(none)"])
+                              + f"; remove it with: eagle3 set {file} --clear {k}", key=f"vars.{k}",
+                              line=getattr(saved, "lines", {}).get(k))
+    overrides = {**saved, **overrides}
     for k, v in overrides.items():
         if k not in raw_vars:
             raise ConfigError(file, f"--set {k}={v}: no variable '{k}' under vars:" + _did_you_mean(k, list(raw_vars) or ["(none)"]), key=f"vars.{k}")
@@ -299,6 +316,7 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
         phases=tuple(phases),
         fingerprint=digest.hexdigest(),
         overrides=overrides,
+        saved_overrides=dict(saved),
         shm_dump=resolve(shm_dump) if shm_dump else None,
         python=python,
         notify=_notify(r, top["notify"][1], "notify") if "notify" in top else (),

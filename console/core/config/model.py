@@ -79,7 +79,8 @@ class Config:
     volumes: tuple[Path, ...]
     phases: tuple[Phase, ...]
     fingerprint: str  # sha256 of the file text plus the --set overrides
-    overrides: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)  # in effect: saved, then --set over them
+    saved_overrides: dict[str, str] = field(default_factory=dict)  # `eagle3 set`'s, from <stem>.local.yaml
     shm_dump: Path | None = None  # optional folder the shm panel counts
     python: str | None = None  # the config's `python:`; None means the console's own
     secret_env: tuple[str, ...] = ()  # names of ${env:...} values used: redacted in records

@@ -1,0 +1,109 @@
+"""Remembered overrides: an operator who tuned `steps` with `--set` once saves it with
+`eagle3 set`, and every later plain command (status, run --all, the console) uses it, so a
+phase done with those values stays done instead of turning stale."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from console.cli import main
+from console.core.config.saved import MAX_BYTES, overlay_path
+from console.core.project import Project
+
+CFG = textwrap.dedent("""\
+    name: tuned
+    vars:
+      work: ./work
+      steps: "10"
+    state_dir: ${work}/state
+    phases:
+      - id: train
+        run: [python, -c, "import sys; open('work/steps.txt', 'w').write(sys.argv[1])", "${steps}"]
+        verify:
+          - exists: ${work}/steps.txt
+    """)
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    (tmp_path / "work").mkdir()
+    p = tmp_path / "tuned.yaml"
+    p.write_text(CFG)
+    return p
+
+
+def _states(cfg: Path, capsys) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    capsys.readouterr()
+    main(["status", str(cfg), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    return {p["phase"]: p["state"] for p in doc["phases"]} | {"saved": doc["saved_overrides"]}
+
+
+def test_a_saved_override_applies_to_every_command_so_the_tuned_phase_stays_done(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "train", "--wait", "--set", "steps=40"]) == 0
+    assert (cfg.parent / "work" / "steps.txt").read_text() == "40"
+    assert _states(cfg, capsys)["train"] == "stale"  # the YAML's 10 is not what ran
+
+    assert main(["set", str(cfg), "steps=40"]) == 0
+    assert "saved steps=40" in capsys.readouterr().out
+    assert overlay_path(cfg).exists() and overlay_path(cfg).name == "tuned.local.yaml"
+    assert _states(cfg, capsys) == {"train": "done", "saved": {"steps": "40"}}
+    main(["status", str(cfg)])
+    assert "saved overrides: steps=40" in capsys.readouterr().out
+    assert main(["run", str(cfg), "--all"]) == 0
+    assert "train: done, skipped" in capsys.readouterr().out
+    assert Project.load(cfg).config.saved_overrides == {"steps": "40"}  # what the console header reads
+    assert Project.load(cfg, {"steps": "7"}).config.vars["steps"] == "7"  # --set still wins
+
+    assert main(["set", str(cfg)]) == 0
+    assert "steps=40" in capsys.readouterr().out
+    assert main(["set", str(cfg), "--clear", "steps"]) == 0
+    assert not overlay_path(cfg).exists()
+    assert _states(cfg, capsys) == {"train": "stale", "saved": {}}
+
+    main(["journal", str(cfg)])
+    journal = capsys.readouterr().out
+    assert "saved overrides: steps=40" in journal and "saved overrides: cleared steps" in journal
+
+
+def test_an_unknown_variable_is_refused_with_did_you_mean_and_nothing_is_written(cfg: Path, capsys) -> None:
+    assert main(["set", str(cfg), "stpes=40"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("eagle3: ") and "no variable 'stpes'" in err and "did you mean 'steps'?" in err
+    assert not overlay_path(cfg).exists()
+    assert main(["set", str(cfg), "--clear", "steps"]) == 2
+    assert "not a saved override" in capsys.readouterr().err
+
+
+def test_a_bad_overlay_is_a_config_error_naming_file_line_and_key_and_stays_fixable(cfg: Path, capsys) -> None:
+    overlay = overlay_path(cfg)
+    overlay.write_text("vars:\n  steps: '40'\n  old_knob: '1'\n")  # a variable the config dropped
+    assert main(["status", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"{overlay}:3: vars.old_knob: no variable 'old_knob'" in err
+    assert f"eagle3 set {cfg} --clear old_knob" in err
+    assert main(["set", str(cfg), "--clear", "old_knob"]) == 0
+    assert _states(cfg, capsys)["saved"] == {"steps": "40"}
+
+    overlay.write_text("vars:\n  steps: {deep: [1]}\n")
+    assert main(["status", str(cfg)]) == 2
+    assert f"{overlay}:2: vars.steps: expected a text value" in capsys.readouterr().err
+    overlay.write_text("phases: []\n")
+    assert main(["status", str(cfg)]) == 2
+    assert "holds only `vars:`" in capsys.readouterr().err
+    overlay.write_text("vars:\n" + "".join(f"  v{i}: '{'x' * 60}'\n" for i in range(MAX_BYTES // 60)))
+    assert main(["status", str(cfg)]) == 2
+    assert "an overrides file is at most" in capsys.readouterr().err
+
+
+def test_a_saved_value_is_kept_exactly_and_written_atomically(cfg: Path, capsys) -> None:
+    tricky = "a b: 'c' \"d\" ${work}/x #not-a-comment"
+    assert main(["set", str(cfg), f"steps={tricky}"]) == 0
+    assert Project.load(cfg).config.saved_overrides == {"steps": tricky}
+    assert Project.load(cfg).config.vars["steps"] == "a b: 'c' \"d\" ./work/x #not-a-comment"
+    leftovers = [p.name for p in cfg.parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == [] and overlay_path(cfg).stat().st_mode & 0o077 == 0
