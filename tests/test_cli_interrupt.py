@@ -66,3 +66,27 @@ def test_interrupting_eagle3_check_kills_its_check_commands(tmp_path: Path, sig:
             proc.kill()
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_process_that_exits_while_a_check_runs_takes_the_check_command_with_it(tmp_path: Path) -> None:
+    """The console quitting (or any caller exiting) while a check thread waits on its
+    command: the daemon thread dies silently, so the command is killed at exit."""
+    pidfile = tmp_path / "check.pid"
+    code = textwrap.dedent(f"""\
+        import sys, threading, time
+        from pathlib import Path
+        from console.core.checks.subproc import run_bounded
+        cmd = [sys.executable, "-c", "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(300)"]
+        threading.Thread(target=run_bounded, args=(cmd, Path('.'), 600), daemon=True).start()
+        while not Path({str(pidfile)!r}).exists() or not Path({str(pidfile)!r}).read_text():
+            time.sleep(0.05)
+        """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    child = int(pidfile.read_text())
+    try:
+        _wait(lambda: not _alive(child), 10, "the check command to die with its caller")
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)

@@ -7,6 +7,7 @@ terminal's reach, and would otherwise live on under init."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -65,6 +66,9 @@ def kill_live() -> int:
     for sid in sids:
         _kill_session(sid)
     return len(sids)
+
+
+atexit.register(kill_live)  # a console that quits mid-check: its check threads are daemons
 
 
 def run_bounded(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> Completed:
