@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,26 @@ def test_a_saved_value_is_kept_exactly_and_written_atomically(cfg: Path, capsys)
     assert Project.load(cfg).config.vars["steps"] == "a b: 'c' \"d\" ./work/x #not-a-comment"
     leftovers = [p.name for p in cfg.parent.iterdir() if p.name.startswith(".")]
     assert leftovers == [] and overlay_path(cfg).stat().st_mode & 0o077 == 0
+
+
+def test_a_run_verifies_with_the_values_it_started_with_whatever_the_overlay_becomes(tmp_path: Path, capsys) -> None:
+    (tmp_path / "work").mkdir()
+    cfg = tmp_path / "tuned.yaml"
+    cfg.write_text(CFG.replace(
+        '''run: [python, -c, "import sys; open('work/steps.txt', 'w').write(sys.argv[1])", "${steps}"]''',
+        '''run: [python, -c, "import os, sys, time\\nwhile not os.path.exists('work/go'): time.sleep(0.05)\\nopen('work/steps.txt', 'w').write(sys.argv[1])", "${steps}"]'''))  # wait-ok: the phase waits for the test's go
+    assert main(["set", str(cfg), "steps=40"]) == 0
+    assert main(["run", str(cfg), "train"]) == 0
+    overlay_path(cfg).write_text("vars:\n  gone_knob: '1'\n")  # edited by hand mid-run, wrongly
+    (tmp_path / "work" / "go").touch()
+    from console.core.config.loader import load_config
+    from console.core.runs import manager
+
+    state = load_config(cfg, saved={}).state_dir
+    rd = manager.latest_run(state, "train")
+    deadline = time.monotonic() + 60
+    while manager.run_status(rd).state in ("running", "verifying"):
+        assert time.monotonic() < deadline, "the run never ended"
+        time.sleep(0.05)  # wait-ok: polling the run's end with a deadline
+    assert (tmp_path / "work" / "steps.txt").read_text() == "40"
+    assert manager.run_status(rd).state == "succeeded", rd.read_verify()

@@ -60,7 +60,8 @@ def load_phase_config(argv: dict[str, Any]) -> tuple[Any, Any]:
     the run's phase in it."""
     from console.core.config.loader import load_config
 
-    config = load_config(argv["config_path"], argv.get("overrides") or {})
+    # saved={}: the run's overrides already hold the saved ones it started with.
+    config = load_config(argv["config_path"], argv.get("overrides") or {}, saved={})
     return config, config.phase(argv["phase"])
 
 
