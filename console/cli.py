@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("config", help="pipeline YAML (e.g. configs/demo.yaml)")
         c.add_argument("--set", action="append", metavar="VAR=VALUE", default=[],
                        help="override a config variable (repeatable)")
+        if name != "set":
+            c.add_argument("--save", action="store_true",
+                           help="also remember the --set values for every later command (eagle3 set)")
         return c
 
     c = command("console", "open the operator console (TUI)")
@@ -184,6 +187,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.command == "set":  # before the overlay is applied: a bad one must stay fixable
         return _cmd_set(args, out)
+    if args.save:
+        if not args.set:
+            raise UsageError(f"{args.command}: --save remembers --set values; give at least one --set VAR=VALUE")
+        _save_overrides(args.config, args.set, [], sys.stderr, what="--set")  # stdout stays the command's
     project = Project.load(args.config, _parse_sets(args.set))
     if args.command != "console":  # Textual has its own handlers
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -391,38 +398,16 @@ def _cmd_stop(project: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 # -- set ----------------------------------------------------------------------------
 def _cmd_set(args: argparse.Namespace, out: TextIO) -> int:
-    import difflib
 
     from console.core.config.loader import load_config
-    from console.core.config.saved import overlay_path, read_saved, write_saved
-    from console.core.project import Project
+    from console.core.config.saved import overlay_path, read_saved
 
     if args.set:
         raise UsageError("set: give VAR=VALUE as arguments (--set applies to one command only)")
-    base = load_config(args.config, saved={})  # the config alone: an overlay it rejects stays fixable
-    file = overlay_path(base.path)
-    current = dict(read_saved(base.path))
-    given = {}
-    for item in args.assignments:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise UsageError(f"set {item}: expected VAR=VALUE")
-        name = name.strip()
-        if name not in base.vars:
-            close = difflib.get_close_matches(name, list(base.vars), n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise UsageError(f"set {item}: {base.path} has no variable '{name}' under vars:; {hint}"
-                             f"(vars: {', '.join(base.vars) or 'none'})")
-        given[name] = value
-    new = dict(current)
-    for name in args.clear:
-        if name not in new:
-            close = difflib.get_close_matches(name, list(new), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise UsageError(f"set --clear {name}: not a saved override{hint} (saved: {', '.join(new) or 'none'})")
-        del new[name]
-    new.update(given)
     if not args.assignments and not args.clear:
+        base = load_config(args.config, saved={})
+        file = overlay_path(base.path)
+        current = dict(read_saved(base.path))
         if not current:
             print(f"no saved overrides for {base.path} (set one: eagle3 set {args.config} VAR=VALUE)", file=out)
         for name, value in sorted(current.items()):
@@ -430,12 +415,49 @@ def _cmd_set(args: argparse.Namespace, out: TextIO) -> int:
         if current:
             print(f"(from {file}; eagle3 set {args.config} --clear VAR forgets one)", file=out)
         return EXIT_OK
+    _save_overrides(args.config, args.assignments, args.clear, out)
+    return EXIT_OK
+
+
+def _save_overrides(config_arg: str, assignments: Sequence[str], clear: Sequence[str], out: TextIO,
+                    what: str = "set") -> None:
+    """Write the overlay with `assignments` set and `clear` removed, validated first, and
+    journal the change."""
+    import difflib
+
+    from console.core.config.loader import load_config
+    from console.core.config.saved import overlay_path, read_saved, write_saved
+    from console.core.project import Project
+
+    base = load_config(config_arg, saved={})  # the config alone: an overlay it rejects stays fixable
+    file = overlay_path(base.path)
+    current = dict(read_saved(base.path))
+    given = {}
+    for item in assignments:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"{what} {item}: expected VAR=VALUE")
+        name = name.strip()
+        if name not in base.vars:
+            close = difflib.get_close_matches(name, list(base.vars), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise UsageError(f"{what} {item}: {base.path} has no variable '{name}' under vars:; {hint}"
+                             f"(vars: {', '.join(base.vars) or 'none'})")
+        given[name] = value
+    new = dict(current)
+    for name in clear:
+        if name not in new:
+            close = difflib.get_close_matches(name, list(new), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise UsageError(f"set --clear {name}: not a saved override{hint} (saved: {', '.join(new) or 'none'})")
+        del new[name]
+    new.update(given)
     changed = {k: v for k, v in new.items() if current.get(k) != v}
     cleared = [k for k in current if k not in new]
     if not changed and not cleared:
-        print("unchanged", file=out)
-        return EXIT_OK
-    config = load_config(args.config, saved=new)  # the values must make a config that loads
+        print("saved overrides unchanged", file=out)
+        return
+    config = load_config(config_arg, saved=new)  # the values must make a config that loads
     write_saved(base.path, new)
     Project(config).journal.append("overrides_saved", file=str(file), set=changed, cleared=cleared)
     for name, value in sorted(changed.items()):
@@ -443,7 +465,6 @@ def _cmd_set(args: argparse.Namespace, out: TextIO) -> int:
     for name in cleared:
         print(f"cleared {name}", file=out)
     print(f"({file}; every command and the console apply it under --set)", file=out)
-    return EXIT_OK
 
 
 # -- journal ------------------------------------------------------------------------

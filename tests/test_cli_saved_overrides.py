@@ -131,3 +131,14 @@ def test_a_run_verifies_with_the_values_it_started_with_whatever_the_overlay_bec
         time.sleep(0.05)  # wait-ok: polling the run's end with a deadline
     assert (tmp_path / "work" / "steps.txt").read_text() == "40"
     assert manager.run_status(rd).state == "succeeded", rd.read_verify()
+
+
+def test_set_with_save_on_any_command_remembers_the_values(cfg: Path, capsys) -> None:
+    assert main(["run", str(cfg), "train", "--wait", "--set", "steps=40", "--save"]) == 0
+    assert "saved steps=40" in capsys.readouterr().err
+    assert _states(cfg, capsys) == {"train": "done", "saved": {"steps": "40"}}
+    assert main(["status", str(cfg), "--json", "--save"]) == 2  # nothing to save
+    assert "--save remembers --set values" in capsys.readouterr().err
+    assert main(["status", str(cfg), "--json", "--set", "stpes=1", "--save"]) == 2
+    assert "did you mean 'steps'?" in capsys.readouterr().err
+    assert _states(cfg, capsys)["saved"] == {"steps": "40"}
