@@ -118,7 +118,8 @@ class Journal:
                 continue
             if events is not None and rec.get("event") not in events:
                 continue
-            out.append(_readable(rec))
+            # Only a line with non-ASCII bytes or a \u escape can hold a format character.
+            out.append(rec if line.isascii() and b"\\u" not in line else _readable(rec))
         if limit is not None:
             out = out[-limit:] if limit > 0 else []
         return out
