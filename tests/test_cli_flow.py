@@ -264,8 +264,11 @@ def test_bidi_overrides_never_reach_titles_the_journal_or_logs(cfg: Path, capsys
     from console.core.config.loader import load_config
     from console.ui.logfeed import clean_lines
 
-    cfg.write_text(cfg.read_text().replace("title: Copy the input", f"title: Copy {BIDI}the input"))
-    assert load_config(cfg).phase("make-data").title == "Copy the input"
+    cfg.write_text(cfg.read_text().replace("title: Copy the input", f"title: Copy {BIDI}the input")
+                   .replace("name: flow", f"name: fl{BIDI}ow").replace("name: approval", f"name: appr{BIDI}oval"))
+    config = load_config(cfg)
+    assert (config.name, config.phase("make-data").title) == ("flow", "Copy the input")
+    assert [c.name for c in config.phase("guarded").checks] == ["approval"]
     reason = f"safe{BIDI}: approved by ops"
     assert main(["run", str(cfg), "guarded", "--wait", "--override", "approval", "--reason", reason]) == 0
     capsys.readouterr()

@@ -272,7 +272,7 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
         raise r.error(node, f"vars.{e.var}", str(e)) from None
     r.lookup = lookup
 
-    name = r.string(top["name"][1], "name") if "name" in top else file.stem
+    name = strip_controls(r.string(top["name"][1], "name") if "name" in top else file.stem)
     state_dir = r.string(top["state_dir"][1], "state_dir") if "state_dir" in top else "./.eagle3-state"
     volumes = r.string_list(top["volumes"][1], "volumes") if "volumes" in top else []
     shm_dump = r.string(top["shm_dump"][1], "shm_dump") if "shm_dump" in top else None
@@ -498,7 +498,7 @@ def _check(r: _Reader, node: yaml.Node, key: str, validate_check: Callable[[str,
         if severity not in ("error", "warning"):
             raise r.error(meta["severity"][1], f"{key}.severity",
                           f"'{severity}' is not a severity" + _did_you_mean(severity, ("error", "warning")))
-    name = r.string(meta["name"][1], f"{key}.name") if "name" in meta else default_name(kind, arg)
+    name = strip_controls(r.string(meta["name"][1], f"{key}.name") if "name" in meta else default_name(kind, arg))
     return CheckSpec(kind=kind, arg=arg, name=name, severity=severity,  # type: ignore[arg-type]
                      file=str(r.file), line=node.start_mark.line + 1)
 
