@@ -114,9 +114,13 @@ class SourceReport:
     policies: Counter = field(default_factory=Counter)
     lines_too_long: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
+    first_problem: dict[str, str] = field(default_factory=dict)
+    """The whole message of the first record skipped for each reason."""
     files: list[str] = field(default_factory=list)
     cuts: list[dict] = field(default_factory=list)
     policy: SourcePolicy = field(default_factory=SourcePolicy)
+    bytes_read: int = 0
+    """How far into the source the reader is (all files so far): for a progress estimate."""
 
     def note(self, kind: str, path: str, line: int, rid: str | None) -> None:
         shown = self.examples.setdefault(kind, [])
@@ -130,9 +134,8 @@ class SourceReport:
         return self.invalid() / self.records if self.records else 0.0
 
     def top_reasons(self, n: int = 3) -> str:
-        return ", ".join(
-            f"{count} {reason} (e.g. {'; '.join(self.examples.get(reason, [])[:2])})"
-            for reason, count in self.skipped.most_common(n)
+        return "; ".join(
+            f"{count} {reason} (first: {self.first_problem.get(reason, '?')})" for reason, count in self.skipped.most_common(n)
         )
 
     def to_json(self) -> dict:
@@ -150,13 +153,17 @@ class SourceReport:
             "lines_too_long": self.lines_too_long,
             "cut": list(self.cuts),
             "examples": {k: list(v) for k, v in self.examples.items()},
+            "first_problem": dict(self.first_problem),
             "role_map": dict(p.role_map),
         }
 
     def warnings(self) -> list[str]:
         out: list[str] = []
         for reason, count in self.skipped.most_common():
-            out.append(f"{count} of {self.records} records skipped: {reason} (e.g. {self._shown(reason)})")
+            out.append(
+                f"{count} of {self.records} records skipped: {reason} (e.g. {self._shown(reason)}; "
+                f"the first: {self.first_problem.get(reason, '?')})"
+            )
         p = self.policy
         n = self.policies[ASSISTANT_FIRST]
         if n:
@@ -202,8 +209,10 @@ def _raw_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
     with open(path, "rb") as f:
         if first_char(f) == "[":
             reader = ArrayReader(f, name, policy.max_record_bytes)
+            base = report.bytes_read
             try:
                 for el in reader:
+                    report.bytes_read = base + reader.bytes_read
                     yield el.value, el.line, f"{source}:{el.index}"
             except StreamError as exc:
                 raise SourceError(str(exc)) from None
@@ -215,8 +224,10 @@ def _raw_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
                         "(the file ends inside a record); --strict stops here"
                     )
                 report.cuts.append(cut)
+            report.bytes_read = base + reader.bytes_read
             return
-        for line, (raw, _size) in enumerate(read_lines(f, None, policy.max_record_bytes), 1):
+        for line, (raw, size) in enumerate(read_lines(f, None, policy.max_record_bytes), 1):
+            report.bytes_read += size
             if raw is None:
                 report.records += 1
                 report.lines_too_long += 1
@@ -273,6 +284,7 @@ def iter_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
                     raise
                 report.skipped[exc.reason] += 1
                 report.note(exc.reason, name, line, exc.record_id)
+                report.first_problem.setdefault(exc.reason, str(exc))
                 continue
             first = next((m["role"] for m in rec.conversations if m["role"] != "system"), None)
             if first == "assistant":

@@ -62,7 +62,8 @@ def test_merge_reads_every_shape_names_it_in_the_stats_and_derives_stable_ids(tm
     raw = tmp_path / "raw"
     raw.mkdir()
     for shape, obj in SHAPES.items():
-        (raw / f"{shape}.jsonl").write_text("".join(json.dumps(obj) + "\n" for _ in range(3)))
+        copies = [{**obj, "id": f"{obj['id']}-{i}"} if "id" in obj else obj for i in range(3)]
+        (raw / f"{shape}.jsonl").write_text("".join(json.dumps(c) + "\n" for c in copies))
     outs = []
     for run in ("a", "b"):
         out = tmp_path / run / "train.jsonl"
