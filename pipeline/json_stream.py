@@ -188,7 +188,10 @@ class ArrayReader:
         """The element starting at buf[pos], reading more as needed; _CUT when the file ends inside it."""
         while True:
             try:
-                return self._raw.raw_decode(self._buf, pos)
+                value, end = self._raw.raw_decode(self._buf, pos)
+                if end - pos > self.max_element_bytes:
+                    raise self._too_large(pos)
+                return value, end
             except json.JSONDecodeError as exc:
                 maybe_short = exc.msg.startswith("Unterminated string") or exc.pos >= len(self._buf) - _NEAR_END
                 if not maybe_short:
@@ -197,13 +200,16 @@ class ArrayReader:
                 raise self._error(pos, "an element nests too deeply to decode") from None
             have = len(self._buf) - pos
             if have > self.max_element_bytes:
-                raise self._error(
-                    pos,
-                    f"an element is larger than {self.max_element_bytes} bytes (the bound on one record); "
-                    "raise the bound or split the record",
-                )
+                raise self._too_large(pos)
             if not self._fill(max(self._block, have)):
                 return _CUT, pos
+
+    def _too_large(self, pos: int) -> StreamError:
+        return self._error(
+            pos,
+            f"an element is larger than {self.max_element_bytes} bytes (the bound on one record); "
+            "raise the bound (merge: --max-line-bytes) or split the record",
+        )
 
     def _cut(self, pos: int) -> None:
         self._advance(pos)
