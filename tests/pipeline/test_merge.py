@@ -182,8 +182,8 @@ def test_records_without_an_answer_are_skipped_by_reason_and_named(data, tmp_pat
     assert stats["records"] == 1 and stats["skipped"] == 2 and stats["dropped"] == 0
     assert [r["id"] for r in _records(out)] == ["good"]
     printed = capsys.readouterr().out
-    assert f"skipped: no_assistant (e.g. {src}:1 (id no-answer))" in printed
-    assert f"skipped: empty_value (e.g. {src}:2 (id blank-answer))" in printed
+    assert f"skipped: no_assistant (e.g. {src}:1 (id no-answer);" in printed
+    assert f"skipped: empty_value (e.g. {src}:2 (id blank-answer);" in printed
 
 
 def test_include_and_exclude_pick_sources(data, tmp_path, capsys):
