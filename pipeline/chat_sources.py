@@ -44,6 +44,7 @@ DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
 EXAMPLES_KEPT = 3
 ASSISTANT_FIRST = "assistant_first"
 DUPLICATE_ID = "duplicate_id"
+REPEATS_SKIPPED = "repeats_skipped_id"
 SAME_ROLE = "same_role"
 LINE_TOO_LONG = "line_too_long"
 POLICIES = (ASSISTANT_FIRST, DUPLICATE_ID, SAME_ROLE)
@@ -148,7 +149,11 @@ class SourceReport:
             "invalid_share": round(self.invalid_share(), 6),
             "skipped": {r: self.skipped[r] for r in REASONS if self.skipped[r]},
             "assistant_first": {"records": self.policies[ASSISTANT_FIRST], "action": p.on_assistant_first},
-            "duplicate_id": {"records": self.policies[DUPLICATE_ID], "action": "first usable kept"},
+            "duplicate_id": {
+                "records": self.policies[DUPLICATE_ID],
+                "action": "first usable kept",
+                "kept_after_a_skipped_one": self.policies[REPEATS_SKIPPED],
+            },
             "same_role": {"records": self.policies[SAME_ROLE], "action": p.same_role},
             "lines_too_long": self.lines_too_long,
             "cut": list(self.cuts),
@@ -172,6 +177,12 @@ class SourceReport:
         n = self.policies[DUPLICATE_ID]
         if n:
             out.append(f"{n} records repeat an earlier record's id: the first usable one kept (e.g. {self._shown(DUPLICATE_ID)})")
+        n = self.policies[REPEATS_SKIPPED]
+        if n:
+            out.append(
+                f"{n} records repeat the id of an earlier, skipped record: kept, as the first usable one "
+                f"(e.g. {self._shown(REPEATS_SKIPPED)})"
+            )
         n = self.policies[SAME_ROLE]
         if n:
             how = f"joined into one turn ({JOINER!r} between)" if p.same_role == "join" else "records dropped"
@@ -269,6 +280,7 @@ def iter_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
     report.policy = policy
     report.source = report.source or source
     seen: set[bytes] = set()
+    skipped_ids: set[bytes] = set()
     for file in source_files(Path(path)):
         name = str(file)
         report.files.append(name)
@@ -285,6 +297,8 @@ def iter_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
                 report.skipped[exc.reason] += 1
                 report.note(exc.reason, name, line, exc.record_id)
                 report.first_problem.setdefault(exc.reason, str(exc))
+                if exc.record_id is not None:
+                    skipped_ids.add(_id_key(exc.record_id))
                 continue
             first = next((m["role"] for m in rec.conversations if m["role"] != "system"), None)
             if first == "assistant":
@@ -305,6 +319,9 @@ def iter_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
                 report.note(DUPLICATE_ID, name, line, rec.id)
                 continue
             seen.add(key)
+            if key in skipped_ids:
+                report.policies[REPEATS_SKIPPED] += 1
+                report.note(REPEATS_SKIPPED, name, line, rec.id)
             report.usable += 1
             yield rec
     share = report.invalid_share()

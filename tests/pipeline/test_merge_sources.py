@@ -113,8 +113,11 @@ def test_a_duplicate_id_keeps_the_first_usable_record(tok, tmp_path, capsys):
     decoded = AutoTokenizer.from_pretrained(tok).decode(kept[0]["input_ids"])
     assert "first" in decoded and "second" not in decoded
     info = _stats(out)["sources"]["chat"]["input"]
-    assert info["duplicate_id"]["records"] == 1 and info["skipped"] == {"no_messages": 1}
-    assert f"{src}:33 (id d)" in capsys.readouterr().out
+    assert info["duplicate_id"] == {"records": 1, "action": "first usable kept", "kept_after_a_skipped_one": 1}
+    assert info["skipped"] == {"no_messages": 1}
+    printed = capsys.readouterr().out
+    assert f"1 records repeat an earlier record's id: the first usable one kept (e.g. {src}:33 (id d))" in printed
+    assert f"1 records repeat the id of an earlier, skipped record: kept, as the first usable one (e.g. {src}:32" in printed
 
 
 def test_consecutive_turns_of_one_role_are_joined_or_the_record_dropped(tok, tmp_path):
