@@ -71,6 +71,7 @@ def test_the_head_of_sharegpt_v3_merges_with_smollm2_every_skip_counted_and_the_
     usable_ids = [r["id"] for r in usable]
     assert len(set(usable_ids)) == len(usable_ids), "ShareGPT's duplicate ids pair an empty record with a whole one"
     repeats = sum(1 for rid in set(empty) if rid in set(usable_ids))
+    assert repeats > 0
     assert info["duplicate_id"] == {"records": 0, "action": "first usable kept", "kept_after_a_skipped_one": repeats}
     dropped = stats["sources"]["sharegpt"]["dropped_too_long"]
     assert stats["records"] == info["usable"] - dropped > 0.9 * complete
