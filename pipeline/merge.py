@@ -2,7 +2,9 @@
 
     python -m pipeline.merge --tokenizer PATH --out OUT.jsonl [--stats STATS.json]
         [--max-len 512] [--on-long truncate|drop] [--seed 0] [--include SRC ...]
-        [--exclude SRC ...] [--workers N] SOURCE.jsonl|DIR ...
+        [--exclude SRC ...] [--workers N] [--strict] [--max-invalid SHARE]
+        [--role-map NAME=ROLE,...] [--on-assistant-first keep|drop] [--same-role join|drop]
+        SOURCE.jsonl|SOURCE.json|DIR ...
 
 Each record is rendered with the target's own chat template (the drafter must see exactly
 the token stream the target serves), masked to the assistant's text, and cut or dropped
@@ -14,13 +16,16 @@ that compares them (and the old stats are removed first, so it can only read as 
 Temporary files of a merge that was killed are removed by the next run; SIGTERM removes
 its own.
 
-Records come in the shapes `pipeline.chat_records` accepts (ours, OpenAI `messages`,
-ShareGPT); the stats name each source's shape. A record with more text than --max-len
+Sources are read by `pipeline.chat_sources` (JSON lines or a streamed JSON array, in the
+shapes `pipeline.chat_records` accepts): an unusable record is skipped and counted by reason,
+a source past --max-invalid stops the merge, --strict stops at the first bad record. The
+parent reads; workers tokenize chunks of records. A record with more text than --max-len
 tokens could hold is dropped (or cut) before tokenizing, and a line over the line bound
 is skipped unread; both are counted and reported.
 
-Exit codes: 0 ok, 2 bad arguments or input (one line naming file, line and field),
-1 any other failure, 130 interrupted, 143 stopped by SIGTERM.
+Exit codes: 0 ok, 2 bad arguments or input (one line naming file, line and field, or the
+source and its share of unusable records), 1 any other failure, 130 interrupted, 143
+stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -44,7 +49,17 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.atomicfile import fsync_dir, write_json_atomic
-from pipeline.chat_records import RecordError
+from pipeline.chat_records import ChatRecord, RecordError
+from pipeline.chat_sources import (
+    DEFAULT_ROLE_MAP,
+    SourceError,
+    SourcePolicy,
+    SourceReport,
+    format_role_map,
+    iter_records,
+    parse_role_map,
+    source_files,
+)
 from pipeline.events import EventWriter
 from pipeline.loss_mask import default_method
 from pipeline.merge_chunks import (
@@ -57,8 +72,11 @@ from pipeline.merge_chunks import (
     init_worker,
     line_bound,
     load_tokenizer,
-    read_lines,
 )
+
+CHUNK_RECORDS = 256
+CHUNK_CHARS = 16 * 2**20
+"""A chunk closes at this many records or characters of content, whichever comes first."""
 
 
 class UsageError(Exception):
@@ -81,10 +99,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m pipeline.merge",
         description="Merge chat JSONL sources into one shuffled training set: token ids plus an "
         "assistant-only loss mask per record, rendered with the target's chat template.",
-        epilog="A source's name is its file stem; a DIR stands for every *.jsonl in it. Give sources "
+        epilog="A source's name is its file stem; a DIR stands for every *.jsonl and *.json in it. A file "
+        "that starts with '[' is read as a JSON array, element by element. Give sources "
         "before --include/--exclude, or end those lists with --.",
     )
-    p.add_argument("sources", nargs="*", metavar="SOURCE", help="chat JSONL files or folders of them")
+    p.add_argument("sources", nargs="*", metavar="SOURCE", help="chat JSONL or JSON-array files, or folders of them")
     p.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer folder, or the target model folder")
     p.add_argument("--out", required=True, type=Path, metavar="OUT.jsonl", help="merged dataset to write")
     p.add_argument("--stats", type=Path, metavar="STATS.json", help="stats file (default: <out stem>.stats.json next to --out)")
@@ -113,7 +132,53 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="tokenizer processes (default: CPU count, at most 8); output does not depend on it",
     )
+    p.add_argument("--strict", action="store_true", help="stop (exit 2) at the first unusable record instead of skipping it")
+    p.add_argument(
+        "--max-invalid",
+        type=float,
+        default=0.05,
+        metavar="SHARE",
+        help="largest share of a source's records that may be unusable (default 0.05); past it, exit 2: "
+        "a mostly-bad file is probably the wrong file",
+    )
+    p.add_argument(
+        "--role-map",
+        default=format_role_map(DEFAULT_ROLE_MAP),
+        metavar="NAME=ROLE,...",
+        help=f"extra speaker names and the role each stands for (default {format_role_map(DEFAULT_ROLE_MAP)}, "
+        "ShareGPT's extra roles; giving it replaces the default, '' maps none)",
+    )
+    p.add_argument(
+        "--on-assistant-first",
+        choices=("keep", "drop"),
+        default="keep",
+        help="records that open with an assistant turn (ShareGPT continuation chunks): keep (default; only "
+        "assistant text is learnt) or drop; counted either way",
+    )
+    p.add_argument(
+        "--same-role",
+        choices=("join", "drop"),
+        default="join",
+        help="consecutive turns of one role: join them into one turn (default) or drop the record; counted either way",
+    )
     return p
+
+
+def source_policy(args: argparse.Namespace, max_record_bytes: int) -> SourcePolicy:
+    if not 0.0 <= args.max_invalid <= 1.0:
+        raise UsageError(f"--max-invalid must be a share between 0 and 1 (0.05 is 5%), got {args.max_invalid}")
+    try:
+        role_map = parse_role_map(args.role_map)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return SourcePolicy(
+        strict=args.strict,
+        max_invalid=args.max_invalid,
+        role_map=role_map,
+        on_assistant_first=args.on_assistant_first,
+        same_role=args.same_role,
+        max_record_bytes=max_record_bytes,
+    )
 
 
 def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> list[Source]:
@@ -121,14 +186,14 @@ def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> 
     for arg in args:
         path = Path(arg)
         if path.is_dir():
-            files = sorted(path.glob("*.jsonl"))
+            files = source_files(path)
             if not files:
-                raise UsageError(f"source folder {arg} holds no *.jsonl files")
+                raise UsageError(f"source folder {arg} holds no *.jsonl or *.json files")
             found += [Source(f.stem, f) for f in files]
         elif path.is_file():
             found.append(Source(path.stem, path))
         else:
-            raise UsageError(f"source {arg} does not exist; pass a .jsonl file or a folder of them")
+            raise UsageError(f"source {arg} does not exist; pass a .jsonl or .json file or a folder of them")
     seen: dict[str, Path] = {}
     for src in found:
         if src.name in seen:
@@ -147,36 +212,27 @@ def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> 
     return found
 
 
-def plan_chunks(sources: list[Source], chunk_samples: int, max_line_bytes: int) -> tuple[list[Chunk], int]:
-    """Split every source into runs of `chunk_samples` non-blank lines, by byte range (a
-    line over `max_line_bytes` is passed over in blocks, never read whole)."""
-    chunks: list[Chunk] = []
-    total = 0
+def _content_chars(rec: ChatRecord) -> int:
+    return sum(len(m["content"]) for m in rec.conversations)
+
+
+def read_chunks(sources: list[Source], policy: SourcePolicy, reports: dict[str, SourceReport]) -> Iterator[Chunk]:
+    """Every usable record, in source order, in chunks of at most CHUNK_RECORDS records or
+    CHUNK_CHARS characters; a chunk never spans two sources."""
+    index = 0
     for src in sources:
-        start = pos = 0
-        first_line = 1
-        n = 0
-        with open(src.path, "rb") as f:
-            for line_no, (raw, size) in enumerate(read_lines(f, None, max_line_bytes), 1):
-                pos += size
-                if raw is None or raw.strip():
-                    n += 1
-                if n == chunk_samples:
-                    chunks.append(Chunk(len(chunks), src.name, str(src.path), start, pos, first_line, n))
-                    total += n
-                    start, first_line, n = pos, line_no + 1, 0
-        if pos > start:
-            chunks.append(Chunk(len(chunks), src.name, str(src.path), start, pos, first_line, n))
-            total += n
-    return chunks, total
-
-
-def _count_lines(path: Path) -> int:
-    n = 0
-    with open(path, "rb") as f:
-        while block := f.read(1 << 24):
-            n += block.count(b"\n")
-    return n + 1
+        batch: list[ChatRecord] = []
+        chars = 0
+        for rec in iter_records(src.path, src.name, policy, reports[src.name]):
+            batch.append(rec)
+            chars += _content_chars(rec)
+            if len(batch) >= CHUNK_RECORDS or chars >= CHUNK_CHARS:
+                yield Chunk(index, src.name, str(src.path), tuple(batch))
+                index += 1
+                batch, chars = [], 0
+        if batch:
+            yield Chunk(index, src.name, str(src.path), tuple(batch))
+            index += 1
 
 
 def check_tokenizer(path: str) -> tuple[Any, str]:
@@ -195,17 +251,31 @@ def check_tokenizer(path: str) -> tuple[Any, str]:
 
 
 class _Progress:
-    """Progress lines on stdout (every few seconds) and events (a few per second)."""
+    """Progress lines on stdout (every few seconds) and events (a few per second). The total
+    is not known before the sources are read (an array is counted only by reading it), so it
+    is estimated from the bytes read so far and exact at the end."""
 
-    def __init__(self, total: int, events: EventWriter) -> None:
-        self.total, self.events = total, events
+    def __init__(self, sources: list[Source], reports: dict[str, SourceReport], events: EventWriter) -> None:
+        self.events = events
+        self._reports = reports
+        self._bytes = max(sum(s.path.stat().st_size for s in sources), 1)
+        self.total = 0
         self.done = 0
         self.started = time.monotonic()
         self._printed = self._emitted = 0.0
         self._last: tuple[int, int] = (-1, -1)  # done at the last event, at the last line
 
+    def _estimate(self, final: bool) -> int:
+        usable = sum(r.usable for r in self._reports.values())
+        if final:
+            return usable
+        read = sum(r.bytes_read for r in self._reports.values())
+        guess = round(usable * self._bytes / read) if read else 0
+        return max(guess, usable, self.done)
+
     def add(self, n: int, final: bool = False) -> None:
         self.done += n
+        self.total = self._estimate(final)
         now = time.monotonic()
         if (final and self._last[0] != self.done) or now - self._emitted >= 0.25:
             self.events.progress(self.done, self.total, unit="samples", stage="tokenize")
@@ -217,10 +287,12 @@ class _Progress:
 
 
 def _run_chunks(
-    chunks: list[Chunk], settings: EncodeSettings, tokenizer: Any, workers: int, progress: _Progress
+    chunks: Iterator[Chunk], settings: EncodeSettings, tokenizer: Any, workers: int, progress: _Progress
 ) -> list[ChunkResult]:
-    results: list[ChunkResult | None] = [None] * len(chunks)
-    if workers <= 1 or len(chunks) <= 1:
+    """Tokenizes chunks as the reader yields them, at most 2 x workers in flight (memory holds
+    a few chunks, never the dataset); results in chunk order."""
+    results: dict[int, ChunkResult] = {}
+    if workers <= 1:
         init_worker(settings, tokenizer)
         for chunk in chunks:
             res = encode_chunk(chunk)
@@ -228,7 +300,7 @@ def _run_chunks(
             if res.error is not None:
                 raise res.error
             progress.add(res.counts.read)
-        return results  # type: ignore[return-value]
+        return [results[i] for i in sorted(results)]
     # fork hands every worker the loaded tokenizer at no cost; it is safe here because the
     # parent has not yet run tokenizers' thread pool (a spawned worker would spend seconds
     # importing transformers).
@@ -237,18 +309,25 @@ def _run_chunks(
     initargs = (settings, tokenizer if ctx.get_start_method() == "fork" else None, True)
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker, initargs=initargs)
     try:
-        pending = {pool.submit(encode_chunk, c) for c in chunks}
-        first_error: RecordError | None = None
-        while pending:
+        pending: set = set()
+        failed = False
+        more = True
+        while True:
+            while more and not failed and len(pending) < 2 * workers:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    more = False
+                else:
+                    pending.add(pool.submit(encode_chunk, chunk))
+            if not pending:
+                break
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
                 res = fut.result()
                 results[res.index] = res
                 progress.add(res.counts.read)
-                if res.error is not None and first_error is None:
-                    first_error = res.error
-            if first_error is not None:
-                break
+                failed = failed or res.error is not None
+            # after a failure the chunks in flight still finish, so the earliest error is reported
     except BaseException as exc:
         # stopped or failed: kill the workers now instead of waiting for their chunks
         procs = list((getattr(pool, "_processes", None) or {}).values())
@@ -264,10 +343,11 @@ def _run_chunks(
             ) from None
         raise
     pool.shutdown(wait=True, cancel_futures=True)
-    errors = [r.error for r in results if r is not None and r.error is not None]
+    ordered = [results[i] for i in sorted(results)]
+    errors = [r.error for r in ordered if r.error is not None]
     if errors:
         raise errors[0]  # the earliest chunk's, so the message does not depend on timing
-    return results  # type: ignore[return-value]
+    return ordered
 
 
 class _PartReader:
@@ -368,6 +448,7 @@ def _shape_of(shapes: dict[str, int]) -> str:
 def _report_drops(
     name: str,
     c: SourceCounts,
+    report: SourceReport,
     examples: list[str],
     oversize: list[str],
     args: argparse.Namespace,
@@ -376,14 +457,13 @@ def _report_drops(
 ) -> None:
     max_chars, max_line = bounds
     notes: list[str] = []
-    if c.lines_too_long:
-        notes.append(
-            f"{c.lines_too_long} lines longer than {max_line} bytes skipped unread and dropped "
-            f"(e.g. {', '.join(e for e in oversize if 'bytes)' in e)}); raise --max-line-bytes to read them"
-        )
+    for note in report.warnings():
+        if note.startswith(f"{c.lines_too_long} lines longer than"):
+            note += "; raise --max-line-bytes to read them"
+        notes.append(note)
     if c.over_char_bound:
         how = "dropped" if args.on_long == "drop" else "cut to that many characters"
-        shown = ", ".join(e for e in oversize if "bytes)" not in e)
+        shown = ", ".join(oversize)
         notes.append(
             f"{c.over_char_bound} samples hold more text than --max-len {args.max_len} tokens could ever keep "
             f"(over {max_chars} characters): {how} before tokenizing (e.g. {shown})"
@@ -436,9 +516,10 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         f"on-long {args.on_long}, mask {method}, {workers} worker{'s' if workers != 1 else ''}",
         flush=True,
     )
-    lines = sum(_count_lines(s.path) for s in sources)
-    chunks, total = plan_chunks(sources, max(16, min(1000, -(-lines // (workers * 4)))), max_line)
-    events.progress(0, total, unit="samples", stage="tokenize")
+    policy = source_policy(args, max_line)
+    reports = {s.name: SourceReport(s.name) for s in sources}
+    progress = _Progress(sources, reports, events)
+    events.progress(0, 0, unit="samples", stage="tokenize")
 
     parts_dir = out.with_name(f".{out.name}.parts-{os.getpid()}")
     if parts_dir.exists():
@@ -448,30 +529,34 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         settings = EncodeSettings(
             args.tokenizer, method, args.max_len, args.on_long, str(parts_dir), max_chars, max_line
         )
-        progress = _Progress(total, events)
-        results = _run_chunks(chunks, settings, tokenizer, workers, progress)
+        results = _run_chunks(read_chunks(sources, policy, reports), settings, tokenizer, workers, progress)
         progress.add(0, final=True)
 
         per_source: dict[str, SourceCounts] = {s.name: SourceCounts() for s in sources}
         examples: dict[str, list[str]] = {s.name: [] for s in sources}
         oversize: dict[str, list[str]] = {s.name: [] for s in sources}
         shapes: dict[str, dict[str, int]] = {s.name: {} for s in sources}
-        for chunk, res in zip(chunks, results):
-            per_source[chunk.source].add(res.counts)
-            examples[chunk.source] += res.empty_examples
-            oversize[chunk.source] += res.oversize_examples
+        for res in results:
+            per_source[res.source].add(res.counts)
+            examples[res.source] += res.empty_examples
+            oversize[res.source] += res.oversize_examples
             for shape, n in res.shapes.items():
-                shapes[chunk.source][shape] = shapes[chunk.source].get(shape, 0) + n
+                shapes[res.source][shape] = shapes[res.source].get(shape, 0) + n
         for name, c in per_source.items():
-            _report_drops(name, c, examples[name][:3], oversize[name][:3], args, (max_chars, max_line), events)
+            report = reports[name]
+            c.read = report.records
+            c.lines_too_long = report.lines_too_long
+            c.dropped_too_long += report.lines_too_long
+            _report_drops(name, c, report, examples[name][:3], oversize[name][:3], args, (max_chars, max_line), events)
 
         kept = sum(c.records for c in per_source.values())
         if kept == 0:
             too_long = sum(c.dropped_too_long for c in per_source.values())
             empty = sum(c.dropped_empty_mask for c in per_source.values())
+            skipped = sum(r.records - r.usable - r.lines_too_long for r in reports.values())
             raise UsageError(
-                f"every sample was dropped ({too_long} too long, {empty} with no assistant tokens); "
-                f"nothing written to {out}. Raise --max-len or use --on-long truncate"
+                f"every sample was dropped ({too_long} too long, {empty} with no assistant tokens, {skipped} "
+                f"skipped or left out by the reader); nothing written to {out}. Raise --max-len or use --on-long truncate"
             )
         sha = _write_merged(out, _shuffled_entries(results, args.seed), stats_path)
     finally:
@@ -501,8 +586,18 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
                 "truncated": c.truncated,
                 "over_char_bound": c.over_char_bound,
                 "lines_too_long": c.lines_too_long,
+                "skipped": reports[name].invalid(),
+                "input": reports[name].to_json(),
             }
             for name, c in per_source.items()
+        },
+        "skipped": sum(r.invalid() for r in reports.values()),
+        "policy": {
+            "strict": policy.strict,
+            "max_invalid": policy.max_invalid,
+            "role_map": dict(policy.role_map),
+            "on_assistant_first": policy.on_assistant_first,
+            "same_role": policy.same_role,
         },
         "dropped": sum(c.dropped_too_long + c.dropped_empty_mask for c in per_source.values()),
         "truncated": sum(c.truncated for c in per_source.values()),
@@ -517,17 +612,17 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
 
 
 def _summary(stats: dict) -> Iterator[str]:
-    yield f"merge: {'source':<20} {'records':>8} {'tokens':>10} {'loss':>10} {'dropped':>8} {'truncated':>9}"
-    for name, s in stats["sources"].items():
-        dropped = s["dropped_too_long"] + s["dropped_empty_mask"]
-        yield (
-            f"merge: {name:<20} {s['records']:>8} {s['tokens']:>10} {s['loss_tokens']:>10} "
-            f"{dropped:>8} {s['truncated']:>9}"
-        )
-    yield (
-        f"merge: {'total':<20} {stats['records']:>8} {stats['tokens']:>10} {stats['loss_tokens']:>10} "
-        f"{stats['dropped']:>8} {stats['truncated']:>9}"
-    )
+    head = ("source", "records", "tokens", "loss", "skipped", "dropped", "truncated")
+    yield "merge: {:<20} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9}".format(*head)
+    rows = [
+        (name, s["records"], s["tokens"], s["loss_tokens"], s["skipped"], s["dropped_too_long"] + s["dropped_empty_mask"],
+         s["truncated"])
+        for name, s in stats["sources"].items()
+    ]
+    rows.append(("total", stats["records"], stats["tokens"], stats["loss_tokens"], stats["skipped"], stats["dropped"],
+                 stats["truncated"]))
+    for row in rows:
+        yield "merge: {:<20} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9}".format(*row)
 
 
 _MAIN_PID = os.getpid()
@@ -552,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with EventWriter.from_env() as events:
             merge(args, events)
-    except (UsageError, RecordError) as exc:
+    except (UsageError, RecordError, SourceError) as exc:
         print(f"merge: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,13 +1,15 @@
-"""Merge's unit of parallel work: one chunk of lines of one source, tokenized and masked.
+"""Merge's unit of parallel work: one chunk of records of one source, tokenized and masked.
 
 Lives apart from the CLI so worker processes import only this (and the tokenizer), and so
-pickled references never point at `__main__`. A worker writes its kept records to a part
-file and returns only their byte positions and counts: the parent shuffles positions, not
-token lists, so a merge far larger than memory still fits.
+pickled references never point at `__main__`. The parent reads the sources (through
+`pipeline.chat_sources`, which skips and counts unusable records) and hands each worker a
+bounded chunk of records; the worker writes the ones it keeps to a part file and returns only
+their byte positions and counts: the parent shuffles positions, not token lists, so a merge
+far larger than memory still fits.
 
 Two bounds keep one huge record from costing minutes and gigabytes (a 50 MB record once
 took 124 s and 20 GB in the tokenizer): a line longer than `max_line_bytes` is skipped
-unread, in blocks; a record with more text than `--max-len` tokens could ever hold (more
+unread by the reader; a record with more text than `--max-len` tokens could ever hold (more
 than `max_len` x the longest token's characters x a margin) is dropped, or cut to that
 many characters before tokenizing when truncating, which keeps the same first tokens.
 """
@@ -17,12 +19,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from pipeline.chat_records import RecordError, parse_record
+from pipeline.chat_records import ChatRecord, RecordError
 from pipeline.loss_mask import encode, special_token_ids
 
 EXAMPLES_KEPT = 3
@@ -31,7 +32,6 @@ CHAR_MARGIN = 2
 MIN_LINE_BYTES = 16 * 2**20
 LINE_BYTES_PER_CHAR = 8
 """JSON spends up to 6 bytes on one character (\\uXXXX), plus keys and punctuation."""
-_SKIP_BLOCK = 2**20
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,7 @@ class Chunk:
     index: int
     source: str
     path: str
-    start: int
-    end: int
-    first_line: int
-    samples: int
+    records: tuple[ChatRecord, ...]
 
 
 @dataclass
@@ -69,6 +66,7 @@ class SourceCounts:
 class ChunkResult:
     index: int
     part: str
+    source: str = ""
     entries: list[tuple[int, int]] = field(default_factory=list)
     counts: SourceCounts = field(default_factory=SourceCounts)
     empty_examples: list[str] = field(default_factory=list)
@@ -115,28 +113,6 @@ def line_bound(max_chars: int) -> int:
     return max(MIN_LINE_BYTES, max_chars * LINE_BYTES_PER_CHAR)
 
 
-def read_lines(f: IO[bytes], end: int | None, limit: int) -> Iterator[tuple[bytes | None, int]]:
-    """(line, bytes it took) from the file's position up to byte `end`; the line is None
-    when longer than `limit` bytes: the rest of it is skipped in blocks, never held whole."""
-    pos = f.tell()
-    while end is None or pos < end:
-        size = limit + 1 if end is None else min(limit + 1, end - pos)
-        line = f.readline(size)
-        if not line:
-            return
-        n = len(line)
-        if n > limit and not line.endswith(b"\n"):
-            while end is None or pos + n < end:
-                rest = f.readline(_SKIP_BLOCK)
-                n += len(rest)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            yield None, n
-        else:
-            yield line, n
-        pos += n
-
-
 def cut_conversation(messages: list[dict[str, str]], max_chars: int) -> list[dict[str, str]]:
     """The conversation's first `max_chars` characters of content, messages after the cut left out."""
     kept: list[dict[str, str]] = []
@@ -163,30 +139,13 @@ def encode_chunk(chunk: Chunk) -> ChunkResult:
     assert _worker is not None, "init_worker must run first"
     tokenizer, s = _worker
     part = str(Path(s.parts_dir) / f"{chunk.index:07d}.jsonl")
-    result = ChunkResult(chunk.index, part)
+    result = ChunkResult(chunk.index, part, chunk.source)
     counts = result.counts
-    with open(chunk.path, "rb") as f, open(part, "wb") as out:
-        f.seek(chunk.start)
-        line = chunk.first_line - 1
+    with open(part, "wb") as out:
         offset = 0
-        for raw, size in read_lines(f, chunk.end, s.max_line_bytes):
-            line += 1
-            if raw is None:
-                counts.read += 1
-                counts.lines_too_long += 1
-                counts.dropped_too_long += 1
-                if len(result.oversize_examples) < EXAMPLES_KEPT:
-                    result.oversize_examples.append(f"{chunk.path}:{line} ({size} bytes)")
-                continue
-            if not raw.strip():
-                continue
+        for rec in chunk.records:
             counts.read += 1
-            try:
-                rec = parse_record(raw, chunk.path, line, chunk.source)
-            except RecordError as exc:
-                result.error = exc
-                return result
-            del raw
+            line = rec.line
             result.shapes[rec.shape] = result.shapes.get(rec.shape, 0) + 1
             conversation = rec.conversations
             if sum(len(m["content"]) for m in conversation) > s.max_chars:
@@ -200,7 +159,10 @@ def encode_chunk(chunk: Chunk) -> ChunkResult:
             try:
                 enc = encode(tokenizer, conversation, s.method)
             except Exception as exc:  # noqa: BLE001 - a template error on this record, reported with its line
-                result.error = RecordError(chunk.path, line, "conversations", f"the chat template failed on it: {exc}")
+                result.error = RecordError(
+                    chunk.path, line, "conversations", f"the chat template failed on it: {exc}{_template_hint(exc)}",
+                    record_id=rec.id,
+                )
                 return result
             ids, mask = enc.input_ids, enc.loss_mask
             if not any(mask) and conversation is not rec.conversations:
@@ -235,3 +197,11 @@ def encode_chunk(chunk: Chunk) -> ChunkResult:
             counts.tokens += len(ids)
             counts.loss_tokens += sum(mask)
     return result
+
+
+def _template_hint(exc: Exception) -> str:
+    text = str(exc).lower()
+    if "alternate" in text or "assistant" in text:
+        return (" (templates that insist on user/assistant alternation refuse records that open with the "
+                "assistant: try --on-assistant-first drop)")
+    return ""

@@ -165,7 +165,7 @@ def test_long_source_truncated_with_truncate(data, tmp_path):
     assert stats["loss_tokens"] == sum(sum(r["loss_mask"]) for r in _records(out))
 
 
-def test_samples_with_empty_mask_are_dropped_and_reported(data, tmp_path, capsys):
+def test_records_without_an_answer_are_skipped_by_reason_and_named(data, tmp_path, capsys):
     src = tmp_path / "odd.jsonl"
     write_jsonl(
         src,
@@ -175,14 +175,15 @@ def test_samples_with_empty_mask_are_dropped_and_reported(data, tmp_path, capsys
             {"id": "good", "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
         ],
     )
-    rc, out = _merge(data, tmp_path, sources=[str(src)])
+    rc, out = _merge(data, tmp_path, "--max-invalid", "1", sources=[str(src)])
     assert rc == 0
     stats = _stats(out)
-    assert stats["sources"]["odd"]["dropped_empty_mask"] == 2
-    assert stats["records"] == 1 and stats["dropped"] == 2
+    assert stats["sources"]["odd"]["input"]["skipped"] == {"no_assistant": 1, "empty_value": 1}
+    assert stats["records"] == 1 and stats["skipped"] == 2 and stats["dropped"] == 0
     assert [r["id"] for r in _records(out)] == ["good"]
     printed = capsys.readouterr().out
-    assert "no assistant tokens" in printed and "no-answer" in printed
+    assert f"skipped: no_assistant (e.g. {src}:1 (id no-answer);" in printed
+    assert f"skipped: empty_value (e.g. {src}:2 (id blank-answer);" in printed
 
 
 def test_include_and_exclude_pick_sources(data, tmp_path, capsys):
@@ -211,11 +212,11 @@ def test_include_and_exclude_pick_sources(data, tmp_path, capsys):
         ('{"id": "x", "conversations": [', "not valid JSON"),
     ],
 )
-def test_malformed_record_exits_2_naming_file_line_and_field(data, tmp_path, capsys, line, field):
+def test_strict_stops_at_a_malformed_record_naming_file_line_and_field(data, tmp_path, capsys, line, field):
     good = '{"id": "g", "conversations": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}'
     bad = tmp_path / "bad.jsonl"
     bad.write_text(f"{good}\n\n{line}\n{good}\n")
-    rc, out = _merge(data, tmp_path, sources=[str(bad)])
+    rc, out = _merge(data, tmp_path, "--strict", sources=[str(bad)])
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
@@ -275,8 +276,8 @@ def test_events_report_progress_and_artifacts(data, tmp_path, monkeypatch):
     events, _ = read_events(events_path)
     progress = [e for e in events if e.kind == "progress"]
     total = sum(data["counts"].values())
-    assert progress and all(e.get("unit") == "samples" and e.get("total") == total for e in progress)
-    assert progress[-1].get("done") == total
+    assert progress and all(e.get("unit") == "samples" and e.get("done") <= e.get("total") for e in progress[1:])
+    assert progress[-1].get("done") == progress[-1].get("total") == total
     artifacts = {e.get("path"): e.get("bytes") for e in events if e.kind == "artifact"}
     assert artifacts[str(out)] == out.stat().st_size
     assert str(tmp_path / "s.json") in artifacts
