@@ -313,7 +313,7 @@ def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None, mode
         floats = {str(v.dtype).removeprefix("torch.") for v in tensors.values() if v.is_floating_point()}
         if len(floats) == 1:
             config = {**config, "torch_dtype": floats.pop()}
-    need = sum(t.numel() * t.element_size() for t in tensors.values()) + (1 << 20)
+    need = sum(t.numel() * t.element_size() for t in tensors.values()) + (1 << 16)
     with output_guard.staged_folder(out, WRITER, "exporting the drafter", need) as tmp:
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         fd = os.open(tmp / WEIGHTS_FILE, os.O_RDONLY)
