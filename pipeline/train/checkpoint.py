@@ -69,26 +69,36 @@ def _fsync_tree(folder: Path) -> None:
 
 
 class _Sink(io.RawIOBase):
-    """A file torch.save writes through, so a failed write surfaces as the OSError it is
-    (torch's own file writer reports a full disk as `unexpected pos ...`)."""
+    """A file torch.save writes through, keeping the OSError of a failed write: torch's zip
+    writer swallows it and reports a full disk as `unexpected pos ...`, naming nothing."""
 
     def __init__(self, fd: int) -> None:
         super().__init__()
         self._fd = fd
+        self.error: OSError | None = None
 
     def writable(self) -> bool:
         return True
 
     def write(self, b) -> int:
-        write_all(self._fd, b)
+        try:
+            write_all(self._fd, b)
+        except OSError as e:
+            self.error = self.error or e
+            raise
         return len(b)
 
 
 def _write_state(state: dict, path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    sink = _Sink(fd)
     try:
-        torch.save(state, _Sink(fd))
+        torch.save(state, sink)
         os.fsync(fd)
+    except Exception:
+        if sink.error is not None:
+            raise sink.error from None
+        raise
     finally:
         os.close(fd)
 

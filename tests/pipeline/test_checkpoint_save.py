@@ -28,10 +28,27 @@ def _enospc(*_a, **_k):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_a_full_disk_while_writing_train_state_stops_with_exit_3_naming_the_volume(tmp_path, drafter, monkeypatch):
+def _fills_after(writes: int):
+    """checkpoint's write_all, failing with ENOSPC once `writes` calls went through: the disk
+    fills midway through train_state.pt, where torch's zip writer hides the error."""
+    real = checkpoint.write_all
+    calls = []
+
+    def write(fd, buf):
+        calls.append(len(buf))
+        if len(calls) > writes:
+            _enospc()
+        real(fd, buf)
+
+    return write
+
+
+@pytest.mark.parametrize("writes", [0, 3])
+def test_a_full_disk_while_writing_train_state_stops_with_exit_3_naming_the_volume(tmp_path, drafter, monkeypatch,
+                                                                                 writes):
     run = tmp_path / "run"
     checkpoint.save(run, drafter, {"step": 10})
-    monkeypatch.setattr(checkpoint, "write_all", _enospc)
+    monkeypatch.setattr(checkpoint, "write_all", _fills_after(writes))
     with pytest.raises(checkpoint.Stopped) as e:
         checkpoint.save(run, drafter, {"step": 20})
     assert e.value.exit_code == 3
