@@ -154,6 +154,15 @@ def save(run: Path, drafter: Eagle3Drafter, state: dict, keep_last: int | None =
     return final
 
 
+def refuse_run_folder(run: Path, inputs: list[Path]) -> None:
+    """A run folder that is, holds or sits inside the store or the target is refused (exit 2)
+    before anything is read or written: `--overwrite` would delete its `checkpoints/`."""
+    try:
+        output_guard.refuse_overlap(run, inputs)
+    except output_guard.BadInput as e:
+        raise BadInput(str(e)) from None
+
+
 def latest_checkpoint(run: Path) -> Path | None:
     """The newest complete checkpoint of a run, or None when there is none."""
     root = Path(run) / DIR

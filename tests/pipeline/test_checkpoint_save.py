@@ -112,3 +112,17 @@ def test_a_complete_checkpoint_of_an_earlier_version_without_a_marker_is_still_r
     checkpoint.save(run, drafter, {"step": 10, "mark": "new"})
     assert checkpoint.load_state(folder)["mark"] == "new"
     assert output_guard.writer_of(folder) == checkpoint.WRITER
+
+
+@pytest.mark.parametrize("where", ["store", "target", "inside-store"])
+def test_train_out_set_to_an_input_is_refused_before_anything_is_read(tmp_path, capsys, where):
+    from pipeline.train.__main__ import main
+
+    store, target = tmp_path / "store", tmp_path / "target"
+    for d in (store, target):
+        d.mkdir()
+        (d / "keep.json").write_text("{}")
+    out = {"store": store, "target": target, "inside-store": store / "run"}[where]
+    assert main(["--store", str(store), "--target", str(target), "--out", str(out), "--device", "cpu"]) == 2
+    assert "writing there would destroy what this stage reads" in capsys.readouterr().err
+    assert sorted(os.listdir(store)) == ["keep.json"] and sorted(os.listdir(target)) == ["keep.json"]
