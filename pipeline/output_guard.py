@@ -179,14 +179,40 @@ def temp_for(final: Path) -> Path:
     return final.with_name(f".{final.name}.tmp-{os.getpid()}")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(final: Path) -> list[Path]:
+    """Remove the temporaries (`.NAME.tmp-<pid>`, `.NAME.old-<pid>`) that a writer killed
+    outright (SIGKILL, a power cut) left beside `final`; those of a live process stay."""
+    final = Path(final)
+    removed = []
+    for kind in ("tmp", "old"):
+        for p in final.parent.glob(f".{final.name}.{kind}-*"):
+            pid = p.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)) and p.is_dir() \
+                    and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
 @contextmanager
 def staged_folder(final: Path, writer: str | None, doing: str, need: int | None = None) -> Iterator[Path]:
     """A fresh temporary folder beside `final` to build in; on success it gets `writer`'s
     marker and replaces `final` (which must be absent, empty or `writer`'s: check with
     `refuse_foreign` first, before any work). On any failure the temporary is removed, and a
-    full disk becomes OutOfSpace."""
+    full disk becomes OutOfSpace; temporaries of a writer killed outright are swept first."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(final)
     tmp = temp_for(final)
     if os.path.lexists(tmp):
         shutil.rmtree(tmp)

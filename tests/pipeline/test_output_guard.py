@@ -78,3 +78,19 @@ def test_a_full_disk_while_building_is_exit_3_with_the_volume_and_the_bytes(tmp_
     assert f"the disk is full on {og.volume_of(tmp_path)} while writing the thing" in str(e.value)
     assert "5.0 GB (5000000000 bytes)" in str(e.value) and "free" in str(e.value)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_temporary_of_a_writer_killed_outright_is_swept_by_the_next_build(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    stale = tmp_path / f".out.tmp-{int(dead.stdout)}"
+    stale.mkdir()
+    (stale / "half").write_bytes(b"x" * 100)
+    live = tmp_path / f".out.tmp-{os.getppid()}"  # a live writer's: left alone
+    live.mkdir()
+    with og.staged_folder(tmp_path / "out", "w", "building") as tmp:
+        (tmp / "v").write_text("1")
+    assert sorted(os.listdir(tmp_path)) == [live.name, "out"]
