@@ -50,6 +50,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _adopt_legacy(out: Path) -> None:
+    """A complete build of a version that wrote no marker (assets.json, and nothing but the
+    demo's own entries) is still the demo's: mark it so it can be rebuilt in place."""
+    names = {"raw", "tokenizer", "target", "assets.json"}
+    if not out.is_dir() or output_guard.writer_of(out) is not None or not (out / "assets.json").is_file():
+        return
+    if all(p.name in names or p.name.startswith((".raw.", ".tokenizer.", ".target.", ".assets.json"))
+           for p in out.iterdir()):
+        output_guard.mark(out, WRITER)
+
+
 def _remove_leftovers(out: Path) -> None:
     """Temporary folders of an earlier build that was killed midway."""
     for name in ("raw", "tokenizer", "target"):
@@ -186,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: error: --out {args.out} exists and is not a folder; pass a folder path", file=sys.stderr)
         return 2
     try:
+        _adopt_legacy(args.out)
         output_guard.refuse_foreign(args.out, WRITER)
     except output_guard.BadInput as e:
         print(f"demo: error: {e}", file=sys.stderr)

@@ -23,6 +23,22 @@ def test_demo_out_naming_a_folder_it_did_not_write_is_refused_untouched(tmp_path
     assert _tree(models) == {"target/model.safetensors": b"weights"}
 
 
+def test_a_demo_folder_of_an_earlier_version_is_still_the_demo_s_but_one_holding_more_is_not(tmp_path):
+    from pipeline.demo import WRITER, _adopt_legacy
+
+    old = tmp_path / "old"
+    (old / "raw").mkdir(parents=True)
+    (old / "assets.json").write_text("{}")
+    _adopt_legacy(old)
+    assert output_guard.writer_of(old) == WRITER
+    mixed = tmp_path / "mixed"
+    (mixed / "raw").mkdir(parents=True)
+    (mixed / "assets.json").write_text("{}")
+    (mixed / "my-notes.txt").write_text("mine")
+    _adopt_legacy(mixed)
+    assert output_guard.writer_of(mixed) is None
+
+
 def test_a_full_disk_while_building_the_demo_exits_3_and_leaves_no_temporary(tmp_path, monkeypatch, capsys):
     from pipeline import demo_datasets
 
