@@ -497,10 +497,25 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
     return problems
 
 
+def adopt_legacy(out: Path) -> None:
+    """A drafter folder an earlier export wrote (exactly config.json naming the EAGLE-3
+    architecture and model.safetensors, no marker) is still export's: mark it as such."""
+    try:
+        if out.is_symlink() or not out.is_dir() or output_guard.writer_of(out) is not None:
+            return
+        if sorted(p.name for p in out.iterdir()) != [CONFIG_FILE, WEIGHTS_FILE]:
+            return
+        if json.loads((out / CONFIG_FILE).read_text()).get("architectures") == [ARCHITECTURE]:
+            output_guard.mark(out, WRITER)
+    except (OSError, ValueError, AttributeError):
+        return
+
+
 def export(checkpoint: Path, target: Path, out: Path, dtype: str | None, events: EventWriter,
            mode: int = DEFAULT_MODE) -> dict:
     out = Path(out)
     output_guard.refuse_overlap(out, [checkpoint, target])
+    adopt_legacy(out)
     output_guard.refuse_foreign(out, WRITER)
     ckpt = resolve_checkpoint(checkpoint)
     output_guard.refuse_overlap(out, [ckpt])

@@ -106,6 +106,22 @@ def test_export_refuses_an_existing_folder_it_did_not_write(setup, tmp_path, cap
     assert output_guard.writer_of(empty) == "pipeline.export"
 
 
+def test_a_drafter_folder_an_earlier_export_wrote_is_replaced_but_one_with_more_in_it_is_not(setup, tmp_path,
+                                                                                              capsys):
+    target, _, train = setup
+    old = tmp_path / "old"
+    assert _export(train, target, old) == 0
+    for name in (output_guard.MARKER, export.MANIFEST_FILE):
+        (old / name).unlink()  # what the earlier version left: config.json and model.safetensors
+    assert _export(train, target, old) == 0
+    assert output_guard.writer_of(old) == export.WRITER
+    for name in (output_guard.MARKER, export.MANIFEST_FILE):
+        (old / name).unlink()
+    (old / "README.md").write_text("my notes")
+    assert _export(train, target, old) == 2
+    assert (old / "README.md").read_text() == "my notes"
+
+
 # -- item 2: --verify reads the bytes --------------------------------------------------------------
 
 @pytest.fixture
