@@ -4,7 +4,11 @@
 
 Writes DIR/raw/<source>.jsonl, DIR/tokenizer/, DIR/target/ and, last, DIR/assets.json:
 its presence means a complete build. Each folder is built under a temporary name and
-swapped in, so an interrupted rebuild never leaves half a target behind. Same seed, same
+exchanged into place (pipeline.output_guard), so an interrupted rebuild never leaves half a
+target behind, and a failure leaves no temporary. DIR carries the `.eagle3-writer` marker of
+pipeline.demo: an existing DIR that is not empty and lacks it (a model folder, a home
+directory named by mistake) is refused with exit 2 before anything is touched; a full disk
+exits 3 naming the volume and the bytes needed. Same seed, same
 bytes: data and tokenizer are seeded and the target trains on one thread with
 deterministic ops.
 """
@@ -12,14 +16,16 @@ deterministic ops.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from pipeline.atomicfile import swap_folder_in, write_json_atomic
+from pipeline import output_guard
+from pipeline.atomicfile import swap_folder_in, write_json_atomic  # noqa: F401 - the one folder swap
 from pipeline.events import EventWriter
+
+WRITER = "pipeline.demo"
 
 QUICK_STEPS = 80
 DEFAULT_STEPS = 300
@@ -44,12 +50,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fresh_tmp(out: Path, name: str) -> Path:
-    tmp = out / f".{name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    return tmp
+def _adopt_legacy(out: Path) -> None:
+    """A complete build of a version that wrote no marker (assets.json, and nothing but the
+    demo's own entries) is still the demo's: mark it so it can be rebuilt in place."""
+    names = {"raw", "tokenizer", "target", "assets.json"}
+    if not out.is_dir() or output_guard.writer_of(out) is not None or not (out / "assets.json").is_file():
+        return
+    if all(p.name in names or p.name.startswith((".raw.", ".tokenizer.", ".target.", ".assets.json"))
+           for p in out.iterdir()):
+        output_guard.mark(out, WRITER)
 
 
 def _remove_leftovers(out: Path) -> None:
@@ -78,7 +87,9 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     hf_logging.disable_progress_bar()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
+    output_guard.refuse_foreign(out, WRITER)
     out.mkdir(parents=True, exist_ok=True)
+    output_guard.mark(out, WRITER)
     _remove_leftovers(out)
 
     def say(text: str) -> None:
@@ -87,10 +98,9 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
 
     say(f"generating chat datasets (seed {seed}{', quick' if quick else ''})")
     datasets = generate(seed, quick)
-    raw_tmp = _fresh_tmp(out, "raw")
-    for name, records in datasets.items():
-        write_jsonl(raw_tmp / f"{name}.jsonl", records)
-    swap_folder_in(raw_tmp, out / "raw")
+    with output_guard.staged_folder(out / "raw", None, "writing the demo's chat datasets") as raw_tmp:
+        for name, records in datasets.items():
+            write_jsonl(raw_tmp / f"{name}.jsonl", records)
     for name, records in datasets.items():
         print(f"demo:   raw/{name}.jsonl  {len(records)} records", flush=True)
     events.artifact(str(out / "raw"), bytes=_dir_bytes(out / "raw"))
@@ -98,9 +108,8 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     say("training byte-level BPE tokenizer")
     texts = [m["content"] for records in datasets.values() for r in records for m in r["conversations"]]
     tokenizer = build_tokenizer(texts, vocab_size=512 if quick else 1024, chat_template=CHAT_TEMPLATE)
-    tok_tmp = _fresh_tmp(out, "tokenizer")
-    tokenizer.save_pretrained(tok_tmp)
-    swap_folder_in(tok_tmp, out / "tokenizer")
+    with output_guard.staged_folder(out / "tokenizer", None, "writing the demo's tokenizer") as tok_tmp:
+        tokenizer.save_pretrained(tok_tmp)
     print(f"demo:   tokenizer/  vocab {len(tokenizer)}", flush=True)
     events.artifact(str(out / "tokenizer"), bytes=_dir_bytes(out / "tokenizer"))
 
@@ -128,13 +137,13 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
             print(f"demo:   step {step}/{plan.steps}  loss {loss:.4f}  {elapsed:.1f}s", flush=True)
 
     result = train(model, stream, plan, seed, on_step)
-    target_tmp = _fresh_tmp(out, "target")
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(target_tmp)
-    tokenizer.save_pretrained(target_tmp)
-    swap_folder_in(target_tmp, out / "target")
+    need = sum(p.numel() * p.element_size() for p in model.parameters()) + (1 << 16)
+    with output_guard.staged_folder(out / "target", None, "writing the demo's target model", need) as target_tmp:
+        model.save_pretrained(target_tmp)
+        tokenizer.save_pretrained(target_tmp)
     events.artifact(str(out / "target"), bytes=_dir_bytes(out / "target"))
     say(f"target trained: loss {result.initial_loss:.3f} -> {result.final_loss:.3f}")
     _show_sample(model, tokenizer)
@@ -187,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         print(f"demo: error: --out {args.out} exists and is not a folder; pass a folder path", file=sys.stderr)
         return 2
+    try:
+        _adopt_legacy(args.out)
+        output_guard.refuse_foreign(args.out, WRITER)
+    except output_guard.BadInput as e:
+        print(f"demo: error: {e}", file=sys.stderr)
+        return e.exit_code
     started = time.monotonic()
     try:
         with EventWriter.from_env() as events:
@@ -194,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("demo: interrupted", file=sys.stderr)
         return 130
+    except output_guard.OutputError as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except Exception as exc:  # the program's edge: one line, no traceback
         print(f"demo: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -1,7 +1,10 @@
 """The events protocol between a phase and the console (DESIGN.md section 5).
 
 A phase appends one JSON object per line to the file named by $EAGLE3_EVENTS; with the
-variable unset it writes nothing, so a stage run by hand pays nothing. Each line is
+variable unset it writes nothing, so a stage run by hand pays nothing. A missing folder on
+that path is created; where the file cannot be opened or written (a parent that is a file,
+no permission, a full disk) the stage says so once on stderr and goes on without events:
+progress reporting never fails the work it reports on. Each line is
 written with a single write() on an O_APPEND descriptor so concurrent writers (ranks of
 a sharded run) never interleave within a line. The console imports this module to read
 the same format back; it is the only module of `pipeline` the console may import.
@@ -13,6 +16,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from dataclasses import dataclass, field
@@ -167,8 +171,22 @@ class EventWriter:
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self._fd: int | None = None
-        if path:
-            self._fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._path = os.fspath(path) if path else None
+        if self._path:
+            try:
+                folder = os.path.dirname(self._path)
+                if folder:
+                    os.makedirs(folder, exist_ok=True)
+                self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                self._give_up(e)
+
+    def _give_up(self, e: OSError) -> None:
+        print(f"warning: cannot write events to {self._path} (${ENV_VAR}): {e.strerror or e}; "
+              "continuing without them", file=sys.stderr, flush=True)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     @classmethod
     def from_env(cls) -> "EventWriter":
@@ -187,7 +205,10 @@ class EventWriter:
             line = (json.dumps({"t": rec["t"], "kind": "message", "level": "warning",
                                 "text": f"a {kind} event of {len(line)} bytes was dropped (limit {MAX_LINE})"},
                                separators=(",", ":")) + "\n").encode()
-        os.write(self._fd, line)
+        try:
+            os.write(self._fd, line)
+        except OSError as e:
+            self._give_up(e)
 
     def progress(self, done: int | float, total: int | float | None, unit: str = "samples", **extra: Any) -> None:
         self.emit("progress", done=done, total=total, unit=unit, **extra)

@@ -1,6 +1,6 @@
 """`python -m pipeline.export`: a trained drafter checkpoint as a folder SGLang serves.
 
-    python -m pipeline.export --checkpoint TRAIN_OUT|CKPT --target TARGET --out DRAFTER [--dtype keep]
+    python -m pipeline.export --checkpoint TRAIN_OUT|CKPT --target TARGET --out DRAFTER [--dtype target]
     python -m pipeline.export --verify DRAFTER [--target TARGET]
 
 Writes DRAFTER/config.json and DRAFTER/model.safetensors as DESIGN.md "Drafter checkpoint"
@@ -12,16 +12,27 @@ names SGLang's loader maps (pipeline.drafter.EXPORT_KEYS; a test checks them aga
 llama_eagle3.py of the sglang wheel). SGLang silently keeps a random tensor for a name it
 does not find (a missing `lm_head.weight` serves at acceptance 1.00), so a checkpoint that
 lacks any of them, or holds one of the wrong shape, is refused before anything is written.
-The folder is written under a temporary name and renamed into place.
+The weights take the target's dtype unless --dtype says otherwise (SGLang's `--dtype auto`
+reads a float32 drafter as float16, not the target's bf16); files are 0644 (--mode).
+Beside them, `eagle3-export.json` holds every file's size and xxh3 checksum and the
+target's weight fingerprint. A checkpoint whose training store names another target's
+fingerprint than --target's weights (another depth, a fine-tune, another revision) is refused.
+
+The folder is built under a temporary name and exchanged into place (pipeline.output_guard):
+an existing --out is replaced only when an earlier export wrote it (its `.eagle3-writer`
+marker); any other existing path, or an --out that is, holds or sits inside the checkpoint
+or the target, is refused before anything is touched. A failure leaves no temporary.
 
 --checkpoint takes a training run folder (pipeline.train --out: its checkpoints/latest
-pointer names the checkpoint) or one checkpoint folder. --verify reads DRAFTER's safetensors header and config.json
-without torch and checks every required key; with --target, that the capture layers and
-shapes fit that target.
+pointer names the checkpoint) or one checkpoint folder. --verify reads DRAFTER's bytes:
+every required key, the safetensors data offsets tiling the file to its size, every tensor
+finite, the checksum manifest; with --target, that the capture layers and shapes fit that
+target and that its weight fingerprint is the one the drafter was exported for.
 
 Exit codes: 0 written (--verify: the folder is complete), 2 bad input (a missing or
-misshapen key, a checkpoint for another target, bad arguments), 1 anything else (--verify:
-the folder has problems, each printed on one line).
+misshapen key, a checkpoint for another target, an --out that is not export's own, bad
+arguments), 3 the disk filled (the volume and the bytes needed are named), 1 anything else
+(--verify: the folder has problems, each printed on one line).
 """
 
 from __future__ import annotations
@@ -29,13 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import struct
 import sys
 from pathlib import Path
 
-from pipeline.atomicfile import swap_folder_in
-from pipeline.events import EventWriter, fsync_dir
+from pipeline import output_guard
+from pipeline.atomicfile import swap_folder_in  # noqa: F401 - the one folder swap (tests check it is shared)
+from pipeline.events import EventWriter
 from pipeline.program_edge import run_program
 
 PROG = "python -m pipeline.export"
@@ -49,7 +60,15 @@ ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta")
 CONFIG_KEYS = ("architectures", "model_type", "num_hidden_layers", "hidden_size", "intermediate_size",
                "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "draft_vocab_size",
                "rms_norm_eps", "hidden_act", "tie_word_embeddings", "max_position_embeddings", "eagle_config")
-DTYPES = {"keep": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+MANIFEST_FILE = "eagle3-export.json"
+STATE_FILE = "train_state.pt"
+WRITER = "pipeline.export"
+DTYPES = {"target": "target", "keep": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
+                      "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+DEFAULT_MODE = 0o644
 MAX_HEADER_BYTES = 100 << 20
 MIN_TARGET_LAYERS = 7
 
@@ -202,19 +221,90 @@ def check_target(cfg, target_cfg: dict, where: str) -> None:
                            f"{target_cfg.get(ours)!r}; export with the target the store was extracted from")
 
 
-def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None) -> int:
-    """Temp folder, fsynced files, rename; returns the bytes written."""
+def trained_target_fingerprint(ckpt: Path) -> str | None:
+    """The target weight fingerprint of the store the checkpoint was trained on (train_state.pt's
+    identity), or None for a checkpoint that does not record one."""
+    path = Path(ckpt) / STATE_FILE
+    if not path.is_file():
+        return None
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as e:  # noqa: BLE001 - a corrupt file is an operator-facing refusal
+        raise BadInput(f"{path}: cannot be read ({type(e).__name__}: {e}); export another checkpoint") from None
+    ident = state.get("identity") if isinstance(state, dict) else None
+    store = ident.get("store") if isinstance(ident, dict) else None
+    fp = store.get("target_fingerprint") if isinstance(store, dict) else None
+    return fp if isinstance(fp, str) and fp else None
+
+
+def _fingerprint_or_none(target: Path) -> tuple[str | None, str]:
+    from pipeline.target_fingerprint import FingerprintError, target_fingerprint
+
+    try:
+        return target_fingerprint(target), ""
+    except FingerprintError as e:
+        return None, str(e)
+
+
+def check_target_identity(ckpt: Path, target: Path, warn) -> str | None:
+    """The target's weight fingerprint, refused when the checkpoint was trained on another's."""
+    want = trained_target_fingerprint(ckpt)
+    have, why = _fingerprint_or_none(target)
+    if want is not None and have is None:
+        raise BadInput(f"{ckpt / STATE_FILE} was trained on the weights {want}, and --target {target} has none to "
+                       f"compare ({why}); pass the target model folder the store was extracted from")
+    if want is not None and want != have:
+        raise BadInput(f"{ckpt / STATE_FILE} was trained on hidden states of the target weights {want}, but "
+                       f"--target {target} holds {have} (another model, depth or revision); export with the target "
+                       "the store was extracted from")
+    if want is None:
+        warn(f"{ckpt} records no target fingerprint; export cannot check that --target is the model it was "
+             "trained for")
+    return have
+
+
+def target_dtype(target: Path) -> str | None:
+    """The target's floating dtype: its config's torch_dtype (transformers 5: dtype), else the
+    first floating tensor of its first safetensors file; None when neither says."""
+    cfg = _read_json(Path(target) / CONFIG_FILE, "--target must be the target's save_pretrained folder")
+    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    for c in (inner, cfg):
+        for key in ("torch_dtype", "dtype"):
+            if c.get(key) in FLOAT_DTYPES:
+                return c[key]
+    from pipeline.target_fingerprint import FingerprintError, weight_files
+
+    try:
+        files = [f for f in weight_files(target) if f.suffix == ".safetensors"][:1]
+    except FingerprintError:
+        return None
+    for f in files:
+        header, _, _ = safetensors_layout(f)
+        for entry in header.values():
+            name = SAFETENSORS_DTYPES.get(entry.get("dtype")) if isinstance(entry, dict) else None
+            if name in FLOAT_DTYPES:
+                return name
+    return None
+
+
+def _file_entry(path: Path) -> dict:
+    from pipeline.checksum import ALGO, file_checksum
+
+    return {"bytes": path.stat().st_size, ALGO: file_checksum(path)}
+
+
+def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None, mode: int = DEFAULT_MODE,
+                 target: Path | None = None, identity: dict | None = None) -> int:
+    """Built in a temporary folder (every file fsynced, checksummed, read back by verify_folder)
+    and exchanged into place; returns the bytes written."""
     import torch
     from safetensors.torch import save_file
 
     from pipeline.atomicfile import write_json_atomic
 
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     if dtype is not None:
         want = getattr(torch, dtype)
         tensors = {k: (v.to(want) if v.is_floating_point() else v) for k, v in tensors.items()}
@@ -223,55 +313,151 @@ def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None) -> i
         floats = {str(v.dtype).removeprefix("torch.") for v in tensors.values() if v.is_floating_point()}
         if len(floats) == 1:
             config = {**config, "torch_dtype": floats.pop()}
-    save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-    fd = os.open(tmp / WEIGHTS_FILE, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    write_json_atomic(tmp / CONFIG_FILE, config)
-    size = sum(f.stat().st_size for f in tmp.iterdir())
-    swap_folder_in(tmp, out)
-    fsync_dir(out.parent)
+    need = sum(t.numel() * t.element_size() for t in tensors.values()) + (1 << 16)
+    with output_guard.staged_folder(out, WRITER, "exporting the drafter", need) as tmp:
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        fd = os.open(tmp / WEIGHTS_FILE, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        write_json_atomic(tmp / CONFIG_FILE, config)
+        files = {name: _file_entry(tmp / name) for name in (WEIGHTS_FILE, CONFIG_FILE)}
+        write_json_atomic(tmp / MANIFEST_FILE, {"format": 1, "writer": WRITER, "files": files,
+                                                "dtype": config.get("torch_dtype"), **(identity or {})})
+        for f in tmp.iterdir():
+            os.chmod(f, mode)
+        os.chmod(tmp, mode | ((mode & 0o444) >> 2))  # a folder readable where its files are
+        problems = verify_folder(tmp, target)
+        if problems:  # what was just written must read back complete, before it replaces anything
+            raise ExportError(problems[0])
+        size = sum(f.stat().st_size for f in tmp.iterdir())
     return size
 
 
-def safetensors_header(path: Path) -> dict:
-    """The JSON header of a safetensors file (names, dtypes, shapes) without reading tensors."""
+def safetensors_layout(path: Path) -> tuple[dict, int, int]:
+    """(header without __metadata__, data start, file size) of a safetensors file, tensors unread."""
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) != 8:
                 raise BadInput(f"{path}: too short to be a safetensors file")
             (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER_BYTES:
-                raise BadInput(f"{path}: header of {n} bytes is not plausible; the file is damaged")
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                raise BadInput(f"{path}: header of {n} bytes does not fit the file's {size} bytes; the file is damaged")
             header = json.loads(f.read(n))
     except FileNotFoundError:
         raise BadInput(f"{path}: missing") from None
     except ValueError as e:
         raise BadInput(f"{path}: header is not JSON ({e}); the file is damaged") from None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot be read ({e.strerror or e})") from None
     if not isinstance(header, dict):
         raise BadInput(f"{path}: header is not a JSON object; the file is damaged")
     header.pop("__metadata__", None)
-    return header
+    return header, 8 + n, size
+
+
+def safetensors_header(path: Path) -> dict:
+    """The JSON header of a safetensors file (names, dtypes, shapes) without reading tensors."""
+    return safetensors_layout(path)[0]
+
+
+def tiling_problems(path: Path, header: dict, start: int, size: int) -> list[str]:
+    """The tensors' data offsets must cover the data section exactly, each span its shape's
+    bytes: a cut or padded file fails here before any tensor is read."""
+    spans = []
+    for name, e in header.items():
+        try:
+            b, end = (int(x) for x in e["data_offsets"])
+            numel = 1
+            for d in e["shape"]:
+                numel *= int(d)
+            width = DTYPE_BYTES[e["dtype"]]
+        except (KeyError, TypeError, ValueError):
+            return [f"{path}: {name} has no usable dtype, shape and data_offsets; the file is damaged"]
+        if end - b != numel * width:
+            return [f"{path}: {name} spans {end - b} bytes, its shape and dtype need {numel * width}"]
+        spans.append((b, end, name))
+    pos = 0
+    for b, end, name in sorted(spans):
+        if b != pos:
+            return [f"{path}: {name} starts at data byte {b}, expected {pos} (a gap or an overlap); the file is damaged"]
+        pos = end
+    if start + pos != size:
+        return [f"{path}: is {size} bytes, its header describes {start + pos}; the file is cut or padded "
+                "(export it again)"]
+    return []
+
+
+def nonfinite_problems(path: Path) -> list[str]:
+    """Every floating tensor read, one at a time (memory: the largest tensor), and checked finite."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+
+    bad = []
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+                if t.is_floating_point():
+                    n = int((~torch.isfinite(t)).sum())
+                    if n:
+                        bad.append(f"{path}: {name} holds {n} NaN or Inf values; export an earlier checkpoint")
+    except (SafetensorError, OSError, ValueError) as e:
+        return [f"{path}: tensors cannot be read ({e})"]
+    return bad
+
+
+def manifest_problems(folder: Path) -> tuple[list[str], dict | None]:
+    from pipeline.checksum import ALGO
+
+    path = folder / MANIFEST_FILE
+    try:
+        manifest = _read_json(path, "no checksum manifest: the folder was not written by this export; export again")
+    except BadInput as e:
+        return [str(e)], None
+    files = manifest.get("files")
+    if not isinstance(files, dict) or WEIGHTS_FILE not in files or CONFIG_FILE not in files:
+        return [f"{path}: does not list {WEIGHTS_FILE} and {CONFIG_FILE}; export again"], manifest
+    problems = []
+    for name, want in files.items():
+        if not isinstance(name, str) or "/" in name or not isinstance(want, dict):
+            problems.append(f"{path}: entry {name!r} is not a file of this folder")
+            continue
+        f = folder / name
+        try:
+            have = _file_entry(f)
+        except OSError as e:
+            problems.append(f"{f}: cannot be read ({e.strerror or e})")
+            continue
+        if have["bytes"] != want.get("bytes"):
+            problems.append(f"{f}: is {have['bytes']} bytes, the manifest recorded {want.get('bytes')!r}")
+        elif have[ALGO] != want.get(ALGO):
+            problems.append(f"{f}: checksum {have[ALGO]} differs from the manifest's {want.get(ALGO)!r}; "
+                            "the file changed after export")
+    return problems, manifest
 
 
 def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
     """Problems of an exported folder, one line each (empty: SGLang can load it)."""
     folder = Path(folder)
     problems: list[str] = []
+    weights = folder / WEIGHTS_FILE
     try:
-        header = safetensors_header(folder / WEIGHTS_FILE)
+        header, start, size = safetensors_layout(weights)
         cfg = _read_json(folder / CONFIG_FILE, "not an exported drafter folder")
     except BadInput as e:
         return [str(e)]
+    tiling = tiling_problems(weights, header, start, size)
+    problems += tiling
     missing = [k for k in required_keys() if k not in header]
     if missing:
-        problems.append(f"{folder / WEIGHTS_FILE}: lacks {', '.join(missing)}")
+        problems.append(f"{weights}: lacks {', '.join(missing)}")
     extra = sorted(set(header) - set(required_keys()))
     if extra:
-        problems.append(f"{folder / WEIGHTS_FILE}: names SGLang's loader does not map: {', '.join(extra[:8])}")
+        problems.append(f"{weights}: names SGLang's loader does not map: {', '.join(extra[:8])}")
     if cfg.get("architectures") != [ARCHITECTURE]:
         problems.append(f"{folder / CONFIG_FILE}: architectures is {cfg.get('architectures')!r}, not [{ARCHITECTURE!r}]")
     if cfg.get("num_hidden_layers") != 1:
@@ -283,8 +469,12 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
         problems.append(f"{folder / CONFIG_FILE}: no rope setting ({', '.join(ROPE_KEYS)})")
     lm = header.get("lm_head.weight", {}).get("shape")
     if lm and lm[0] != cfg.get("draft_vocab_size"):
-        problems.append(f"{folder / WEIGHTS_FILE}: lm_head.weight has {lm[0]} rows, draft_vocab_size is "
+        problems.append(f"{weights}: lm_head.weight has {lm[0]} rows, draft_vocab_size is "
                         f"{cfg.get('draft_vocab_size')!r}")
+    if not tiling:
+        problems += nonfinite_problems(weights)
+    found, manifest = manifest_problems(folder)
+    problems += found
     if target is not None:
         try:
             t = target_text_config(target)
@@ -298,32 +488,81 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
         for key in ("vocab_size", "max_position_embeddings", *ROPE_KEYS):
             if t.get(key) is not None and cfg.get(key) != t.get(key):
                 problems.append(f"{folder / CONFIG_FILE}: {key} is {cfg.get(key)!r}, the target's is {t.get(key)!r}")
+        recorded = (manifest or {}).get("target_fingerprint")
+        if recorded:
+            have, why = _fingerprint_or_none(target)
+            if have != recorded:
+                problems.append(f"{folder / MANIFEST_FILE}: exported for the target weights {recorded}, but "
+                                f"--target {target} holds {have or 'none (' + why + ')'}; export for this target")
     return problems
 
 
-def export(checkpoint: Path, target: Path, out: Path, dtype: str | None, events: EventWriter) -> dict:
+def adopt_legacy(out: Path) -> None:
+    """A drafter folder an earlier export wrote (exactly config.json naming the EAGLE-3
+    architecture and model.safetensors, no marker) is still export's: mark it as such."""
+    try:
+        if out.is_symlink() or not out.is_dir() or output_guard.writer_of(out) is not None:
+            return
+        if sorted(p.name for p in out.iterdir()) != [CONFIG_FILE, WEIGHTS_FILE]:
+            return
+        if json.loads((out / CONFIG_FILE).read_text()).get("architectures") == [ARCHITECTURE]:
+            output_guard.mark(out, WRITER)
+    except (OSError, ValueError, AttributeError):
+        return
+
+
+def export(checkpoint: Path, target: Path, out: Path, dtype: str | None, events: EventWriter,
+           mode: int = DEFAULT_MODE) -> dict:
+    out = Path(out)
+    output_guard.refuse_overlap(out, [checkpoint, target])
+    adopt_legacy(out)
+    output_guard.refuse_foreign(out, WRITER)
     ckpt = resolve_checkpoint(checkpoint)
+    output_guard.refuse_overlap(out, [ckpt])
+
+    def warn(text: str) -> None:
+        print(f"export: warning: {text}", file=sys.stderr)
+        events.message(text, level="warning")
+
     cfg, state = load_checkpoint(ckpt)
     tcfg = target_text_config(target)
     check_target(cfg, tcfg, str(ckpt))
+    fingerprint = check_target_identity(ckpt, target, warn)
     tensors = check_tensors(cfg, state, str(ckpt / WEIGHTS_FILE))
     config = sglang_config(cfg, tcfg)
-    size = write_folder(out, config, tensors, dtype)
-    problems = verify_folder(out, target)
-    if problems:  # what was just written must read back complete
-        raise ExportError(problems[0])
+    if dtype == "target":
+        dtype = target_dtype(target)
+        if dtype is None:
+            warn(f"--target {target} names no dtype (config.json torch_dtype) and has no safetensors weights; "
+                 "keeping the checkpoint's dtype (pass --dtype bf16|fp16|fp32 to choose)")
+    size = write_folder(out, config, tensors, dtype, mode, target,
+                        {"target_fingerprint": fingerprint, "checkpoint": str(ckpt)})
     events.artifact(str(out), bytes=size)
     return {"checkpoint": str(ckpt), "out": str(out), "bytes": size, "keys": len(tensors),
-            "draft_vocab_size": cfg.draft_vocab_size,
+            "draft_vocab_size": cfg.draft_vocab_size, "dtype": dtype or "as trained",
             "eagle_aux_hidden_state_layer_ids": config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]}
+
+
+def _mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal file mode like 0644") from None
+    if not 0 <= mode <= 0o777 or not mode & 0o400:
+        raise argparse.ArgumentTypeError(f"{text!r}: a mode from 0400 to 0777 that the owner can read")
+    return mode
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Write a trained EAGLE-3 drafter as a folder SGLang loads.")
     p.add_argument("--checkpoint", type=Path, help="training output folder (its 'latest' pointer) or a checkpoint folder")
     p.add_argument("--target", type=Path, help="the target model folder (config.json: rope, positions, layer count)")
-    p.add_argument("--out", type=Path, help="drafter folder to write (replaced atomically)")
-    p.add_argument("--dtype", default="keep", choices=sorted(DTYPES), help="weights dtype (default keep: as trained)")
+    p.add_argument("--out", type=Path, help="drafter folder to write: new, or one an earlier export wrote "
+                   "(replaced atomically)")
+    p.add_argument("--dtype", default="target", choices=sorted(DTYPES),
+                   help="weights dtype (default target: the target's, e.g. bf16; keep: as trained)")
+    p.add_argument("--mode", type=_mode, default=DEFAULT_MODE, metavar="OCTAL",
+                   help="permissions of the written files (default 0644: a server of another user can read them)")
     p.add_argument("--verify", type=Path, metavar="DRAFTER", help="check an exported folder and exit")
     return p
 
@@ -334,21 +573,24 @@ def _run(args: argparse.Namespace) -> int:
         for line in problems:
             print(f"export: {line}", file=sys.stderr)
         if not problems:
-            print(f"export: {args.verify} is complete: {len(required_keys())} weights, config for SGLang")
+            print(f"export: {args.verify} is complete: {len(required_keys())} weights, all finite, checksums "
+                  f"match{', for this target' if args.target else ''}; config for SGLang")
         return 1 if problems else 0
     missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(args, n) is None]
     if missing:
         raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
     with EventWriter.from_env() as events:
-        info = export(args.checkpoint, args.target, args.out, DTYPES[args.dtype], events)
+        info = export(args.checkpoint, args.target, args.out, DTYPES[args.dtype], events, args.mode)
     print(f"export: {info['checkpoint']} -> {info['out']}: {info['keys']} weights, {info['bytes']} bytes, "
-          f"draft vocab {info['draft_vocab_size']}, aux layer ids {info['eagle_aux_hidden_state_layer_ids']}")
+          f"{info['dtype']}, draft vocab {info['draft_vocab_size']}, "
+          f"aux layer ids {info['eagle_aux_hidden_state_layer_ids']}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_program("export", lambda: _run(args), ExportError)
+    return run_program("export", lambda: _run(args), (ExportError, output_guard.OutputError))
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 
 
-def run_program(name: str, body: Callable[[], int], known: type[Exception]) -> int:
+def run_program(name: str, body: Callable[[], int], known: type[Exception] | tuple[type[Exception], ...]) -> int:
     try:
         return body()
     except known as e:

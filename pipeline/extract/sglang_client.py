@@ -77,7 +77,12 @@ class ServerFailed(ExtractError):
 
 
 class AttemptFailed(Exception):
-    """One attempt at one sample failed; str() is the reason."""
+    """One attempt at one sample failed; str() is the reason. `silent`: the server sent
+    nothing back in time (hung or overloaded), as opposed to answering without a dump."""
+
+    def __init__(self, reason: str, silent: bool = False) -> None:
+        super().__init__(reason)
+        self.silent = silent
 
 
 @dataclass
@@ -206,7 +211,9 @@ class Extraction:
         self._lock = threading.Lock()
         self._consecutive = 0
         self._last_failure = ""
+        self._silent = 0  # of the failures in a row, those where the server sent nothing back
         self.dead: str | None = None
+        self.dead_silent = False  # every failure in the fatal row was the server sending nothing back
         self.fatal: BaseException | None = None
         self.failed: dict[int, str] = {}
         self.retried = 0
@@ -219,26 +226,36 @@ class Extraction:
     def halted(self) -> bool:
         return self.stop.is_set() or self.dead is not None or self.fatal is not None
 
-    def _failure(self, index: int, attempt: int, reason: str) -> bool:
+    def _failure(self, index: int, attempt: int, reason: str, silent: bool = False) -> bool:
         """Count a failed attempt; True when the run must stop (server dead)."""
         with self._lock:
             self._consecutive += 1
+            self._silent += int(silent)
             self._last_failure = f"sample {index}, attempt {attempt}: {reason}"
             if self._consecutive >= self.opts.max_failures and self.dead is None:
                 self.dead = self._last_failure
+                self.dead_silent = self._silent == self._consecutive
             return self.dead is not None
 
     def _success(self) -> None:
         with self._lock:
             self._consecutive = 0
+            self._silent = 0
 
-    def _wait_for_dump(self, key: str, deadline: float) -> None:
+    def _wait_for_dump(self, key: str, deadline: float, answered: bool = True) -> None:
+        """`answered`: the server answered this attempt's request; False when it only refused it
+        as a duplicate of an earlier attempt that it has not answered yet."""
         dump, error = self.folder.dump_path(key), self.folder.error_path(key)
         delay = 0.001
         while not dump.exists():
             if error.exists():
                 reason = self.folder.take_error(key)
                 raise AttemptFailed(f"the server refused to dump it: {reason}")
+            if time.monotonic() >= deadline and not answered:
+                raise AttemptFailed(
+                    f"no answer from the server within {self.opts.request_timeout:g} s: it still runs an earlier "
+                    "attempt of this request (it refused this one as a duplicate) and wrote no dump; the server "
+                    "is hung or overloaded: see its log, or raise --request-timeout", silent=True)
             if time.monotonic() >= deadline:
                 raise AttemptFailed(
                     f"the server answered but no dump appeared in {self.folder.path} within "
@@ -253,13 +270,14 @@ class Extraction:
         deadline = time.monotonic() + self.opts.request_timeout
         if not self.folder.dump_path(key).exists():
             self.folder.error_path(key).unlink(missing_ok=True)
+            answered = True
             try:
                 self.server.generate(rec.input_ids, key)
             except ServerError as e:
                 if DUPLICATE not in str(e):
-                    raise AttemptFailed(str(e)) from None
-                # an earlier attempt (timed out here) still runs on the server: its dump will do
-            self._wait_for_dump(key, deadline)
+                    raise AttemptFailed(str(e), silent=e.silent) from None
+                answered = False  # an earlier attempt (timed out here) still runs on the server: its dump will do
+            self._wait_for_dump(key, deadline, answered)
         try:
             return self.folder.open(key, rec.input_ids, self.hidden, DTYPE)
         except BadDump as e:
@@ -332,7 +350,7 @@ class Extraction:
                     self.folder.discard(key)
                     if self.stop.is_set():
                         return
-                    dead = self._failure(rec.index, attempt, str(e))
+                    dead = self._failure(rec.index, attempt, str(e), e.silent)
                     if dead:
                         return
                     if attempt == self.opts.retries:
@@ -432,8 +450,13 @@ class Extraction:
                 self.events.message(str(self.fatal), level="error")
             raise self.fatal
         if self.dead is not None:
+            if self.dead_silent:
+                looks = (f"is silent: it answered none of them within --request-timeout {self.opts.request_timeout:g} s, "
+                         "so it is hung or overloaded (not a patch problem)")
+            else:
+                looks = "looks dead or broken"
             msg = (f"stopped: {self.opts.max_failures} failed attempts in a row, the SGLang server at "
-                   f"{self.server.url} looks dead or broken (last: {self.dead}); {p.tally.done} of {job.total} "
+                   f"{self.server.url} {looks} (last: {self.dead}); {p.tally.done} of {job.total} "
                    "samples are in the store: restart the server and rerun the same command to resume")
             self.events.message(msg, level="error")
             raise ServerFailed(msg)

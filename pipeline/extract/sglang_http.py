@@ -16,7 +16,13 @@ MAX_ANSWER_BYTES = 1 << 20
 
 
 class ServerError(Exception):
-    """A request that failed: connection, timeout, HTTP status or an unreadable answer."""
+    """A request that failed: connection, timeout, HTTP status or an unreadable answer.
+    `silent` is True when the server sent nothing back before the timeout (hung or
+    overloaded), which the client reports apart from a server that answers wrongly."""
+
+    def __init__(self, message: str, silent: bool = False) -> None:
+        super().__init__(message)
+        self.silent = silent
 
 
 class SGLangServer:
@@ -56,7 +62,7 @@ class SGLangServer:
             return resp.status, payload[:MAX_ANSWER_BYTES]
         except TimeoutError:
             self._drop()
-            raise ServerError(f"{self.url}{path}: no answer within {self.timeout:g} s") from None
+            raise ServerError(f"{self.url}{path}: no answer within {self.timeout:g} s", silent=True) from None
         except ConnectionRefusedError:
             self._drop()
             raise ServerError(f"{self.url}{path}: connection refused (is the server running?)") from None

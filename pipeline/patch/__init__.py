@@ -17,8 +17,13 @@ any other content is refused, with the supported versions named.
   changes nothing.
 - status: prints `original`, `patched` or `unknown`, the SGLang version and the file.
 
+A symlink is followed (the patch and the backup go to the file it names; the link stays a
+link). Applies and reverts of one file wait for each other on `.<file>.eagle3-lock`, so
+concurrent applies all exit 0 (one patches, the rest say "already patched"). A backup whose
+sha256 is not the recorded original's is refused (exit 3) with the command that repairs it.
+
 Exit codes: 0 done (or nothing to do; verify: patched), 1 verify: not patched,
 2 bad arguments or a file/module that cannot be found or read, 3 refused: content this patcher
-does not know (another SGLang version, or a file edited by hand), 4 the file or its backup
-cannot be written.
+does not know (another SGLang version, or a file edited by hand) or a backup that is not the
+original, 4 the file, its backup or its lock cannot be written (or the lock stays held 60 s).
 """

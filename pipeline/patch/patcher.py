@@ -1,12 +1,25 @@
-"""Applying, verifying and reverting the recipes on a file's bytes (no SGLang needed)."""
+"""Applying, verifying and reverting the recipes on a file's bytes (no SGLang needed).
+
+A symlinked model file (an environment assembled with links) is followed: the patch, the
+backup and the lock go to the file it points to, and the link stays a link. Applies and
+reverts of one file are serialised by an flock on `.<file>.eagle3-lock` beside it, so
+concurrent runs (eight ranks' launch scripts) all succeed: one patches, the others find it
+patched. The backup must hold the recorded original (its sha256 in recipes.py); one that
+does not is refused, naming the command that repairs it, because a later revert by hand
+would copy back whatever it holds.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
 import os
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +27,8 @@ from pipeline.atomicfile import write_bytes_atomic
 from pipeline.patch.recipes import RECIPES, Recipe, supported
 
 BACKUP_SUFFIX = ".eagle3-orig"
+LOCK_SUFFIX = ".eagle3-lock"
+LOCK_WAIT_S = 60.0
 MAX_FILE_BYTES = 16 * 2**20  # SGLang's largest model file is ~200 KB
 
 EXIT_OK, EXIT_NOT_PATCHED, EXIT_USAGE, EXIT_REFUSED, EXIT_WRITE = 0, 1, 2, 3, 4
@@ -120,9 +135,57 @@ def backup_path(path: Path) -> Path:
     return path.with_name(path.name + BACKUP_SUFFIX)
 
 
+def real_file(path: Path) -> Path:
+    """The file a (chain of) symlink(s) names; the path itself when it is none."""
+    return Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+
+
+def _shown(path: Path, real: Path) -> str:
+    return f"{path} -> {real}" if real != path else str(path)
+
+
+@contextmanager
+def file_lock(real: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """An exclusive flock on `.<name>.eagle3-lock` beside the file, waited for at most `wait_s`."""
+    lock = real.with_name(f".{real.name}{LOCK_SUFFIX}")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise PatchError(f"cannot create the lock {lock}: {e.strerror or e}", EXIT_WRITE) from None
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PatchError(f"{real} is being patched by another process (lock {lock} held for "
+                                     f"{wait_s:.0f} s); wait for it and retry", EXIT_WRITE) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _backup_problem(backup: Path, recipe: Recipe) -> str | None:
+    """Why the backup cannot be trusted as the original (None: absent, or it is the original)."""
+    try:
+        data = backup.read_bytes() if backup.is_file() else None
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if data is None:  # absent, or a folder in its way: writing it fails with exit 4
+        return None
+    digest = sha256(data)
+    if digest != recipe.original_sha256:
+        return (f"has sha256 {digest[:12]}…, not the recorded original's {recipe.original_sha256[:12]}… "
+                "(changed since the patch was applied)")
+    return None
+
+
 def _write(path: Path, data: bytes, mode: int | None) -> None:
     try:
-        write_bytes_atomic(path, data)
+        write_bytes_atomic(path, data, tag=f".{os.getpid()}")
         if mode is not None:
             os.chmod(path, mode)
     except OSError as e:
@@ -134,22 +197,32 @@ def _mode(path: Path) -> int:
 
 
 def status(path: Path) -> State:
-    return classify(read(path))
+    return classify(read(real_file(path)))
 
 
 def apply(path: Path) -> str:
-    data = read(path)
-    state = classify(data)
-    if state.kind == "patched":
-        return f"already patched: {state.recipe.label()} {path}"
-    if state.kind == "unknown":
-        raise PatchError(f"refusing to patch {path}: its content (sha256 {sha256(data)[:12]}…) is not an original "
-                         f"this patcher knows, nor its patched form; supported: {supported()}", EXIT_REFUSED)
-    backup = backup_path(path)
-    mode = _mode(path)
-    _write(backup, data, mode)
-    _write(path, patched_text(state.recipe, data), mode)
-    return f"patched {state.recipe.label()} {path} (original kept as {backup})"
+    real = real_file(path)
+    shown = _shown(path, real)
+    read(real)  # before the lock: a missing file or a folder leaves no lock file behind
+    with file_lock(real):
+        data = read(real)
+        state = classify(data)
+        backup = backup_path(real)
+        if state.kind == "unknown":
+            raise PatchError(f"refusing to patch {shown}: its content (sha256 {sha256(data)[:12]}…) is not an "
+                             f"original this patcher knows, nor its patched form; supported: {supported()}",
+                             EXIT_REFUSED)
+        problem = _backup_problem(backup, state.recipe)
+        if problem:
+            raise PatchError(f"refusing to patch {shown}: its backup {backup} {problem}; {shown} itself is "
+                             f"{state.kind}, so the backup can go: rm {backup} && python -m pipeline.patch apply "
+                             f"--file {path}", EXIT_REFUSED)
+        if state.kind == "patched":
+            return f"already patched: {state.recipe.label()} {shown}"
+        mode = _mode(real)
+        _write(backup, data, mode)
+        _write(real, patched_text(state.recipe, data), mode)
+    return f"patched {state.recipe.label()} {shown} (original kept as {backup})"
 
 
 def verify(path: Path) -> tuple[bool, str]:
@@ -158,22 +231,43 @@ def verify(path: Path) -> tuple[bool, str]:
 
 
 def revert(path: Path) -> str:
-    data = read(path)
-    state = classify(data)
-    backup = backup_path(path)
-    if state.kind == "original":
-        _drop_backup(backup, data)
-        return f"already original: {state.recipe.label()} {path}"
-    if state.kind == "unknown":
-        hint = ""
-        if backup.exists():
-            hint = (f"; the original is kept in {backup}: copy it back by hand if the changes made to "
-                    f"{path.name} since it was patched can go")
-        raise PatchError(f"refusing to revert {path}: it is neither a supported original nor exactly its patched "
-                         f"form (edited by hand?){hint}", EXIT_REFUSED)
-    _write(path, state.original, _mode(path))
-    _drop_backup(backup, state.original)
-    return f"reverted {state.recipe.label()} {path} to its original"
+    real = real_file(path)
+    shown = _shown(path, real)
+    read(real)  # before the lock, as apply
+    with file_lock(real):
+        data = read(real)
+        state = classify(data)
+        backup = backup_path(real)
+        if state.kind == "unknown":
+            raise PatchError(f"refusing to revert {shown}: it is neither a supported original nor exactly its "
+                             f"patched form (edited by hand?){_unknown_hint(real, backup)}", EXIT_REFUSED)
+        problem = _backup_problem(backup, state.recipe)
+        if problem:
+            rebuilt = "the original is rebuilt from the patched text" if state.kind == "patched" else \
+                f"{shown} is already the original"
+            raise PatchError(f"refusing to revert {shown}: its backup {backup} {problem}; {rebuilt}, so the backup "
+                             f"can go: rm {backup} && python -m pipeline.patch revert --file {path}", EXIT_REFUSED)
+        if state.kind == "original":
+            _drop_backup(backup, data)
+            return f"already original: {state.recipe.label()} {shown}"
+        _write(real, state.original, _mode(real))
+        _drop_backup(backup, state.original)
+    return f"reverted {state.recipe.label()} {shown} to its original"
+
+
+def _unknown_hint(real: Path, backup: Path) -> str:
+    """What to do with a file this patcher no longer recognises, depending on its backup."""
+    if not backup.is_file():
+        return ""
+    try:
+        digest = sha256(backup.read_bytes())
+    except OSError:
+        return ""
+    if any(digest == r.original_sha256 for r in RECIPES):
+        return (f"; the original is kept in {backup}: copy it back by hand if the changes made to "
+                f"{real.name} since it was patched can go (cp {backup} {real})")
+    return (f"; its backup {backup} is not a supported original either (sha256 {digest[:12]}…): do not copy it "
+            "back; reinstall SGLang's file (pip install --force-reinstall --no-deps sglang==<version>)")
 
 
 def _drop_backup(backup: Path, original: bytes) -> None:

@@ -6,15 +6,21 @@
         train_state.pt       optimiser, scheduler, step, data position, RNG states, run identity
     <run>/checkpoints/latest a file holding the name of the newest complete checkpoint
 
-A checkpoint is written into a hidden temp folder, every file fsynced, then renamed into
-place (and the parent fsynced); only then is `latest` replaced (temp + fsync + rename). A
-kill at any moment leaves `latest` naming a complete checkpoint. `--keep-last K` deletes
-older ones after the new one is in place. Export reads `latest_checkpoint(run)` and the two
-model files with `pipeline.drafter.load_drafter(folder)`.
+A checkpoint is written into a hidden temp folder, every file fsynced, then put in place
+by pipeline.output_guard (a rename, or an atomic exchange when the same step is saved again,
+so the step's folder never vanishes for a moment; the parent is fsynced); only then is
+`latest` replaced (temp + fsync + rename). A kill at any moment leaves `latest` naming a
+complete checkpoint. Each step folder carries the `.eagle3-writer` marker of pipeline.train;
+a step folder without it (and not a complete checkpoint of an earlier version) is never
+replaced. A full disk stops the run with exit 3, naming the volume and the bytes needed, and
+leaves no temp folder. `--keep-last K` deletes older ones after the new one is in place.
+Export reads `latest_checkpoint(run)` and the two model files with
+`pipeline.drafter.load_drafter(folder)`.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import shutil
@@ -22,14 +28,16 @@ from pathlib import Path
 
 import torch
 
-from ..atomicfile import fsync_dir, write_bytes_atomic
+from .. import output_guard
+from ..atomicfile import fsync_dir, write_all, write_bytes_atomic
 from ..drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter, save_drafter
-from .errors import BadInput
+from .errors import BadInput, Stopped
 
 DIR = "checkpoints"
 LATEST = "latest"
 STATE_FILE = "train_state.pt"
 PREFIX = "step_"
+WRITER = "pipeline.train"
 
 
 def step_name(step: int) -> str:
@@ -60,29 +68,99 @@ def _fsync_tree(folder: Path) -> None:
     fsync_dir(folder)
 
 
+class _Sink(io.RawIOBase):
+    """A file torch.save writes through, keeping the OSError of a failed write: torch's zip
+    writer swallows it and reports a full disk as `unexpected pos ...`, naming nothing."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self.error: OSError | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        try:
+            write_all(self._fd, b)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+        return len(b)
+
+
+def _write_state(state: dict, path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    sink = _Sink(fd)
+    try:
+        torch.save(state, sink)
+        os.fsync(fd)
+    except Exception:
+        if sink.error is not None:
+            raise sink.error from None
+        raise
+    finally:
+        os.close(fd)
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _is_legacy_checkpoint(folder: Path) -> bool:
+    """A complete step folder of a version that wrote no marker: still this writer's."""
+    return all((folder / f).is_file() for f in (CONFIG_FILE, WEIGHTS_FILE, STATE_FILE))
+
+
 def save(run: Path, drafter: Eagle3Drafter, state: dict, keep_last: int | None = None) -> Path:
     """Write checkpoint `state["step"]` atomically, point `latest` at it, prune old ones."""
     root = Path(run) / DIR
     root.mkdir(parents=True, exist_ok=True)
     name = step_name(int(state["step"]))
     final = root / name
-    tmp = root / f".{name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_drafter(drafter, tmp)
-    torch.save(state, tmp / STATE_FILE)
-    _fsync_tree(tmp)
-    if final.exists():  # the same step saved again (a resume that stopped at once)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    fsync_dir(root)
-    write_bytes_atomic(root / LATEST, (name + "\n").encode())
+    for stale in root.glob(f".{name}.tmp*"):  # a save killed midway
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        if final.is_dir() and output_guard.writer_of(final) is None and _is_legacy_checkpoint(final):
+            output_guard.mark(final, WRITER)
+        output_guard.refuse_foreign(final, WRITER, flag="checkpoint folder")
+    except output_guard.BadInput as e:
+        raise BadInput(f"{e}; {root} must hold only pipeline.train's checkpoints") from None
+    need = _tensor_bytes(drafter.state_dict()) + _tensor_bytes(state) + (1 << 16)
+    try:
+        with output_guard.staged_folder(final, WRITER, f"saving checkpoint {name}", need) as tmp:
+            save_drafter(drafter, tmp)
+            _write_state(state, tmp / STATE_FILE)
+            _fsync_tree(tmp)
+        fsync_dir(root)
+        try:
+            write_bytes_atomic(root / LATEST, (name + "\n").encode())
+        except OSError as e:
+            if output_guard.is_disk_full(e):
+                raise output_guard.out_of_space(e, f"pointing {LATEST} at {name}", root / LATEST, 1 << 12) from None
+            raise
+    except output_guard.OutOfSpace as e:
+        raise Stopped(f"{e} with --resume ({root / LATEST} still names the last complete checkpoint)") from None
     if keep_last:
         older = sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir() and p.name != name)
         for old in older[:max(0, len(older) - (keep_last - 1))]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def refuse_run_folder(run: Path, inputs: list[Path]) -> None:
+    """A run folder that is, holds or sits inside the store or the target is refused (exit 2)
+    before anything is read or written: `--overwrite` would delete its `checkpoints/`."""
+    try:
+        output_guard.refuse_overlap(run, inputs)
+    except output_guard.BadInput as e:
+        raise BadInput(str(e)) from None
 
 
 def latest_checkpoint(run: Path) -> Path | None:

@@ -189,6 +189,7 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
     cuda = device.type == "cuda"
     events = EventWriter.from_env() if rank == 0 else EventWriter(None)
     out = Path(opts.out)
+    checkpoint.refuse_run_folder(out, [opts.store, opts.target])
     store = open_store(opts.store, opts.target, checksums=opts.checksums if rank == 0 else "none")
     cfg_json = target_head.read_config(opts.target)
     dcfg = DrafterConfig.from_target(cfg_json, opts.draft_vocab, where=str(Path(opts.target) / "config.json"))

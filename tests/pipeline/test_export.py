@@ -118,7 +118,8 @@ def test_reexport_replaces_the_folder_whole(tmp_path):
     (out / "stray.txt").write_text("from an older export")
     train = make_checkpoint(tmp_path / "train", make_drafter(target, seed=1), step=20)
     assert export.main(["--checkpoint", str(train), "--target", str(target), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == [".eagle3-writer", "config.json", "eagle3-export.json",
+                                                    "model.safetensors"]
 
 
 def test_verify_reads_the_header_and_names_what_is_missing(tmp_path, capsys):
@@ -141,7 +142,8 @@ def test_export_names_what_is_missing_in_its_arguments(tmp_path, capsys):
     assert export.main(["--target", str(tmp_path)]) == 2
     assert "--checkpoint" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert export.main(["--checkpoint", str(tmp_path / "empty"), "--target", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert export.main(["--checkpoint", str(tmp_path / "empty"), "--target", str(tmp_path / "t"),
+                        "--out", str(tmp_path / "o")]) == 2
     assert "latest" in capsys.readouterr().err
 
 

@@ -234,6 +234,21 @@ def test_a_server_that_writes_no_dumps_is_reported_not_waited_on_forever(tmp_pat
     assert "no dump appeared" in err and "EAGLE3_DUMP_DIR" in err
 
 
+def test_a_silent_server_is_reported_as_hung_not_as_unpatched(tmp_path, target, capsys):
+    recs = records(4)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    with StandIn(target, tmp_path / "hs", latency=5.0) as server:  # takes the requests, answers none in time
+        code = run(target, data, tmp_path / "store", tmp_path / "hs", server.url,
+                   "--request-timeout", "0.3", "--max-failures", "3", "--retries", "2")
+    captured = capsys.readouterr()
+    err = captured.err
+    assert code == 4, err
+    last = err.strip().splitlines()[-1]
+    assert "is silent: it answered none of them within --request-timeout 0.3 s" in last
+    assert "hung or overloaded" in last
+    assert "is it patched" not in captured.out + err
+
+
 def test_a_server_serving_another_model_is_refused(tmp_path, target, capsys):
     data = write_data(tmp_path / "train.jsonl", records(2))
     with StandIn(tmp_path, tmp_path / "hs", hidden=HIDDEN) as server:
