@@ -158,7 +158,7 @@ def prepare_target(a: argparse.Namespace, log: Log, texts: list[str]) -> Path:
         info = qi.convert_gguf(qi.gguf_file(a.gguf, a.work), target)
     log(f"target: {target} ({'reused' if info['skipped'] else 'built'}): {info['layers']} layers, hidden "
         f"{info['hidden']}, vocab {info['vocab']}, {info['params'] / 1e6:.1f}M params"
-        + (f", tied embeddings" if info.get("tied") else "") + (f", from {info['gguf']}" if info.get("gguf") else ""))
+        + (", tied embeddings" if info.get("tied") else "") + (f", from {info['gguf']}" if info.get("gguf") else ""))
     return target
 
 
