@@ -227,11 +227,11 @@ def split_sharegpt(text: str, *, seed: int, heldout_share: float, train_limit: i
         if rid in seen:
             out.reasons["duplicate_id"] += 1
             continue
-        seen.add(rid)
         turns, why = clean(obj, 1 if where == "heldout" else max_user_turns)
         out.reasons[why] += 1
         if turns is None:
-            continue
+            continue  # not `seen`: ShareGPT V3 repeats an id after an empty record, and the second is whole
+        seen.add(rid)
         if where == "heldout":
             prompt = [t for t in turns if t["role"] != "assistant"][:2]
             if sum(len(t["content"]) for t in prompt) > max_prompt_chars:

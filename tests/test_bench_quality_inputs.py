@@ -69,3 +69,11 @@ def test_records_no_stage_could_train_on_are_counted_by_reason():
     assert s.train == [] and s.read == 4
     assert {k: v for k, v in s.reasons.items()} == {"unknown_role": 1, "empty_value": 1, "no_assistant": 1,
                                                     "no_messages": 1}
+
+
+def test_a_record_repeating_the_id_of_an_empty_one_is_kept():
+    text = json.dumps([{"id": "x", "conversations": []},
+                       {"id": "x", "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}])
+    s = _split(text, heldout_share=0.0)
+    assert [r["conversations"][0]["content"] for r in s.train] == ["q"]
+    assert "duplicate_id" not in s.reasons
