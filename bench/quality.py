@@ -473,6 +473,9 @@ def run(a: argparse.Namespace) -> int:
             log(f"  {name}: skipped: {r['skipped']}")
         elif r.get("note"):
             log(f"  {name}: {r['note']}")
+        if r.get("agreement"):
+            log(f"  {name}: SpecForge's forward vs pipeline.drafter's on its trained weights (fp32, first TTT "
+                f"step): {json.dumps(r['agreement'])}")
     pairs = [(t, arm) for arm in arms for t in a.trainers
              if trained.get(f"train-{t}-{arm}") and trained[f"train-{t}-{arm}"].rc == 0
              and not trained[f"train-{t}-{arm}"].result().get("skipped")]
@@ -536,7 +539,7 @@ def parser() -> argparse.ArgumentParser:
 
 SMALL = {"records": 40, "eval_prompts": 4, "eval_new_tokens": 16, "max_new_tokens": 24, "max_len": 256,
          "batch_tokens": 1024, "regen_batch": 8, "steps": 6, "parallel": 2, "merge_workers": 1,
-         "heldout_share": 0.2, "budget_s": 900, "sf_attention": "sdpa", "max_user_turns": 2, "min_regen_records": 5,
+         "heldout_share": 0.2, "budget_s": 900, "regen_dtype": "fp32", "sf_attention": "sdpa", "max_user_turns": 2, "min_regen_records": 5,
          "eval_parallel": 2}
 
 

@@ -143,17 +143,53 @@ def export_names(state: dict) -> dict:
     from pipeline.drafter import EXPORT_KEYS
 
     out = {}
+    extra = []
+    for k, v in strip(state).items():
+        if k in EXPORT_KEYS:
+            out[k] = v.detach().cpu().contiguous()
+        elif k != "embed_tokens.weight":
+            extra.append(k)
+    missing = [k for k in EXPORT_KEYS if k not in out]
+    if missing or extra:  # an extra module (SpecForge's optional fc_norm, say) would be dropped unseen
+        raise SystemExit(f"quality_specforge: SpecForge's state dict does not map onto ours: missing "
+                         f"{', '.join(missing) or 'nothing'}, extra {', '.join(extra) or 'nothing'}")
+    return out
+
+
+def strip(state: dict) -> dict:
+    out = {}
     for k, v in state.items():
         for prefix in ("module.", "_orig_mod.", "draft_model."):
             while k.startswith(prefix):
                 k = k[len(prefix):]
-        if k in EXPORT_KEYS:
-            out[k] = v.detach().cpu().contiguous()
-    missing = [k for k in EXPORT_KEYS if k not in out]
-    if missing:
-        raise SystemExit(f"quality_specforge: SpecForge's state dict lacks {', '.join(missing)}; "
-                         f"it holds {', '.join(sorted(state)[:20])}")
+        out[k] = v
     return out
+
+
+def agreement(sf: dict, lcfg, state: dict, ckpt: Path, target: Path, batch: dict, tokens: int = 256) -> dict:
+    """SpecForge's own forward against pipeline.drafter's (what pipeline.evaluate runs) on the trained weights.
+
+    Both drafters are evaluated by our evaluator, which computes a drafter with pipeline.drafter;
+    if its arithmetic differed from SpecForge's, SpecForge's figures would be low for that reason
+    alone. One sample, the first TTT step, fp32 on the CPU: the largest logit difference and the
+    share of positions whose top token agrees.
+    """
+    from pipeline.drafter import load_drafter
+    from pipeline.drafter import target_head
+
+    ref = sf["LlamaForCausalLMEagle3"](lcfg, attention_backend="sdpa")
+    ref.load_state_dict({k: v.float() for k, v in strip(state).items()}, strict=True)
+    ref = ref.float().eval()
+    ours = load_drafter(ckpt).float().eval()
+    ours.load_embeddings(target_head.read_embeddings(target))
+    n = min(tokens, int(batch["lengths"][0]))
+    ids = batch["input_ids"][:1, :n]
+    aux = batch["aux_hidden_state"][:1, :n].float()
+    with torch.no_grad():
+        a = ref.lm_head(ref(hidden_states=aux, inputs_embeds=ref.embed_tokens(ids), ttt_length=1)).float()
+        b = ours(ids, aux)[0].float()
+    return {"tokens": n, "max_abs_logit_diff": round(float((a - b).abs().max()), 5),
+            "top1_agreement": round(float((a.argmax(-1) == b.argmax(-1)).float().mean()), 4)}
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -233,8 +269,13 @@ def run(a: argparse.Namespace) -> dict:
     ckpt.mkdir(parents=True, exist_ok=True)
     save_file(state, str(ckpt / "model.safetensors"))
     (ckpt / "config.json").write_text(json.dumps(dcfg.to_sglang(), indent=1))
+    try:
+        agree = agreement(sf, lcfg, backend._module_state_dict(), ckpt, a.target, steps[0])
+    except Exception as e:  # noqa: BLE001 - the check's failure is reported, the drafter is still there
+        agree = {"error": f"{type(e).__name__}: {e}"[:300]}
+    print(f"specforge: forward agreement with pipeline.drafter: {agree}", flush=True)
     torch.distributed.destroy_process_group()
-    return {"steps": total, "tokens": tokens, "padded_tokens": padded, "note": sf["note"], "loss_tokens": loss_tokens, "train_s": round(train_s, 1),
+    return {"agreement": agree, "steps": total, "tokens": tokens, "padded_tokens": padded, "note": sf["note"], "loss_tokens": loss_tokens, "train_s": round(train_s, 1),
             "setup_s": round(setup_s, 1), "tokens_per_s": round(tokens / max(train_s, 1e-9)),
             "attention_backend": a.attention, "checkpoint": str(ckpt), **last}
 
