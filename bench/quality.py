@@ -374,7 +374,8 @@ def report(a: argparse.Namespace, log: Log, arms: list[str], trained: dict, runn
         f"{a.seed}), lr {a.lr} cosine with warmup ratio {a.warmup_ratio}, TTT {a.ttt_length}, draft vocab "
         f"{a.draft_vocab}, grad clip 0.5, loss weights 0.8^i over TTT steps; not the same: AdamW betas (ours "
         "0.9/0.95, SpecForge 0.9/0.999), weights (ours fp32 under bf16 autocast, SpecForge bf16 with fp32 master "
-        "copies), and each reports its loss in its own normalisation; tokens are real (unpadded) tokens")
+        "copies), attention code (SpecForge's backend: " + a.sf_attention + "), and each reports its loss in its "
+        "own normalisation; tokens are real (unpadded) tokens")
     log("")
     log("phases: " + ", ".join(f"{name} {sec:.0f}s" for name, sec in runner.phases)
         + f"; total {sum(s for _, s in runner.phases):.0f}s")
@@ -530,7 +531,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-ratio", type=float, default=0.02, help="both trainers (default 0.02)")
     p.add_argument("--ttt-length", type=int, default=7)
     p.add_argument("--draft-vocab", type=int, default=32000)
-    p.add_argument("--sf-attention", default="flex_attention", help="SpecForge's attention backend (its default)")
+    p.add_argument("--sf-attention", default="sdpa",
+                   help="SpecForge's attention backend (default sdpa: the same arithmetic as its default "
+                        "flex_attention, without a compile for each batch shape inside the budget)")
     p.add_argument("--eval-prompts", type=int, default=20, help="held-out prompts evaluated (default 20)")
     p.add_argument("--eval-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
     p.add_argument("--eval-steps", type=int, nargs="+", default=[3, 5], help="draft steps (default 3 5)")
@@ -539,7 +542,7 @@ def parser() -> argparse.ArgumentParser:
 
 SMALL = {"records": 40, "eval_prompts": 4, "eval_new_tokens": 16, "max_new_tokens": 24, "max_len": 256,
          "batch_tokens": 1024, "regen_batch": 8, "steps": 6, "parallel": 2, "merge_workers": 1,
-         "heldout_share": 0.2, "budget_s": 900, "regen_dtype": "fp32", "sf_attention": "sdpa", "max_user_turns": 2, "min_regen_records": 5,
+         "heldout_share": 0.2, "budget_s": 900, "regen_dtype": "fp32", "max_user_turns": 2, "min_regen_records": 5,
          "eval_parallel": 2}
 
 
