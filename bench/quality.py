@@ -24,9 +24,13 @@ It prints acceptance length and per-position accept rates of each drafter, `ours
 in one line, the phases' times and a short table last; every line also goes to --result as it is
 printed, so a run cut short by its command's limit still leaves what it measured.
 
-Sizing: training steps are --epochs passes over the smaller store, capped so that training ends
---eval-reserve-s before --budget-s (at --train-rate padded tokens/s, the slower trainer with four
-runs sharing the GPU). The four trainings, the exports and the evaluations run --parallel at a time.
+Sizing: regeneration stops after --regen-budget-s, and both arms keep the records it finished
+(the raw arm is cut to the same ids). Training steps are at most --epochs passes over the smaller
+store, capped so that training ends --eval-reserve-s before --budget-s (at --train-rate tokens/s,
+the slower trainer with four runs sharing the GPU). The four trainings and the exports run
+--parallel at a time, the evaluations --eval-parallel. After training, SpecForge's own forward is
+compared with pipeline.drafter's on its trained weights: the evaluator computes both drafters
+with ours, so a difference there would lower SpecForge's figures for no fault of its training.
 The device command sequence is in bench/quality_device.md.
 """
 
@@ -223,11 +227,11 @@ def size_steps(a: argparse.Namespace, log: Log, arms: list[str], began: float) -
     smaller = min(tokens.values())
     want = a.steps or max(1, math.ceil(a.epochs * smaller / a.batch_tokens))
     left = a.budget_s - (time.monotonic() - began) - a.eval_reserve_s
-    cap = max(1, int(left * a.train_rate / a.batch_tokens))
+    cap = max(1, int((left - a.train_setup_s) * a.train_rate / a.batch_tokens))
     steps = min(want, cap) if not a.steps else want
     log(f"sizing: stores {', '.join(f'{k} {v:,} tokens' for k, v in tokens.items())}; "
         f"{'--steps' if a.steps else f'{a.epochs} passes of the smaller'} = {want} steps; "
-        f"{left:.0f}s left for training at {a.train_rate:,} tok/s allows {cap}: {steps} steps of "
+        f"{left:.0f}s left for training ({a.train_setup_s:.0f}s of it start-up) at {a.train_rate:,} tok/s allows {cap}: {steps} steps of "
         f"{a.batch_tokens} padded tokens ({steps * a.batch_tokens:,} tokens per drafter)")
     return steps
 
@@ -501,7 +505,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available, cpu with --small)")
     p.add_argument("--budget-s", type=float, default=540, help="seconds the whole run should take (default 540)")
     p.add_argument("--grace-s", type=float, default=30, help="past the budget, stages are killed (default 30)")
-    p.add_argument("--eval-reserve-s", type=float, default=150, help="kept for export + evaluation (default 150)")
+    p.add_argument("--eval-reserve-s", type=float, default=170, help="kept for export + evaluation (default 170)")
+    p.add_argument("--train-setup-s", type=float, default=30, help="a trainer's start-up, when sizing (default 30)")
     p.add_argument("--train-rate", type=int, default=40000,
                    help="padded tokens/s assumed for the slower trainer when sizing (default 40000)")
     p.add_argument("--parallel", type=int, default=4, help="stage processes at a time (default 4)")
@@ -525,7 +530,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reserve", default="2GB", help="extraction's free-space reserve (default 2GB)")
     p.add_argument("--compile", action="store_true", help="extraction with torch.compile (its compile time "
                    "is longer than a 135M target's extraction)")
-    p.add_argument("--epochs", type=float, default=4.0, help="passes over the smaller store (default 4)")
+    p.add_argument("--epochs", type=float, default=10.0,
+                   help="at most this many passes over the smaller store, as the budget allows (default 10)")
     p.add_argument("--steps", type=int, default=0, help="training steps instead (not capped by the budget)")
     p.add_argument("--lr", type=float, default=1e-4, help="peak lr, both trainers (default 1e-4)")
     p.add_argument("--warmup-ratio", type=float, default=0.02, help="both trainers (default 0.02)")
