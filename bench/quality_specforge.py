@@ -159,6 +159,7 @@ def export_names(state: dict) -> dict:
 def strip(state: dict) -> dict:
     out = {}
     for k, v in state.items():
+        k = k.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
         for prefix in ("module.", "_orig_mod.", "draft_model."):
             while k.startswith(prefix):
                 k = k[len(prefix):]
