@@ -11,11 +11,15 @@ record is checked against one of the shapes users have, and a bad one is reporte
 
 A record without an `id` gets `<source>:<line>`: stable as long as the file is, and it says
 where the record came from.
+
+Every RecordError carries a `reason` (one of REASONS), so a reader that skips bad records
+(`pipeline.chat_sources`) can count them by what is wrong instead of stopping at the first.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipeline.chat_template import ROLES
@@ -29,17 +33,29 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistan
 OPENAI_ROLES = {"developer": "system", **{r: r for r in ROLES}}
 _SHOWN_KEYS = 8
 
+NO_MESSAGES = "no_messages"
+UNKNOWN_ROLE = "unknown_role"
+EMPTY_VALUE = "empty_value"
+NO_ASSISTANT = "no_assistant"
+NOT_TEXT = "not_text"
+NOT_JSON = "not_json"
+BAD_ID = "bad_id"
+REASONS = (NO_MESSAGES, UNKNOWN_ROLE, EMPTY_VALUE, NO_ASSISTANT, NOT_TEXT, NOT_JSON, BAD_ID)
+
 
 class RecordError(Exception):
     """A malformed input record; str() is the operator-facing line."""
 
-    def __init__(self, path: str, line: int, field: str | None, problem: str) -> None:
+    def __init__(
+        self, path: str, line: int, field: str | None, problem: str, reason: str = NOT_JSON, record_id: str | None = None
+    ) -> None:
         self.path, self.line, self.field, self.problem = path, line, field, problem
+        self.reason, self.record_id = reason, record_id
         where = f"{path}:{line}"
         super().__init__(f"{where}: field '{field}': {problem}" if field else f"{where}: {problem}")
 
     def __reduce__(self):
-        return (RecordError, (self.path, self.line, self.field, self.problem))
+        return (RecordError, (self.path, self.line, self.field, self.problem, self.reason, self.record_id))
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,7 @@ def detect_shape(obj: dict, path: str, line: int) -> tuple[str, str]:
         None,
         f"unknown chat record shape (keys found: {_keys(obj)}); expected 'conversations' "
         "([{role, content}] or ShareGPT [{from, value}]) or OpenAI-style 'messages' ([{role, content}])",
+        NO_MESSAGES,
     )
 
 
@@ -89,52 +106,82 @@ def _text(value: object, path: str, line: int, field: str) -> str:
         for k, part in enumerate(value):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise RecordError(path, line, f"{field}[{k}]", f"only text parts are supported, got {kind!r}")
+                raise RecordError(
+                    path, line, f"{field}[{k}]", f"only text parts are supported, got {kind!r}", NOT_TEXT
+                )
             texts.append(part["text"])
         return "".join(texts)
-    raise RecordError(path, line, field, f"must be a string or a list of text parts, got {type(value).__name__}")
+    raise RecordError(
+        path, line, field, f"must be a string or a list of text parts, got {type(value).__name__}", NOT_TEXT
+    )
 
 
-def _message(msg: object, shape: str, path: str, line: int, field: str) -> dict[str, str]:
-    if not isinstance(msg, dict):
-        raise RecordError(path, line, field, f"must be an object, got {type(msg).__name__}")
+def role_table(shape: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Raw role -> our role for one shape, with `extra` (e.g. ShareGPT's bing -> assistant) on top."""
     if shape == SHAPE_SHAREGPT:
-        role_key, text_key, roles = "from", "value", SHAREGPT_ROLES
+        base = dict(SHAREGPT_ROLES)
+    elif shape == SHAPE_MESSAGES:
+        base = dict(OPENAI_ROLES)
     else:
-        role_key, text_key = "role", "content"
-        roles = OPENAI_ROLES if shape == SHAPE_MESSAGES else {r: r for r in ROLES}
+        base = {r: r for r in ROLES}
+    return {**base, **(extra or {})}
+
+
+def _message(msg: object, shape: str, roles: Mapping[str, str], path: str, line: int, field: str) -> dict[str, str]:
+    if not isinstance(msg, dict):
+        raise RecordError(path, line, field, f"must be an object, got {type(msg).__name__}", NOT_TEXT)
+    role_key, text_key = ("from", "value") if shape == SHAPE_SHAREGPT else ("role", "content")
     role = msg.get(role_key)
-    if role not in roles:
-        raise RecordError(path, line, f"{field}.{role_key}", f"must be one of {', '.join(roles)}, got {role!r}")
+    if not isinstance(role, str) or role not in roles:
+        raise RecordError(
+            path, line, f"{field}.{role_key}", f"must be one of {', '.join(roles)}, got {role!r}", UNKNOWN_ROLE
+        )
     if text_key not in msg:
-        raise RecordError(path, line, f"{field}.{text_key}", "must be a string, got missing")
+        raise RecordError(path, line, f"{field}.{text_key}", "must be a string, got missing", NOT_TEXT)
     value = msg[text_key]
     if shape == SHAPE_MESSAGES:
         value = _text(value, path, line, f"{field}.{text_key}")
     elif not isinstance(value, str):
-        raise RecordError(path, line, f"{field}.{text_key}", f"must be a string, got {type(value).__name__}")
+        raise RecordError(path, line, f"{field}.{text_key}", f"must be a string, got {type(value).__name__}", NOT_TEXT)
     return {"role": roles[role], "content": value}
+
+
+def record_from_obj(
+    obj: object, path: str, line: int, fallback_id: str, role_map: Mapping[str, str] | None = None
+) -> ChatRecord:
+    """A decoded record; `fallback_id` is its id when it has none; `role_map` adds raw roles."""
+    if not isinstance(obj, dict):
+        raise RecordError(path, line, None, f"expected a JSON object, got {type(obj).__name__}", NOT_JSON)
+    shape, key = detect_shape(obj, path, line)
+    rid = obj.get("id")
+    if rid is None:
+        rid = fallback_id
+    elif isinstance(rid, int) and not isinstance(rid, bool):
+        rid = str(rid)
+    if not isinstance(rid, str) or not rid:
+        raise RecordError(path, line, "id", f"must be a non-empty string (or left out), got {rid!r}", BAD_ID)
+    conv = obj.get(key)
+    if not isinstance(conv, list) or not conv:
+        shown = "missing" if key not in obj else repr(conv)[:60]
+        raise RecordError(path, line, key, f"must be a non-empty list of messages, got {shown}", NO_MESSAGES, rid)
+    roles = role_table(shape, role_map)
+    try:
+        messages = [_message(msg, shape, roles, path, line, f"{key}[{i}]") for i, msg in enumerate(conv)]
+    except RecordError as exc:
+        exc.record_id = rid
+        raise
+    return ChatRecord(rid, messages, line, shape)
+
+
+def decode_line(raw: bytes | str, path: str, line: int) -> object:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise RecordError(
+            path, line, None, f"not valid JSON ({exc}); each line must be one JSON object", NOT_JSON
+        ) from None
 
 
 def parse_record(raw: bytes | str, path: str, line: int, source: str | None = None) -> ChatRecord:
     """`source` names the record's source in a derived id (default: the file path)."""
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise RecordError(path, line, None, f"not valid JSON ({exc}); each line must be one JSON object") from None
-    if not isinstance(obj, dict):
-        raise RecordError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
-    shape, key = detect_shape(obj, path, line)
-    rid = obj.get("id")
-    if rid is None:
-        rid = default_id(source or path, line)
-    elif isinstance(rid, int) and not isinstance(rid, bool):
-        rid = str(rid)
-    if not isinstance(rid, str) or not rid:
-        raise RecordError(path, line, "id", f"must be a non-empty string (or left out), got {rid!r}")
-    conv = obj.get(key)
-    if not isinstance(conv, list) or not conv:
-        shown = "missing" if key not in obj else repr(conv)[:60]
-        raise RecordError(path, line, key, f"must be a non-empty list of messages, got {shown}")
-    messages = [_message(msg, shape, path, line, f"{key}[{i}]") for i, msg in enumerate(conv)]
-    return ChatRecord(rid, messages, line, shape)
+    return record_from_obj(decode_line(raw, path, line), path, line, default_id(source or path, line))
