@@ -69,10 +69,8 @@ def _run_hf(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
 
 def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
     from . import pool
-    from .backends.server import Sampling, check_server
+    from .backends.server import Sampling
 
-    for url in o.servers:
-        check_server(url, o.served_model)
     servers = pool.run(chats, sink, o.servers, o.served_model, Sampling(o.max_new_tokens, o.temperature, o.top_p),
                        o.timeout, o.retries, o.max_consecutive_failures, o.concurrency, o.seed)
     for s in servers:
@@ -84,18 +82,25 @@ def body(argv: list[str] | None) -> int:
     if not o.out.parent.is_dir():
         raise BadInput(f"--out {o.out}: the folder {o.out.parent} does not exist")
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
+    if o.backend == "server":
+        from .backends.server import check_server
+
+        for url in o.servers:
+            check_server(url, o.served_model)
     done: set[str] = set()
     old = None
     if o.out.exists():
-        old = previous(o.stats, o.generation())
         cut = repair_tail(o.out)
         if cut:
             print(f"{NAME}: {o.out}: cut a torn last line of {cut} bytes left by an interrupted run", flush=True)
         done, _ = done_ids(o.out)
+        if done:
+            old = previous(o.stats, o.generation())
     plan = sources.Plan()
     counted = sum(1 for _ in sources.records(o.sources, pol, plan))
     wanted = min(counted, o.limit) if o.limit is not None else counted
-    stats = Stats(options=o.to_json(), records_in=counted, skipped=plan.skipped, sources=plan.to_json())
+    stats = Stats(options=o.to_json(), records_in=plan.records_in(), regenerable=counted, wanted=wanted,
+                  skipped=+plan.skipped, sources=plan.to_json())
     stats.seconds_before = float(old.get("seconds", 0.0)) if isinstance(old, dict) else 0.0
     stale = len(done)
     stats.resumed = min(stale, wanted)

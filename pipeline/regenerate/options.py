@@ -10,6 +10,8 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipeline.chat_sources import parse_role_map
+
 from .errors import BadInput
 
 PROG = "python -m pipeline.regenerate"
@@ -106,14 +108,11 @@ def _bound(flag: str, value: float, lo: float, hi: float) -> None:
         raise BadInput(f"{flag} must be {lo:g}..{hi:g}, got {value:g}")
 
 
-def parse_role_map(text: str) -> dict[str, str]:
-    roles: dict[str, str] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, sep, role = part.partition("=")
-        if not sep or not name.strip() or role.strip() not in ("user", "assistant", "system"):
-            raise BadInput(f"--role-map: {part!r} must be NAME=user|assistant|system, e.g. bing=assistant")
-        roles[name.strip()] = role.strip()
-    return roles
+def _role_map(text: str) -> dict[str, str]:
+    try:
+        return parse_role_map(text)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
 
 
 def parse(argv: list[str] | None = None) -> Options:
@@ -159,5 +158,5 @@ def parse(argv: list[str] | None = None) -> Options:
         served_model=a.served_model if a.served_model is not None else (str(a.model) if a.model else None),
         concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
         max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
-        temperature=a.temperature, top_p=a.top_p, seed=a.seed, limit=a.limit, role_map=parse_role_map(a.role_map),
+        temperature=a.temperature, top_p=a.top_p, seed=a.seed, limit=a.limit, role_map=_role_map(a.role_map),
         max_invalid=a.max_invalid, strict=a.strict)

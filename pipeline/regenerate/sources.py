@@ -29,6 +29,9 @@ class Plan:
     skipped: Counter = field(default_factory=Counter)
     reports: dict[str, SourceReport] = field(default_factory=dict)
 
+    def records_in(self) -> int:
+        return sum(r.records for r in self.reports.values())
+
     def to_json(self) -> dict[str, dict]:
         return {name: r.to_json() for name, r in self.reports.items()}
 

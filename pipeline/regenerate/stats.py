@@ -22,7 +22,9 @@ EXAMPLES = 5  # failure examples kept per reason
 @dataclass
 class Stats:
     options: dict
-    records_in: int = 0
+    records_in: int = 0  # records met in the sources
+    regenerable: int = 0  # of them, records with a question to answer
+    wanted: int = 0  # of those, the ones this output is to hold (--limit)
     records_out: int = 0  # written by this and earlier runs into the output
     resumed: int = 0  # already in the output when this run started
     skipped: Counter = field(default_factory=Counter)
@@ -46,7 +48,8 @@ class Stats:
 
     def to_json(self) -> dict:
         return {
-            "status": self.status, "records_in": self.records_in, "records_out": self.records_out,
+            "status": self.status, "records_in": self.records_in, "regenerable": self.regenerable,
+            "wanted": self.wanted, "records_out": self.records_out,
             "resumed": self.resumed, "skipped": dict(sorted(self.skipped.items())),
             "failures": dict(sorted(self.failures.items())), "failure_examples": self.failure_examples,
             "answers": self.answers, "generated_tokens": self.generated_tokens, "seconds": self.seconds(),

@@ -72,7 +72,7 @@ class _Conn:
                     raise socket.timeout()
                 if self._c.sock is not None:
                     self._c.sock.settimeout(left)
-                chunk = resp.read1(1 << 16) if hasattr(resp, "read1") else resp.read(1 << 16)
+                chunk = resp.read(1 << 16)
                 if not chunk:
                     break
                 size += len(chunk)
