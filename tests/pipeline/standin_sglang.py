@@ -120,7 +120,7 @@ class StandIn:
         self.hook = DumpHook(DumpConfig(self.dump_dir, budget, wait), poll=0.005) if self.dump_dir else None
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd = _Server((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -246,6 +246,14 @@ class StandIn:
                 self.max_occupancy = max(self.max_occupancy, occupancy(self.hook.config.dir))
             else:
                 self.errors += 1
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a client opening dozens of connections at once (uvicorn's is 2048)
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # a killed client
+            super().handle_error(request, client_address)
 
 
 def _handler(standin: StandIn):
