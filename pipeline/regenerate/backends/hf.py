@@ -10,6 +10,7 @@ Temperature 0 is greedy. The prompt is the target's own chat template with
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from ..errors import BadInput, Failure
@@ -49,6 +50,8 @@ class HFBackend:
         pad = self.tok.pad_token_id
         self.pad = pad if pad is not None else next(iter(self.eos))
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        # transformers 5.24 renamed past_key_values to cache (the old name warns, then goes in 5.40)
+        self.cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
     def _sample(self, logits, generators):
         torch = self.torch
@@ -94,9 +97,9 @@ class HFBackend:
         past = None
         step_ids, step_pos = input_ids, positions
         for _ in range(self.max_new_tokens):
-            res = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos, past_key_values=past,
-                             use_cache=True)
-            past = res.past_key_values
+            res = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos, use_cache=True,
+                             logits_to_keep=1, **{self.cache_kw: past})
+            past = res.get(self.cache_kw)
             nxt = self._sample(res.logits[:, -1, :], generators)
             for i, t in enumerate(nxt.tolist()):
                 if finished[i]:
