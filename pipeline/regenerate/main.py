@@ -6,6 +6,7 @@
                  [--timeout S] [--retries N] [--max-consecutive-failures N]
         [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--limit N]
         [--role-map a=b,...] [--max-invalid SHARE] [--strict]
+    python -m pipeline.regenerate --estimate SOURCE ... [--limit N] [--max-new-tokens N] [--json]
 
 Exit codes: 0 done (a record that failed is counted in the stats, not fatal), 1 a bug,
 2 bad input, 3 the disk filled, 4 a server died (after --max-consecutive-failures failed
@@ -78,7 +79,12 @@ def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
 
 
 def body(argv: list[str] | None) -> int:
-    o = opts_mod.parse(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--estimate" in args:
+        from .estimate import run as estimate
+
+        return estimate(args)
+    o = opts_mod.parse(args)
     if not o.out.parent.is_dir():
         raise BadInput(f"--out {o.out}: the folder {o.out.parent} does not exist")
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
