@@ -85,8 +85,8 @@ def body(argv: list[str] | None) -> int:
 
         return estimate(args)
     o = opts_mod.parse(args)
-    if not o.out.parent.is_dir():
-        raise BadInput(f"--out {o.out}: the folder {o.out.parent} does not exist")
+    if o.out.is_dir():
+        raise BadInput(f"--out {o.out} is a folder; name the output file (e.g. {o.out}/regenerated.jsonl)")
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
     if o.backend == "server":
         from .backends.server import check_server
@@ -117,6 +117,8 @@ def body(argv: list[str] | None) -> int:
           + (f", {stats.resumed} already in {o.out}" if stale else "")
           + (f"; --limit {o.limit}" if o.limit is not None else ""), flush=True)
     events = EventWriter.from_env()
+    o.out.parent.mkdir(parents=True, exist_ok=True)
+    o.stats.parent.mkdir(parents=True, exist_ok=True)
     out = Appender(o.out)
     sink = Sink(out, stats, o.stats, events, wanted)
     stats.write(o.stats)
