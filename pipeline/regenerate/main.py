@@ -51,7 +51,7 @@ def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
 def _run_hf(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
     from .backends.hf import HFBackend
 
-    backend = HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p)
+    backend = HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens)
     while batch := list(islice(chats, o.batch_size)):
         failed: dict[int, object] = {}
         while active := [c for c in batch if not c.done and c.index not in failed]:

@@ -35,6 +35,7 @@ class Options:
     device: str = "cpu"
     dtype: str = "fp32"
     batch_size: int = 16
+    max_prompt_tokens: int | None = None
     servers: tuple[str, ...] = ()
     served_model: str | None = None
     concurrency: int = 32
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weights' dtype (default fp32 on cpu, bf16 on cuda)")
     h.add_argument("--batch-size", type=int, default=16, help=f"records generated together (1..{MAX_BATCH}, default 16)")
+    h.add_argument("--max-prompt-tokens", type=int, help="skip a turn whose prompt (the chat so far) is longer, "
+                   "counted as prompt_too_long (default: the target's positions less --max-new-tokens); on a CPU "
+                   "the prefill of long chats is what costs")
     s = p.add_argument_group("server backend (SGLang or any OpenAI-compatible server)")
     s.add_argument("--server", action="append", default=[], metavar="URL",
                    help="base URL such as http://127.0.0.1:30000; repeat for several servers")
@@ -131,6 +135,8 @@ def parse(argv: list[str] | None = None) -> Options:
         if a.server:
             raise BadInput("--server is for --backend server; --backend hf runs the model itself")
         _bound("--batch-size", a.batch_size, 1, MAX_BATCH)
+        if a.max_prompt_tokens is not None:
+            _bound("--max-prompt-tokens", a.max_prompt_tokens, 1, 10**7)
         dev = a.device.split(":")[0]
         if dev not in ("cpu", "cuda"):
             raise BadInput(f"--device must be cpu, cuda or cuda:N, got {a.device!r}")
@@ -154,7 +160,7 @@ def parse(argv: list[str] | None = None) -> Options:
     stats = a.stats or a.out.with_name(f"{a.out.stem}.stats.json")
     return Options(
         sources=tuple(a.sources), out=a.out, stats=stats, backend=a.backend, model=a.model, device=a.device,
-        dtype=dtype, batch_size=a.batch_size, servers=tuple(u.rstrip("/") for u in a.server),
+        dtype=dtype, batch_size=a.batch_size, max_prompt_tokens=a.max_prompt_tokens, servers=tuple(u.rstrip("/") for u in a.server),
         served_model=a.served_model if a.served_model is not None else (str(a.model) if a.model else None),
         concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
         max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,

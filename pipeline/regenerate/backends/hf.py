@@ -20,7 +20,7 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 class HFBackend:
     def __init__(self, model_dir: Path, device: str, dtype: str, max_new_tokens: int, temperature: float,
-                 top_p: float) -> None:
+                 top_p: float, max_prompt_tokens: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -42,6 +42,7 @@ class HFBackend:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, DTYPES[dtype]))
         self.model.to(self.device).eval()
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.max_prompt_tokens = max_prompt_tokens
         eos = self.model.generation_config.eos_token_id
         eos = eos if eos is not None else self.tok.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos]) - {None}
@@ -77,6 +78,9 @@ class HFBackend:
             if self.max_positions and len(seq) + self.max_new_tokens > self.max_positions:
                 results[i] = Failure("prompt_too_long", f"the prompt is {len(seq)} tokens; with --max-new-tokens "
                                      f"{self.max_new_tokens} it exceeds the target's {self.max_positions} positions")
+            elif self.max_prompt_tokens is not None and len(seq) > self.max_prompt_tokens:
+                results[i] = Failure("prompt_too_long", f"the prompt is {len(seq)} tokens, more than "
+                                     f"--max-prompt-tokens {self.max_prompt_tokens}")
             else:
                 live.append(i)
         if live:
