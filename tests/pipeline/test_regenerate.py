@@ -238,3 +238,24 @@ def test_limit_regenerates_the_first_records_and_a_larger_limit_extends_them(tmp
         assert lines(out) == expected(src)[:7]
         assert run(*argv(src, out, server.url, more=("--limit", "12"))).returncode == 0
     assert lines(out) == expected(src)[:12]
+
+
+def test_estimate_counts_the_same_records_and_bounds_what_the_run_writes(tmp_path, src):
+    p = run(sys.executable, "-m", "pipeline.regenerate", "--estimate", src, "--limit", "30", "--max-new-tokens",
+            str(MAX_NEW), "--json")
+    assert p.returncode == 0, p.stderr
+    est = json.loads(p.stdout)
+    with StandIn(MODEL, None, hidden=8) as server:
+        assert run(*argv(src, tmp_path / "out.jsonl", server.url, more=("--limit", "30"))).returncode == 0
+    got = lines(tmp_path / "out.jsonl")
+    assert est["records"] == len(got) == 30
+    assert est["answers"] == sum(m["role"] == "assistant" for r in got for m in r["conversations"])
+    assert (tmp_path / "out.jsonl").stat().st_size <= est["bytes"]
+
+
+def test_an_output_folder_that_does_not_exist_yet_is_created(tmp_path, src):
+    out = tmp_path / "new" / "folder" / "out.jsonl"
+    with StandIn(MODEL, None, hidden=8) as server:
+        p = run(*argv(src, out, server.url, more=("--limit", "3")))
+    assert p.returncode == 0, p.stderr
+    assert len(lines(out)) == 3 and (out.parent / "out.stats.json").is_file()

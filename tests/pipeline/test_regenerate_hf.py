@@ -106,3 +106,18 @@ def test_a_target_without_a_chat_template_is_refused_saying_what_is_missing(tmp_
     p = regen(bare, chats, tmp_path / "out.jsonl")
     assert p.returncode == 2, p.stderr
     assert "has no chat template" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_prompt_over_max_prompt_tokens_is_skipped_as_prompt_too_long(tmp_path, chat_target, chats):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(chat_target)
+    first = tok.apply_chat_template([{"role": "user", "content": "question 0"}], add_generation_prompt=True)
+    limit = len(first if isinstance(first, list) else first["input_ids"]) + 2  # first turns fit, second turns not
+    p = regen(chat_target, chats, tmp_path / "out.jsonl", "--temperature", "0", "--max-prompt-tokens", str(limit))
+    assert p.returncode == 0, p.stderr
+    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    ids = [json.loads(x)["id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    two_turns = {"r0", "r3", "r6"}
+    assert stats["failures"].get("prompt_too_long", 0) >= len(two_turns) and not two_turns & set(ids)
+    assert f"more than --max-prompt-tokens {limit}" in stats["failure_examples"]["prompt_too_long"][0]
