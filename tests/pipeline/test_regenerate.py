@@ -259,3 +259,19 @@ def test_an_output_folder_that_does_not_exist_yet_is_created(tmp_path, src):
         p = run(*argv(src, out, server.url, more=("--limit", "3")))
     assert p.returncode == 0, p.stderr
     assert len(lines(out)) == 3 and (out.parent / "out.stats.json").is_file()
+
+
+def test_sigterm_stops_with_143_keeping_every_finished_record_and_the_rerun_completes(tmp_path, src):
+    out = tmp_path / "out.jsonl"
+    with StandIn(MODEL, None, hidden=8, chat_latency=0.05) as server:
+        proc = subprocess.Popen(argv(src, out, server.url, more=("--concurrency", "2")), cwd=REPO, env=env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait(lambda: proc.poll() is not None or _count(out) >= 3, "3 records")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        assert "stopped by SIGTERM" in err and "Traceback" not in err
+        stats = json.loads((tmp_path / "out.stats.json").read_text())
+        assert stats["status"] == "stopped" and stats["records_out"] == _count(out) >= 3
+        assert run(*argv(src, out, server.url)).returncode == 0
+    assert lines(out) == expected(src)
