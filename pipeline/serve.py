@@ -4,6 +4,7 @@
         [--dump-budget 32GB] [--tp 8] [--mem-fraction 0.85] [--host 127.0.0.1] [--port 30000] [-- EXTRA...]
     python -m pipeline.serve --mode eagle3 --model TARGET --draft DRAFTER \\
         [--num-steps 3] [--topk 1] [--num-draft-tokens 4] [--tp 8] [... ] [-- EXTRA...]
+    python -m pipeline.serve --mode normal --model TARGET [--tp 8] [...] [-- EXTRA...]
     ... --dry-run    print the command and environment instead of starting the server
 
 It builds the `python -m sglang.launch_server` command and replaces itself with it
@@ -22,6 +23,9 @@ checked against SGLang 0.5.23's server_args (sglang/srt/arg_groups/fields/*.py):
   --cuda-graph-backend-decode disabled      max_new_tokens 1 never decodes: skip the capture
 The capture layers are not a flag: the patched model calls its own
 `set_eagle3_layers_to_capture()` when EAGLE3_DUMP_DIR is set.
+
+Normal mode: the target alone, as any SGLang server, for `python -m pipeline.regenerate
+--backend server` (its /v1/models lists --model as written); no dump, no drafter.
 
 EAGLE3 mode: `--speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFT
 --speculative-num-steps K --speculative-eagle-topk T --speculative-num-draft-tokens N`, and
@@ -62,7 +66,7 @@ class BadInput(Exception):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Start an SGLang server for hidden-state extraction or "
                                 "EAGLE3 serving (execs python -m sglang.launch_server).")
-    p.add_argument("--mode", required=True, choices=["extract", "eagle3"])
+    p.add_argument("--mode", required=True, choices=["extract", "eagle3", "normal"])
     p.add_argument("--model", required=True, help="target model folder (passed to SGLang as written: /model_info "
                    "reports it, and readiness checks compare it with the config's)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
@@ -149,6 +153,10 @@ def build(args: argparse.Namespace, extra: list[str], environ: dict[str, str]) -
         env["EAGLE3_DUMP_BUDGET"] = str(budget)
         if args.dump_wait is not None:
             env["EAGLE3_DUMP_WAIT"] = f"{args.dump_wait:g}"
+    elif args.mode == "normal":
+        if args.dump_dir is not None or args.draft is not None:
+            raise BadInput("--mode normal serves the target alone: --dump-dir is for --mode extract, --draft for "
+                           "--mode eagle3")
     else:
         if args.draft is None:
             raise BadInput("--mode eagle3 needs --draft (the exported drafter folder)")

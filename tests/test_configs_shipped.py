@@ -31,4 +31,16 @@ def test_demo_exercises_the_phase_features_production_uses():
     kinds = {c.kind for p in demo.phases for c in (*p.checks, *p.verify)}
     assert {"fresh", "free_space", "jsonl_records", "json_matches", "exists"} <= kinds
     assert any(p.confirm for p in demo.phases)
-    assert [p.id for p in demo.phases][:4] == ["demo-assets", "merge", "clean", "extract"]
+    assert [p.id for p in demo.phases][:5] == ["demo-assets", "regenerate", "merge", "clean", "extract"]
+
+
+def test_demo_merge_reads_what_regenerate_wrote_instead_of_raw_arithmetic():
+    from pipeline import merge
+    from pipeline.regenerate.options import parse
+
+    demo = load_config(CONFIGS[0].parent / "demo.yaml")
+    regen = parse(list(demo.phase("regenerate").argv[3:]))
+    assert regen.backend == "hf" and regen.temperature == 0 and regen.limit == 400 and regen.max_new_tokens == 24
+    args = merge._parser().parse_args(list(demo.phase("merge").argv[3:]))
+    assert regen.out in [Path(s) for s in args.sources] and args.exclude == ["arithmetic"]
+    assert "regenerate" in demo.phase("merge").needs

@@ -55,12 +55,12 @@ def test_kimi_merge_takes_b1_to_b8_and_a2_not_a1_at_8192():
     merge = cfg.phase("merge")
     argv = list(merge.argv)
     include = argv[argv.index("--include") + 1: argv.index("--exclude")]
-    assert include == [f"B{i}" for i in range(1, 9)] + ["A2_kimik25"]
+    assert include == ["B_kimik25", "A2_kimik25"]  # B1..B8 as regenerate answered them with Kimi
     assert argv[argv.index("--exclude") + 1] == "A1_deepswekimi"
     assert argv[argv.index("--max-len") + 1] == "8192"
     assert argv[argv.index("--out") + 1] == "/data/eagle3/synth_100k/merged/train.jsonl"
     assert cfg.phase("clean-old").confirm and cfg.phase("clean-old").deletes
-    assert [p.id for p in cfg.phases] == ["merge", "clean-old", "patch", "serve-extract", "extract",
+    assert [p.id for p in cfg.phases] == ["serve-target", "regenerate", "stop-target", "merge", "clean-old", "patch", "serve-extract", "extract",
                                           "stop-serve", "revert-patch", "train", "export", "serve-eagle3",
                                           "evaluate"]
     assert cfg.shm_dump == Path("/dev/shm/sglang_hs")
@@ -72,10 +72,60 @@ def test_kimi_runs_our_stages_with_arguments_they_accept():
 
     cfg = load_config(KIMI)
     merge_args = merge._parser().parse_args(list(cfg.phase("merge").argv[3:]))
-    assert merge_args.include and merge_args.exclude == ["A1_deepswekimi"] and merge_args.sources == ["/data/eagle3/raw"]
+    assert merge_args.include and merge_args.exclude == ["A1_deepswekimi"]
+    assert merge_args.sources == ["/data/eagle3/raw", "/data/eagle3/synth_100k/regenerated/B_kimik25.jsonl"]
     extract_args = extract_parser().parse_args(list(cfg.phase("extract").argv[3:]))
     assert extract_args.backend == "sglang" and extract_args.server == "http://127.0.0.1:30000"
     assert str(extract_args.dump_dir) == "/dev/shm/sglang_hs" and extract_args.dump_budget == "32GB"
+
+
+def test_kimi_regenerates_b1_to_b8_through_a_normal_mode_server_then_stops_it():
+    from pipeline.regenerate.options import parse
+    from pipeline.serve import build_parser as serve_parser
+
+    cfg = load_config(KIMI)
+    argv = list(cfg.phase("serve-target").argv)
+    serve = serve_parser().parse_args(argv[3:argv.index("--")])
+    assert serve.mode == "normal" and serve.tp == 8 and cfg.phase("serve-target").kind == "service"
+    regen = parse(list(cfg.phase("regenerate").argv[3:]))
+    assert regen.backend == "server" and regen.servers == ("http://127.0.0.1:30000",)
+    assert regen.served_model == "/models/Kimi-K2.5" and [s.name for s in regen.sources] == [f"B{i}.jsonl" for i in range(1, 9)]
+    assert list(cfg.phase("regenerate").needs) == ["serve-target"]
+    assert "serve-target" in cfg.phase("stop-target").argv and "stop-target" in cfg.phase("merge").needs
+    assert "stop-target" in cfg.phase("serve-extract").needs
+    names = {c.name for c in cfg.phase("regenerate").checks}
+    assert {"server-healthy", "server-serves-target", "room-for-regenerated-records"} <= names
+
+
+def test_real_target_check_without_the_model_names_every_failing_check_and_exits_1(tmp_path, capsys):
+    path = REPO / "configs" / "examples" / "real-target.yaml"
+    code, report, err = _check_json(path, capsys, "--set", "target=/nonexistent", "--set", f"data={tmp_path}")
+    assert code == 1 and "Traceback" not in err
+    why = {k: r["message"] for k, r in _results(report).items() if r["status"] == "fail"}
+    assert "/nonexistent/config.json does not exist" in why[("regenerate", "target-present")]
+    assert "/nonexistent: no such folder" in why[("regenerate", "target-has-chat-template")]
+    assert "ShareGPT_V3_unfiltered_cleaned_split.json does not exist" in why[("regenerate", "chats-present")]
+    assert ("regenerate", "room-for-regenerated-records") in why
+    assert "regenerate" in why[("merge", "chats-are-what-regenerate-wrote")]
+    assert ("extract", "room-for-hidden-states") in why and ("evaluate", "heldout-chats-present") in why
+    assert all(m.strip() for m in why.values())
+
+
+def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_the_limit():
+    from pipeline.evaluate.__main__ import build_parser as evaluate_parser
+    from pipeline.extract.__main__ import build_parser as extract_parser
+    from pipeline.regenerate.options import parse
+    from pipeline.train.__main__ import build_parser as train_parser
+
+    cfg = load_config(REPO / "configs" / "examples" / "real-target.yaml", {"target": "/m/SmolLM2"})
+    regen = parse(list(cfg.phase("regenerate").argv[3:]))
+    assert regen.backend == "hf" and regen.limit == 200 and regen.max_prompt_tokens == 512
+    extract = extract_parser().parse_args(list(cfg.phase("extract").argv[3:]))
+    assert extract.limit == 200
+    verify = next(c for c in cfg.phase("extract").verify if c.name == "every-sample-extracted")
+    assert "min(stats.records, 200)" in str(verify.arg)
+    assert train_parser().parse_args(list(cfg.phase("train").argv[3:])).resume
+    assert evaluate_parser().parse_args(list(cfg.phase("evaluate").argv[3:])).prompts.name == "heldout.jsonl"
 
 
 def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():

@@ -3,6 +3,7 @@ estimate how many bytes that will take.
 
     python -m pipeline.extract --backend hf --model TARGET --data MERGED.jsonl --out STORE [...]
     python -m pipeline.extract --estimate --model TARGET --stats STATS.json [--dtype bf16] [--json]
+        [--limit N [--data DATASET]]
     python -m pipeline.extract --verify --out STORE [--model TARGET] [--sample N] [--json]
     python -m pipeline.extract --backend sglang --server URL --dump-dir DIR --model TARGET --data MERGED.jsonl --out STORE
 
@@ -91,7 +92,7 @@ def _estimate(args: argparse.Namespace) -> int:
     from .estimate import estimate
 
     _need(args, "model", "stats")
-    est = estimate(args.model, args.stats, args.dtype)
+    est = estimate(args.model, args.stats, args.dtype, args.limit, args.data)
     if args.json:
         print(json.dumps(est))
     else:

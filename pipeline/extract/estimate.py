@@ -5,10 +5,15 @@ runs in a second before a multi-hour job. The figure is an upper bound on disk u
 `tokens x 4 x hidden x dtype_bytes` for the hidden states, plus per token the int64 id and
 uint8 mask, plus per sample the safetensors header (sized for the longest sample), up to
 one filesystem block of slack and its manifest line.
+
+With `--limit N` the run extracts the dataset's first N samples: their tokens are counted from
+the dataset itself when `--data` is given (one streamed pass reading only the lengths),
+else bounded by N x the stats' longest sample, never more than the whole dataset.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .errors import BadInput
@@ -32,9 +37,39 @@ def read_stats(stats_path: Path) -> dict:
     return stats
 
 
-def estimate(model_dir: Path, stats_path: Path, dtype: str = "bf16") -> dict:
+def first_tokens(data: Path, limit: int) -> tuple[int, int]:
+    """(records, tokens) of the first `limit` samples of a merged dataset."""
+    records = tokens = 0
+    try:
+        with open(data, "rb") as f:
+            for n, line in enumerate(f, 1):
+                if records >= limit:
+                    break
+                try:
+                    ids = json.loads(line)["input_ids"]
+                except (ValueError, KeyError, TypeError):
+                    raise BadInput(f"{data}:{n}: not a merged sample (no input_ids); pass the dataset merge wrote") from None
+                records += 1
+                tokens += len(ids)
+    except FileNotFoundError:
+        raise BadInput(f"--data {data} does not exist; run pipeline.merge first") from None
+    return records, tokens
+
+
+def estimate(model_dir: Path, stats_path: Path, dtype: str = "bf16", limit: int | None = None,
+             data: Path | None = None) -> dict:
     target = TargetInfo.from_dir(Path(model_dir))
     stats = read_stats(stats_path)
+    if limit is not None:
+        if limit < 0:
+            raise BadInput(f"--limit must not be negative, got {limit}")
+        if data is not None:
+            records, tokens = first_tokens(Path(data), limit)
+        else:
+            records = min(limit, stats["records"])
+            longest = stats.get("max_len") if isinstance(stats.get("max_len"), int) else stats["tokens"]
+            tokens = min(stats["tokens"], records * max(longest, 0))
+        stats = {**stats, "records": records, "tokens": tokens}
     try:
         name = dtype_name(dtype)
     except ValueError as e:
@@ -50,6 +85,7 @@ def estimate(model_dir: Path, stats_path: Path, dtype: str = "bf16") -> dict:
         "bytes": hidden_bytes + overhead,
         "tokens": tokens,
         "records": records,
+        "limit": limit,
         "hidden": hidden,
         "num_layers": target.num_layers,
         "dtype": name,

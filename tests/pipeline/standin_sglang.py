@@ -9,7 +9,14 @@ compute what the store must hold. Dumps are written by the real hook's writer
 with `<KEY>.error`, and never takes the folder over the budget (`max_occupancy` records the
 most the folder held right after each write).
 
-Fault knobs: `die_after` (answer N /generate requests, then drop every connection and stop
+It also answers as a normal-mode server: `/v1/models` lists `served_model` (default the model
+path, as SGLang does) and `/v1/chat/completions` answers with `answer(messages, seed,
+max_tokens)`, a deterministic text of at most max_tokens words, so the regenerate tests know
+what each record must hold. `chat_latency` slows each chat answer; `chat_inflight` /
+`chat_max_inflight` count the chat requests answered at once; a user turn holding
+`too_long_marker` gets HTTP 400 (context length), as SGLang answers a prompt past it.
+
+Fault knobs: `die_after` (answer N /generate or chat requests, then drop every connection and stop
 listening), `corrupt` ({sample index: "truncate" | "nan" | "nan-last" | "ids"} on that
 sample's first dump; "nan" is the first value of hidden_state, "nan-last" the last of
 aux_hidden_state), `dump_delay` (the dump lands that many seconds after the answer), `latency` (seconds
@@ -25,6 +32,7 @@ real server and accepts `sglang.launch_server` flags (unknown ones are ignored):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -54,6 +62,16 @@ def states(input_ids: list[int], hidden: int) -> tuple[torch.Tensor, torch.Tenso
     return x[:, :hidden].contiguous(), x[:, hidden:].contiguous()
 
 
+def answer(messages: list[dict], seed: int | None, max_tokens: int) -> tuple[str, int]:
+    """The stand-in's chat answer and its token count (one token a word)."""
+    key = hashlib.sha256(json.dumps([messages, seed], sort_keys=True).encode()).hexdigest()
+    words = [f"w{key[i:i + 4]}" for i in range(0, 40, 4)]
+    last = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+    words = [f"turn{sum(m.get('role') == 'user' for m in messages)}", *words, *str(last).split()[:3]]
+    words = words[:max(1, max_tokens)]
+    return " ".join(words), len(words)
+
+
 def occupancy(folder: Path) -> int:
     total = 0
     with os.scandir(folder) as it:
@@ -76,8 +94,13 @@ class StandIn:
     def __init__(self, model_path: str | Path, dump_dir: str | Path | None, hidden: int | None = None,
                  budget: int = 8 * 10**9, wait: float = 120.0, host: str = "127.0.0.1", port: int = 0,
                  die_after: int | None = None, corrupt: dict[int, str] | None = None, dump_delay: float = 0.0,
-                 latency: float = 0.0, fast: bool = False) -> None:
+                 latency: float = 0.0, fast: bool = False, served_model: str | None = None,
+                 chat_latency: float = 0.0, too_long_marker: str | None = None) -> None:
         self.model_path = str(model_path)
+        self.served_model = served_model or self.model_path
+        self.chat_latency, self.too_long_marker = chat_latency, too_long_marker
+        self.chat_requests = 0
+        self.chat_inflight = self.chat_max_inflight = 0
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.hidden = hidden if hidden is not None else read_hidden(self.model_path)
         self.budget, self.wait = budget, wait
@@ -97,7 +120,7 @@ class StandIn:
         self.hook = DumpHook(DumpConfig(self.dump_dir, budget, wait), poll=0.005) if self.dump_dir else None
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd = _Server((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -225,6 +248,14 @@ class StandIn:
                 self.errors += 1
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a client opening dozens of connections at once (uvicorn's is 2048)
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # a killed client
+            super().handle_error(request, client_address)
+
+
 def _handler(standin: StandIn):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -255,6 +286,9 @@ def _handler(standin: StandIn):
                 return
             if self.path == "/health":
                 self._send(200, {})
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": standin.served_model, "object": "model",
+                                                              "owned_by": "sglang"}]})
             elif self.path in ("/model_info", "/get_model_info"):
                 self._send(200, {"model_path": standin.model_path, "is_generation": True})
             else:
@@ -265,6 +299,9 @@ def _handler(standin: StandIn):
                 return
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            if self.path == "/v1/chat/completions":
+                self._chat(raw)
+                return
             if self.path != "/generate":
                 self._send(404, {"detail": "Not Found"})
                 return
@@ -300,6 +337,46 @@ def _handler(standin: StandIn):
             self._send(200, {"text": "", "output_ids": [0],
                              "meta_info": {"id": rid, "prompt_tokens": len(ids), "completion_tokens": 1}})
 
+        def _chat(self, raw: bytes) -> None:
+            with standin._lock:
+                standin.requests += 1
+                if standin.die_after is not None and standin.requests > standin.die_after:
+                    standin._die()
+                    self.close_connection = True
+                    return
+                standin.chat_requests += 1
+                standin.chat_inflight += 1
+                standin.chat_max_inflight = max(standin.chat_max_inflight, standin.chat_inflight)
+            try:
+                try:
+                    req = json.loads(raw)
+                    messages = list(req["messages"])
+                    model = str(req["model"])
+                    max_tokens = int(req.get("max_tokens") or 16)
+                except (ValueError, KeyError, TypeError) as e:
+                    self._send(400, {"object": "error", "message": f"bad request: {e}"})
+                    return
+                if model != standin.served_model:
+                    self._send(404, {"object": "error", "message": f"The model `{model}` does not exist."})
+                    return
+                marker = standin.too_long_marker
+                if marker and any(marker in str(m.get("content", "")) for m in messages):
+                    self._send(400, {"object": "error", "message": "Requested token count exceeds the model's "
+                                     "maximum context length"})
+                    return
+                if standin.chat_latency:
+                    time.sleep(standin.chat_latency)
+                text, tokens = answer(messages, req.get("seed"), max_tokens)
+                finish = "length" if tokens >= max_tokens else "stop"
+                self._send(200, {"id": "chatcmpl-standin", "object": "chat.completion", "model": model,
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                              "finish_reason": finish}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": tokens,
+                                           "total_tokens": tokens + 1}})
+            finally:
+                with standin._lock:
+                    standin.chat_inflight -= 1
+
     return Handler
 
 
@@ -310,10 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--port-file", help="write the bound port here once listening")
     p.add_argument("--fast", action="store_true", help="one precomputed block of values for every request (bench)")
+    p.add_argument("--served-model-name", help="the name /v1/models lists (default the model path)")
+    p.add_argument("--chat-latency", type=float, default=0.0, help="seconds before each chat answer")
     args, _unknown = p.parse_known_args(argv)
     dump = DumpConfig.from_env()
     standin = StandIn(args.model_path, dump.dir if dump else None, budget=dump.budget if dump else 1,
-                      wait=dump.wait if dump else 0.0, host=args.host, port=args.port, fast=args.fast)
+                      wait=dump.wait if dump else 0.0, host=args.host, port=args.port, fast=args.fast,
+                      served_model=args.served_model_name, chat_latency=args.chat_latency)
     if args.port_file:
         tmp = Path(args.port_file).with_suffix(".tmp")
         tmp.write_text(str(standin.httpd.server_address[1]))

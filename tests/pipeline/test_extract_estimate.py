@@ -52,3 +52,17 @@ def test_estimate_refuses_bad_inputs_naming_the_file_and_key(tmp_path, tiny_targ
 
     proc = _estimate(xt, "--model", str(tiny_target), "--stats", str(tiny_data.stats), "--dtype", "int3")
     assert proc.returncode == 2 and "--dtype" in proc.stderr
+
+
+def test_estimate_with_limit_counts_only_the_samples_a_limited_run_extracts(tiny_target, tiny_data, xt):
+    base = ["--model", str(tiny_target), "--stats", str(tiny_data.stats), "--json", "--limit", "5"]
+    exact = json.loads(_estimate(xt, *base, "--data", str(tiny_data.path)).stdout)
+    first = tiny_data.records[:5]
+    assert (exact["records"], exact["tokens"]) == (5, sum(len(r["input_ids"]) for r in first))
+    whole = json.loads(_estimate(xt, *base[:-2]).stdout)
+    assert exact["bytes"] < whole["bytes"] / 3
+    bound = json.loads(_estimate(xt, *base).stdout)  # no --data: N x the longest sample
+    longest = max(len(r["input_ids"]) for r in tiny_data.records)
+    assert bound["records"] == 5 and exact["tokens"] <= bound["tokens"] == min(5 * longest, whole["tokens"])
+    over = json.loads(_estimate(xt, *base[:-1], "1000", "--data", str(tiny_data.path)).stdout)
+    assert (over["records"], over["tokens"]) == (whole["records"], whole["tokens"])

@@ -65,6 +65,15 @@ def test_extract_mode_turns_on_the_dump_and_what_it_needs(capsys, model, tmp_pat
     assert not any(a.startswith("--speculative") for a in argv)
 
 
+def test_normal_mode_serves_the_target_alone_for_regeneration(capsys, model, monkeypatch):
+    monkeypatch.setenv("EAGLE3_DUMP_DIR", "/dev/shm/left-from-extraction")
+    env, argv, unset = dry(capsys, "--mode", "normal", "--model", str(model), "--tp", "8", "--port", "30002")
+    assert argv[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    assert flag(argv, "--model-path") == str(model) and flag(argv, "--tp-size") == "8"
+    assert "EAGLE3_DUMP_DIR" not in env and unset == "unset EAGLE3_DUMP_DIR"
+    assert not any(a.startswith("--speculative") or a == "--disable-radix-cache" for a in argv)
+
+
 def test_eagle3_mode_serves_the_drafter_and_never_dumps(capsys, model, tmp_path, monkeypatch):
     draft = tmp_path / "draft"
     draft.mkdir()
@@ -87,6 +96,7 @@ def test_eagle3_mode_serves_the_drafter_and_never_dumps(capsys, model, tmp_path,
      "more than"),
     (["--mode", "extract", "--model", "{model}", "--dump-dir", "{tmp}/hs", "--dump-budget", "lots"], "--dump-budget"),
     (["--mode", "eagle3", "--model", "{model}"], "needs --draft"),
+    (["--mode", "normal", "--model", "{model}", "--dump-dir", "{tmp}/hs"], "serves the target alone"),
     (["--mode", "extract", "--model", "{model}", "--dump-dir", "{tmp}/hs", "--tp", "0"], "--tp must be"),
     (["--mode", "extract", "--model", "{model}", "--dump-dir", "{tmp}/hs", "--", "--port", "1"],
      "--port after -- is set by"),

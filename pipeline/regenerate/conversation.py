@@ -1,0 +1,80 @@
+"""How a source chat becomes the prompts the target answers, turn by turn.
+
+System and user turns are kept as written; the source's assistant turns are dropped and the
+target's answer to the chat so far takes the place of each. A user turn followed by another
+user turn (a `same_role: drop` leftover) is answered once, after the last of them.
+
+Each answer's sampling seed derives from the run's seed, the record's id and the turn, never
+from the batch or the order the answers were computed in: a resumed run, or one with another
+batch size or concurrency, gets the same seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .errors import Failure
+
+MAX_RECORD_CHARS = 1_000_000  # text in one record; longer ones are skipped as too_large
+
+
+@dataclass
+class Chat:
+    """A record being regenerated: `messages` grows as answers arrive."""
+
+    index: int  # position among the records to regenerate (input order)
+    id: str
+    source: list[dict[str, str]]
+    messages: list[dict[str, str]]
+    pending: list[int]  # source positions after which an answer is due, in order
+    turn: int = 0
+    tokens: int = 0
+
+    @classmethod
+    def start(cls, index: int, rid: str, conversations: list[dict[str, str]]) -> "Chat":
+        due = [i for i, m in enumerate(conversations) if m["role"] == "user"
+               and (i + 1 == len(conversations) or conversations[i + 1]["role"] != "user")]
+        chat = cls(index, rid, conversations, [], due)
+        chat._copy_until_due()
+        return chat
+
+    def _copy_until_due(self) -> None:
+        stop = self.pending[self.turn] if self.turn < len(self.pending) else len(self.source) - 1
+        start = (self.pending[self.turn - 1] + 1) if self.turn else 0
+        for m in self.source[start: stop + 1]:
+            if m["role"] != "assistant":
+                self.messages.append({"role": m["role"], "content": m["content"]})
+
+    @property
+    def done(self) -> bool:
+        return self.turn >= len(self.pending)
+
+    def prompt(self) -> list[dict[str, str]]:
+        return list(self.messages)
+
+    def answer(self, text: str, tokens: int) -> None:
+        self.messages.append({"role": "assistant", "content": text})
+        self.tokens += tokens
+        self.turn += 1
+        if not self.done:
+            self._copy_until_due()
+
+    def record(self) -> dict:
+        return {"id": self.id, "conversations": self.messages}
+
+
+def record_chars(conversations: list[dict[str, str]]) -> int:
+    return sum(len(m["content"]) for m in conversations)
+
+
+def seed_for(seed: int, rid: str, turn: int) -> int:
+    digest = hashlib.sha256(f"{seed}\0{rid}\0{turn}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
+def checked(text: str, tokens: int) -> tuple[str, int]:
+    """An answer merge can use; an empty one is the record's failure (merge would skip it)."""
+    if not text.strip():
+        raise Failure("empty_answer", f"the target answered with no text ({tokens} tokens)")
+    return text, tokens

@@ -1,0 +1,162 @@
+"""`python -m pipeline.regenerate`: the stage's edge and its order of work.
+
+    python -m pipeline.regenerate SOURCE [SOURCE ...] --out OUT.jsonl [--stats STATS.json]
+        --backend hf --model TARGET_DIR [--device cpu|cuda] [--dtype bf16|fp16|fp32] [--batch-size N]
+        --backend server --server URL [--server URL ...] [--served-model NAME] [--concurrency N]
+                 [--timeout S] [--retries N] [--max-consecutive-failures N]
+        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--limit N]
+        [--role-map a=b,...] [--max-invalid SHARE] [--strict]
+    python -m pipeline.regenerate --estimate SOURCE ... [--limit N] [--max-new-tokens N] [--json]
+
+Exit codes: 0 done (a record that failed is counted in the stats, not fatal), 1 a bug,
+2 bad input, 3 the disk filled, 4 a server died (after --max-consecutive-failures failed
+requests in a row, or unreachable at the start), 130 interrupted, 143 terminated. After any
+of them the same command resumes: records already in OUT are kept and not asked again.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from itertools import islice
+
+from pipeline.events import EventWriter
+from pipeline.program_edge import run_program
+
+from . import options as opts_mod
+from . import sources
+from .conversation import Chat, checked, seed_for
+from .errors import BadInput, Failure, RegenError, Terminated
+from .output import Appender, done_ids, repair_tail
+from .sink import Sink
+from .stats import Stats, previous
+
+NAME = "regenerate"
+
+
+def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
+    stream = sources.records(o.sources, pol)
+    if o.limit is not None:
+        stream = islice(stream, o.limit)
+    index = 0
+    for rec in stream:
+        if rec.id in done:
+            continue
+        yield Chat.start(index, rec.id, rec.conversations)
+        index += 1
+
+
+def _run_hf(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
+    from .backends.hf import HFBackend
+
+    backend = HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens)
+    while batch := list(islice(chats, o.batch_size)):
+        failed: dict[int, object] = {}
+        while active := [c for c in batch if not c.done and c.index not in failed]:
+            outs = backend.generate([c.prompt() for c in active], [seed_for(o.seed, c.id, c.turn) for c in active])
+            for chat, out in zip(active, outs):
+                try:
+                    if not isinstance(out, tuple):
+                        raise out
+                    chat.answer(*checked(*out))
+                except Failure as f:
+                    failed[chat.index] = f
+        for chat in batch:
+            sink.put(chat.index, (chat, failed[chat.index]) if chat.index in failed else chat)
+        sink.flush()
+
+
+def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
+    from . import pool
+    from .backends.server import Sampling
+
+    servers = pool.run(chats, sink, o.servers, o.served_model, Sampling(o.max_new_tokens, o.temperature, o.top_p),
+                       o.timeout, o.retries, o.max_consecutive_failures, o.concurrency, o.seed)
+    for s in servers:
+        print(f"{NAME}: {s.url}: at most {s.max_inflight} requests in flight", flush=True)
+
+
+def body(argv: list[str] | None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--estimate" in args:
+        from .estimate import run as estimate
+
+        return estimate(args)
+    o = opts_mod.parse(args)
+    if o.out.is_dir():
+        raise BadInput(f"--out {o.out} is a folder; name the output file (e.g. {o.out}/regenerated.jsonl)")
+    pol = sources.policy(o.role_map, o.max_invalid, o.strict)
+    if o.backend == "server":
+        from .backends.server import check_server
+
+        for url in o.servers:
+            check_server(url, o.served_model)
+    done: set[str] = set()
+    old = None
+    if o.out.exists():
+        cut = repair_tail(o.out)
+        if cut:
+            print(f"{NAME}: {o.out}: cut a torn last line of {cut} bytes left by an interrupted run", flush=True)
+        done, _ = done_ids(o.out)
+        if done:
+            old = previous(o.stats, o.generation())
+    plan = sources.Plan()
+    counted = sum(1 for _ in sources.records(o.sources, pol, plan))
+    wanted = min(counted, o.limit) if o.limit is not None else counted
+    stats = Stats(options=o.to_json(), records_in=plan.records_in(), regenerable=counted, wanted=wanted,
+                  skipped=+plan.skipped, sources=plan.to_json())
+    stats.seconds_before = float(old.get("seconds", 0.0)) if isinstance(old, dict) else 0.0
+    stale = len(done)
+    stats.resumed = min(stale, wanted)
+    for warning in plan.warnings():
+        print(f"{NAME}: {warning}", flush=True)
+    skipped = ", ".join(f"{n} {k}" for k, n in sorted(plan.skipped.items()) if n)
+    print(f"{NAME}: {counted} records to regenerate" + (f" (skipped: {skipped})" if skipped else "")
+          + (f", {stats.resumed} already in {o.out}" if stale else "")
+          + (f"; --limit {o.limit}" if o.limit is not None else ""), flush=True)
+    events = EventWriter.from_env()
+    o.out.parent.mkdir(parents=True, exist_ok=True)
+    o.stats.parent.mkdir(parents=True, exist_ok=True)
+    out = Appender(o.out)
+    sink = Sink(out, stats, o.stats, events, wanted)
+    stats.write(o.stats)
+    started = time.monotonic()
+    try:
+        chats = _todo(o, pol, done)
+        if o.backend == "hf":
+            _run_hf(o, chats, sink)
+        else:
+            _run_server(o, chats, sink)
+        stats.status = "done"
+    except BaseException:
+        stats.status = "stopped"
+        raise
+    finally:
+        try:
+            sink.tick(force=True)
+        finally:
+            out.close()
+            events.close()
+    took = time.monotonic() - started
+    fails = ", ".join(f"{n} {k}" for k, n in sorted(stats.failures.items()))
+    print(f"{NAME}: wrote {out.records} records ({stats.records_out} in {o.out}), {stats.generated_tokens} tokens "
+          f"generated in {took:.1f} s" + (f"; failed: {fails} (see {o.stats})" if fails else ""), flush=True)
+    return 0
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated("stopped by SIGTERM; the records written so far are kept; rerun the same command to resume")
+
+
+def main(argv: list[str] | None = None) -> int:
+    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return run_program(NAME, lambda: body(argv), RegenError)
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The command line of `python -m pipeline.regenerate`, checked into one frozen Options.
+
+Every option that costs time, memory or sockets has a bound, and a value past it is exit 2
+with the flag, the value and the range. The sampling defaults follow docs/regenerate.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pipeline.chat_sources import parse_role_map
+
+from .errors import BadInput
+
+PROG = "python -m pipeline.regenerate"
+MAX_NEW_TOKENS = 32768
+MAX_CONCURRENCY = 1024
+MAX_BATCH = 1024
+MAX_TIMEOUT = 3600.0
+MAX_RETRIES = 20
+MAX_SERVERS = 64
+# What the run's output depends on: a resumed run must use the same, or its records would mix.
+GENERATION_KEYS = ("backend", "model", "served_model", "max_new_tokens", "temperature", "top_p", "seed")
+
+
+@dataclass(frozen=True)
+class Options:
+    sources: tuple[Path, ...]
+    out: Path
+    stats: Path
+    backend: str
+    model: Path | None = None
+    device: str = "cpu"
+    dtype: str = "fp32"
+    batch_size: int = 16
+    max_prompt_tokens: int | None = None
+    servers: tuple[str, ...] = ()
+    served_model: str | None = None
+    concurrency: int = 32
+    timeout: float = 600.0
+    retries: int = 3
+    max_consecutive_failures: int = 8
+    max_new_tokens: int = 2048
+    temperature: float = 0.7
+    top_p: float = 1.0
+    seed: int = 0
+    limit: int | None = None
+    role_map: dict[str, str] = field(default_factory=dict)
+    max_invalid: float = 0.05
+    strict: bool = False
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["sources"] = [str(s) for s in self.sources]
+        for k in ("out", "stats", "model"):
+            d[k] = None if d[k] is None else str(d[k])
+        d["servers"] = list(self.servers)
+        return d
+
+    def generation(self) -> dict:
+        d = self.to_json()
+        return {k: d[k] for k in GENERATION_KEYS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Answer every user turn of chat datasets with the target "
+                                "model, writing records merge reads (resumable).")
+    p.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
+                   help="chat files (JSONL or a JSON array) or folders of *.jsonl / *.json, as merge reads them")
+    p.add_argument("--out", required=True, type=Path, help="output JSONL; rerunning the same command resumes it")
+    p.add_argument("--stats", type=Path, help="stats JSON (default <out stem>.stats.json beside --out)")
+    p.add_argument("--backend", required=True, choices=["hf", "server"])
+    h = p.add_argument_group("hf backend (a target that fits one device)")
+    h.add_argument("--model", type=Path, help="the target's save_pretrained folder (with a chat template)")
+    h.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    h.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
+                   help="weights' dtype (default fp32 on cpu, bf16 on cuda)")
+    h.add_argument("--batch-size", type=int, default=16, help=f"records generated together (1..{MAX_BATCH}, default 16)")
+    h.add_argument("--max-prompt-tokens", type=int, help="skip a turn whose prompt (the chat so far) is longer, "
+                   "counted as prompt_too_long (default: the target's positions less --max-new-tokens); on a CPU "
+                   "the prefill of long chats is what costs")
+    s = p.add_argument_group("server backend (SGLang or any OpenAI-compatible server)")
+    s.add_argument("--server", action="append", default=[], metavar="URL",
+                   help="base URL such as http://127.0.0.1:30000; repeat for several servers")
+    s.add_argument("--served-model", help="the model name the server must list in /v1/models (default: --model's "
+                   "path as written, which is what SGLang lists)")
+    s.add_argument("--concurrency", type=int, default=32,
+                   help=f"requests in flight per server (1..{MAX_CONCURRENCY}, default 32)")
+    s.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take (default 600)")
+    s.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff (default 3)")
+    s.add_argument("--max-consecutive-failures", type=int, default=8,
+                   help="failed requests in a row after which a server counts as dead: exit 4 (default 8)")
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-new-tokens", type=int, default=2048, help="longest answer, in tokens (default 2048)")
+    g.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0: off)")
+    g.add_argument("--seed", type=int, default=0, help="every answer's sampling seed derives from it and the "
+                   "record's id, so a resumed run gives the same answers (default 0)")
+    d = p.add_argument_group("data")
+    d.add_argument("--limit", type=int, help="regenerate at most this many records (the first ones, in input order)")
+    d.add_argument("--role-map", default="", help="extra roles, e.g. bing=assistant,chatgpt=assistant")
+    d.add_argument("--max-invalid", type=float, default=0.05,
+                   help="share of a source's records that may be unusable before it is refused (default 0.05)")
+    d.add_argument("--strict", action="store_true", help="stop at the first unusable record (exit 2)")
+    return p
+
+
+def _bound(flag: str, value: float, lo: float, hi: float) -> None:
+    if not lo <= value <= hi:
+        raise BadInput(f"{flag} must be {lo:g}..{hi:g}, got {value:g}")
+
+
+def _role_map(text: str) -> dict[str, str]:
+    try:
+        return parse_role_map(text)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def parse(argv: list[str] | None = None) -> Options:
+    a = build_parser().parse_args(argv)
+    _bound("--max-new-tokens", a.max_new_tokens, 1, MAX_NEW_TOKENS)
+    _bound("--temperature", a.temperature, 0, 2)
+    if not 0 < a.top_p <= 1:
+        raise BadInput(f"--top-p must be more than 0 and at most 1, got {a.top_p:g}")
+    _bound("--seed", a.seed, 0, 2**63 - 1)
+    _bound("--max-invalid", a.max_invalid, 0, 1)
+    if a.limit is not None:
+        _bound("--limit", a.limit, 1, 2**62)
+    if a.backend == "hf":
+        if a.model is None:
+            raise BadInput("--backend hf needs --model (the target's folder)")
+        if a.server:
+            raise BadInput("--server is for --backend server; --backend hf runs the model itself")
+        _bound("--batch-size", a.batch_size, 1, MAX_BATCH)
+        if a.max_prompt_tokens is not None:
+            _bound("--max-prompt-tokens", a.max_prompt_tokens, 1, 10**7)
+        dev = a.device.split(":")[0]
+        if dev not in ("cpu", "cuda"):
+            raise BadInput(f"--device must be cpu, cuda or cuda:N, got {a.device!r}")
+    else:
+        if not a.server:
+            raise BadInput("--backend server needs --server URL (e.g. http://127.0.0.1:30000)")
+        if len(a.server) > MAX_SERVERS:
+            raise BadInput(f"at most {MAX_SERVERS} --server URLs, got {len(a.server)}")
+        for url in a.server:
+            if not url.startswith(("http://", "https://")):
+                raise BadInput(f"--server {url!r}: must start with http:// or https://")
+        if len(set(a.server)) != len(a.server):
+            raise BadInput("--server: the same URL is given twice")
+        if a.served_model is None and a.model is None:
+            raise BadInput("--backend server needs --served-model NAME (or --model PATH, the name SGLang lists)")
+        _bound("--concurrency", a.concurrency, 1, MAX_CONCURRENCY)
+        _bound("--timeout", a.timeout, 1, MAX_TIMEOUT)
+        _bound("--retries", a.retries, 0, MAX_RETRIES)
+        _bound("--max-consecutive-failures", a.max_consecutive_failures, 1, 10**6)
+    dtype = a.dtype or ("fp32" if a.device == "cpu" else "bf16")
+    stats = a.stats or a.out.with_name(f"{a.out.stem}.stats.json")
+    return Options(
+        sources=tuple(a.sources), out=a.out, stats=stats, backend=a.backend, model=a.model, device=a.device,
+        dtype=dtype, batch_size=a.batch_size, max_prompt_tokens=a.max_prompt_tokens, servers=tuple(u.rstrip("/") for u in a.server),
+        served_model=a.served_model if a.served_model is not None else (str(a.model) if a.model else None),
+        concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
+        max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
+        temperature=a.temperature, top_p=a.top_p, seed=a.seed, limit=a.limit, role_map=_role_map(a.role_map),
+        max_invalid=a.max_invalid, strict=a.strict)

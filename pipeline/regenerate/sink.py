@@ -1,0 +1,74 @@
+"""Where finished records go: the output in input order, the stats, the progress events.
+
+Answers may finish out of order (many servers, many threads); the sink holds the early ones
+until those before them are done, so the output of a run, interrupted and resumed or not,
+is the same file. Flushes are one write and one fsync, at most every FLUSH_S seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipeline.events import EventWriter
+
+from .conversation import Chat
+from .errors import Failure
+from .output import Appender
+from .stats import Stats
+
+FLUSH_S = 0.5
+STATS_S = 5.0
+PROGRESS_S = 1.0
+
+
+class Sink:
+    def __init__(self, out: Appender, stats: Stats, stats_path, events: EventWriter, total: int) -> None:
+        self.out, self.stats, self.stats_path, self.events = out, stats, stats_path, events
+        self.total = total
+        self.next = 0
+        self.held: dict[int, Chat | Failure] = {}
+        self.done = stats.resumed
+        self.failed = 0
+        self.tokens = 0
+        self._t0 = time.monotonic()
+        self._flushed = self._stats_at = self._progress_at = self._t0
+
+    def put(self, index: int, result: Chat | tuple[Chat, Failure]) -> None:
+        self.held[index] = result  # type: ignore[assignment]
+        while self.next in self.held:
+            r = self.held.pop(self.next)
+            self.next += 1
+            self.done += 1
+            if isinstance(r, tuple):
+                chat, failure = r
+                self.failed += 1
+                self.stats.fail(failure.reason, f"{chat.id}: {failure.detail}")
+                self.events.message(f"record {chat.id}: {failure.reason}: {failure.detail}"[:500], level="warning")
+            else:
+                self.out.add(r.record())
+                self.tokens += r.tokens
+                self.stats.generated_tokens += r.tokens
+                self.stats.answers += r.turn
+        self.tick()
+
+    @property
+    def holding(self) -> int:
+        return len(self.held)
+
+    def tick(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._flushed >= FLUSH_S:
+            self.flush()
+        if force or now - self._progress_at >= PROGRESS_S:
+            self._progress_at = now
+            rate = self.tokens / max(now - self._t0, 1e-9)
+            self.events.progress(self.done, self.total, unit="records", tokens=self.stats.generated_tokens,
+                                 tokens_per_s=round(rate, 1), failed=self.failed)
+        if force or now - self._stats_at >= STATS_S:
+            self._stats_at = now
+            self.stats.records_out = self.stats.resumed + self.out.records
+            self.stats.write(self.stats_path)
+
+    def flush(self) -> None:
+        self.out.flush()
+        self._flushed = time.monotonic()

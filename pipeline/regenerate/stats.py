@@ -1,0 +1,77 @@
+"""The stats file beside the output: what came in, what went out, what failed and why.
+
+Written atomically at the start (so a resumed run can check it uses the same options),
+every few seconds while running, and at the end; `status` says which.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.events import write_bytes_atomic
+
+from .errors import BadInput
+
+EXAMPLES = 5  # failure examples kept per reason
+
+
+@dataclass
+class Stats:
+    options: dict
+    records_in: int = 0  # records met in the sources
+    regenerable: int = 0  # of them, records with a question to answer
+    wanted: int = 0  # of those, the ones this output is to hold (--limit)
+    records_out: int = 0  # written by this and earlier runs into the output
+    resumed: int = 0  # already in the output when this run started
+    skipped: Counter = field(default_factory=Counter)
+    failures: Counter = field(default_factory=Counter)
+    failure_examples: dict[str, list[str]] = field(default_factory=dict)
+    generated_tokens: int = 0
+    answers: int = 0
+    started: float = field(default_factory=time.time)
+    seconds_before: float = 0.0  # spent by earlier runs of the same output
+    sources: dict = field(default_factory=dict)
+    status: str = "running"
+
+    def fail(self, reason: str, example: str) -> None:
+        self.failures[reason] += 1
+        shown = self.failure_examples.setdefault(reason, [])
+        if len(shown) < EXAMPLES:
+            shown.append(example[:300])
+
+    def seconds(self) -> float:
+        return round(self.seconds_before + time.time() - self.started, 3)
+
+    def to_json(self) -> dict:
+        return {
+            "status": self.status, "records_in": self.records_in, "regenerable": self.regenerable,
+            "wanted": self.wanted, "records_out": self.records_out,
+            "resumed": self.resumed, "skipped": dict(sorted(self.skipped.items())),
+            "failures": dict(sorted(self.failures.items())), "failure_examples": self.failure_examples,
+            "answers": self.answers, "generated_tokens": self.generated_tokens, "seconds": self.seconds(),
+            "sources": self.sources, "options": self.options,
+        }
+
+    def write(self, path: Path) -> None:
+        write_bytes_atomic(path, (json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def previous(path: Path, generation: dict) -> dict | None:
+    """The stats an earlier run of this output left, refusing a resume with other sampling."""
+    try:
+        old = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot read the earlier run's stats ({e}); delete it to start over") from None
+    was = old.get("options", {}) if isinstance(old, dict) else {}
+    changed = [k for k, v in generation.items() if was.get(k) != v]
+    if changed:
+        shown = ", ".join(f"{k}: {was.get(k)!r} then, {generation[k]!r} now" for k in changed)
+        raise BadInput(f"{path}: the output was started with other options ({shown}); a resumed run must use the "
+                       "same ones, or write to another --out")
+    return old

@@ -1,0 +1,123 @@
+"""`python -m pipeline.regenerate --backend hf` on a tiny local Llama with the demo's chat
+template: answers are the target's own (greedy equals `model.generate`), and a sampled run
+gives the same file whatever the batch size, so a resumed run matches an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_NEW = 6
+
+
+@pytest.fixture(scope="module")
+def chat_target(tmp_path_factory) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pipeline.tokenizer_build import build_tokenizer
+
+    path = tmp_path_factory.mktemp("chat-target") / "tiny-chat-llama"
+    tok = build_tokenizer([f"question {i} answer {i * 7} words and more words" for i in range(200)], vocab_size=300)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("chats") / "chats.jsonl"
+    recs = []
+    for i in range(7):
+        conv = [{"role": "system", "content": "be short"}] if i == 2 else []
+        conv += [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "old"}]
+        if i % 3 == 0:
+            conv += [{"role": "user", "content": f"and question {i * 7}?"}, {"role": "assistant", "content": "old"}]
+        recs.append({"id": f"r{i}", "conversations": conv})
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def regen(model: Path, src: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(out), "--backend",
+                           "hf", "--model", str(model), "--max-new-tokens", str(MAX_NEW), "--seed", "0", *more],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_hf_greedy_answers_are_what_the_target_generates_with_its_chat_template(tmp_path, chat_target, chats):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = regen(chat_target, chats, tmp_path / "out.jsonl", "--temperature", "0", "--batch-size", "4")
+    assert p.returncode == 0, p.stderr
+    got = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in got] == [f"r{i}" for i in range(7)]
+    tok = AutoTokenizer.from_pretrained(chat_target)
+    model = AutoModelForCausalLM.from_pretrained(chat_target).eval()
+    for rec in got:
+        conv = rec["conversations"]
+        assert [m["role"] for m in conv if m["role"] != "system"] == ["user", "assistant"] * (len(conv) // 2)
+        for k, m in enumerate(conv):
+            if m["role"] != "assistant":
+                continue
+            ids = tok.apply_chat_template(conv[:k], add_generation_prompt=True, return_tensors="pt",
+                                          return_dict=True)["input_ids"]
+            with torch.inference_mode():
+                seq = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=tok.pad_token_id)
+            want = tok.decode(seq[0, ids.shape[1]:], skip_special_tokens=True)
+            assert m["content"] == want, (rec["id"], k)
+    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    assert stats["answers"] == 10 and stats["records_out"] == 7
+
+
+@pytest.mark.slow  # four runs of the program: about 40 s on a loaded 2-core machine
+def test_hf_sampled_answers_do_not_depend_on_the_batch_size_so_resume_matches(tmp_path, chat_target, chats):
+    a = regen(chat_target, chats, tmp_path / "a.jsonl", "--temperature", "1.0", "--top-p", "0.9", "--batch-size", "3")
+    b = regen(chat_target, chats, tmp_path / "b.jsonl", "--temperature", "1.0", "--top-p", "0.9", "--batch-size", "1",
+              "--limit", "4")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    b = regen(chat_target, chats, tmp_path / "b.jsonl", "--temperature", "1.0", "--top-p", "0.9", "--batch-size", "2")
+    assert b.returncode == 0, b.stderr
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    c = regen(chat_target, chats, tmp_path / "c.jsonl", "--temperature", "1.0", "--top-p", "0.9", "--seed", "1")
+    assert c.returncode == 0, c.stderr
+    assert (tmp_path / "c.jsonl").read_bytes() != (tmp_path / "a.jsonl").read_bytes()
+
+
+def test_a_target_without_a_chat_template_is_refused_saying_what_is_missing(tmp_path, chat_target, chats):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(chat_target, bare)
+    cfg = json.loads((bare / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (bare / "chat_template.jinja").unlink(missing_ok=True)
+    p = regen(bare, chats, tmp_path / "out.jsonl")
+    assert p.returncode == 2, p.stderr
+    assert "has no chat template" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_prompt_over_max_prompt_tokens_is_skipped_as_prompt_too_long(tmp_path, chat_target, chats):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(chat_target)
+    first = tok.apply_chat_template([{"role": "user", "content": "question 0"}], add_generation_prompt=True)
+    limit = len(first if isinstance(first, list) else first["input_ids"]) + 2  # first turns fit, second turns not
+    p = regen(chat_target, chats, tmp_path / "out.jsonl", "--temperature", "0", "--max-prompt-tokens", str(limit))
+    assert p.returncode == 0, p.stderr
+    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    ids = [json.loads(x)["id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    two_turns = {"r0", "r3", "r6"}
+    assert stats["failures"].get("prompt_too_long", 0) >= len(two_turns) and not two_turns & set(ids)
+    assert f"more than --max-prompt-tokens {limit}" in stats["failure_examples"]["prompt_too_long"][0]
