@@ -169,3 +169,24 @@ def test_a_stop_during_a_long_step_exits_within_the_grace_and_says_what_was_kept
     print(f"exit {took:.1f}s after SIGTERM (a finished step 2 needs 12 s of TTT passes)")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped"] and summary["steps"] == 1
+
+
+def test_two_trainings_of_one_store_agree_whatever_the_thread_count(sharp, tmp_path):
+    """The demo's drafter is a function of its inputs: the same run on 1 and on 2 threads gives
+    the same losses and weights to float rounding (reductions split differently)."""
+    from safetensors.torch import load_file
+
+    runs = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        from pipeline.train.loop import Options, run
+
+        s = run(Options(store=sharp.store, target=sharp.target, out=tmp_path / f"t{threads}", steps=12, batch_size=8,
+                        max_len=256, lr=1e-2, log_every=1, save_every=1000, workers=1, ttt_length=3,
+                        val_samples=2, warmup_ratio=0.0), log=lambda _s: None)
+        runs.append((s, load_file(Path(s["checkpoint"]) / "model.safetensors")))
+    torch.set_num_threads(1)
+    (a, wa), (b, wb) = runs
+    assert [h["loss"] for h in a["history"]] == pytest.approx([h["loss"] for h in b["history"]], rel=1e-4)
+    assert a["val"]["acc"] == b["val"]["acc"]
+    assert max(float((wa[k].double() - wb[k].double()).abs().max()) for k in wa) < 1e-4
