@@ -2,10 +2,12 @@
 
     python -m pipeline.train --store STORE --target TARGET --out RUN_DIR [--epochs N | --steps N]
         [--batch-tokens N | --batch-size N] [--lr X] [--ttt-length 7] [--draft-vocab 32000] [--resume]
+        [--val-share 0.02 | --val-samples N] [--vocab-data MERGED.jsonl|store]
     torchrun --nproc-per-node 8 -m pipeline.train ...      (DDP; --nnodes/--rdzv-* work unchanged)
 
 Writes RUN_DIR/checkpoints/step_*/ (+ `latest`), RUN_DIR/summary.json, and events to
-$EAGLE3_EVENTS (progress in steps, metrics loss, acc_<i>, loss_<i>, tokens_per_s, lr).
+$EAGLE3_EVENTS (progress in steps, metrics loss, acc_<i>, loss_<i>, tokens_per_s, lr,
+val_loss, val_acc_<i>). `--resume` with a larger --steps/--epochs extends a finished run.
 
 Exit codes: 0 finished, 2 bad input (store incomplete or from another target, missing
 files, bad arguments, a checkpoint that does not fit), 3 stopped by SIGTERM/SIGINT after
@@ -61,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store files whose checksum is verified before training (default sample)")
     p.add_argument("--init-head", default="target", choices=["target", "random"],
                    help="start the drafter's lm_head from the target's rows of the draft vocabulary (default)")
+    v = p.add_mutually_exclusive_group()
+    v.add_argument("--val-share", type=float, default=0.02,
+                   help="share of the store held out for validation, never trained on (default 0.02, at most 1000 "
+                        "samples; 0 for none)")
+    v.add_argument("--val-samples", type=int, default=None, help="held-out validation samples instead of a share")
+    p.add_argument("--val-every", type=int, default=None, help="validate every N steps and at the end "
+                   "(default: --save-every)")
+    p.add_argument("--vocab-data", default=None, help="merged JSONL to choose the draft vocabulary over (default: "
+                   "the store's meta.json dataset when it is there unchanged; 'store' for the store's samples)")
     return p
 
 

@@ -11,10 +11,15 @@
   of every step.
 - `StepDataset` reads one rank's micro-batch per item with `safe_open` (mmap: only the
   rows up to --max-len are touched) inside DataLoader workers, so reading overlaps compute.
+- `split_validation` holds out a seeded slice of the store that is never trained on;
+  `count_dataset_tokens` counts the draft vocabulary over the whole merged dataset, held-out
+  records left out, so the coverage reported on the held-out slice is an honest estimate.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +32,7 @@ from pipeline.jsonfile import read_json
 
 WINDOW = 1024  # samples sorted by length together
 MAX_SAMPLES = 100_000_000
+MAX_RECORD_BYTES = 64 << 20  # one merged JSONL line
 SHAPE_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "vocab_size": "vocab_size"}
 
 
@@ -36,6 +42,8 @@ class Store:
     meta: dict
     files: list[str]  # by position in the store order (manifest index order)
     lengths: list[int]  # stored tokens per sample
+    indices: list[int]  # the dataset line each position was extracted from (manifest "index")
+    ids: list[str | None]  # the record ids (manifest "id"), where the extractor wrote them
 
     @property
     def samples(self) -> int:
@@ -91,14 +99,77 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
     if len(entries) > MAX_SAMPLES:
         raise BadInput(f"store {root}: {len(entries)} samples, more than this trainer's bound of {MAX_SAMPLES}")
     order = sorted(entries)
-    files, lengths = [], []
+    files, lengths, ids = [], [], []
     for i in order:
         e = entries[i]
         if not isinstance(e.get("file"), str) or not isinstance(e.get("tokens"), int) or e["tokens"] <= 0:
             raise BadInput(f"{root}/manifest.jsonl: the line for sample {i} lacks file or tokens: {e}")
         files.append(e["file"])
         lengths.append(e["tokens"])
-    return Store(root=root, meta=meta, files=files, lengths=lengths)
+        ids.append(e["id"] if isinstance(e.get("id"), str) else None)
+    return Store(root=root, meta=meta, files=files, lengths=lengths, indices=list(order), ids=ids)
+
+
+def split_validation(samples: int, count: int, seed: int) -> tuple[list[int], list[int]]:
+    """(train positions, held-out positions), both ascending: `count` positions drawn by the
+    seed alone, so a resume and every rank hold out the same samples."""
+    if count <= 0:
+        return list(range(samples)), []
+    if count >= samples:
+        raise BadInput(f"a validation slice of {count} samples leaves none of the store's {samples} to train on; "
+                       "lower --val-samples or --val-share")
+    held = set(random.Random(f"eagle3-val:{seed}").sample(range(samples), count))
+    return [p for p in range(samples) if p not in held], sorted(held)
+
+
+def count_dataset_tokens(path: Path, vocab_size: int, sha256: str | None, skip_ids: set[str],
+                         skip_lines: set[int]) -> tuple[torch.Tensor, int]:
+    """([vocab] counts of input_ids under loss_mask over the merged JSONL, records skipped),
+    leaving out the held-out records (by id where they have one, else by line). The file must
+    be the one the store was extracted from (`sha256`, meta's dataset_sha256) when known."""
+    path = Path(path)
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    digest = hashlib.sha256()
+    skipped = 0
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise BadInput(f"--vocab-data {path}: cannot be read ({e.strerror}); pass the merged JSONL the store was "
+                       "extracted from, or --vocab-data store") from None
+    with f:
+        for line_no, line in enumerate(iter(lambda: f.readline(MAX_RECORD_BYTES + 1), b"")):
+            digest.update(line)
+            if len(line) > MAX_RECORD_BYTES:
+                raise BadInput(f"{path}: line {line_no + 1} is longer than {MAX_RECORD_BYTES >> 20} MiB")
+            if line_no >= MAX_SAMPLES:
+                raise BadInput(f"{path}: more than {MAX_SAMPLES} records")
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                ids, mask = rec["input_ids"], rec["loss_mask"]
+            except (ValueError, KeyError, TypeError):
+                raise BadInput(f"{path}: line {line_no + 1} is not a merged record (JSON with input_ids and "
+                               "loss_mask)") from None
+            rid = rec.get("id")
+            if (isinstance(rid, str) and rid in skip_ids) or (not isinstance(rid, str) and line_no in skip_lines):
+                skipped += 1
+                continue
+            if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask):
+                raise BadInput(f"{path}: line {line_no + 1}: input_ids and loss_mask must be lists of one length")
+            try:
+                sel = torch.tensor([t for t, m in zip(ids, mask) if m], dtype=torch.int64)
+            except (TypeError, ValueError, RuntimeError):
+                raise BadInput(f"{path}: line {line_no + 1}: input_ids must be integers") from None
+            if sel.numel():
+                if int(sel.min()) < 0 or int(sel.max()) >= vocab_size:
+                    raise BadInput(f"{path}: line {line_no + 1}: token ids outside the target's vocabulary of "
+                                   f"{vocab_size}")
+                counts += torch.bincount(sel, minlength=vocab_size)
+    if sha256 and digest.hexdigest() != sha256:
+        raise BadInput(f"--vocab-data {path}: its sha256 is not the dataset_sha256 of the store's meta.json "
+                       f"({sha256[:12]}...); pass the merged JSONL the store was extracted from, or --vocab-data store")
+    return counts, skipped
 
 
 @dataclass(frozen=True)
@@ -189,8 +260,10 @@ class StepDataset(torch.utils.data.Dataset):
         return collate([read_sample(self.root / self.files[p], self.max_len) for p in positions])
 
 
-def count_loss_tokens(store: Store, vocab_size: int, rank: int, world_size: int, threads: int = 8) -> torch.Tensor:
-    """[vocab] counts of input_ids under loss_mask=1 over this rank's share of the samples."""
+def count_loss_tokens(store: Store, vocab_size: int, rank: int, world_size: int, threads: int = 8,
+                      positions: list[int] | None = None) -> torch.Tensor:
+    """[vocab] counts of input_ids under loss_mask=1 over this rank's share of the samples
+    (of `positions`, default every sample)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from safetensors import safe_open
@@ -206,6 +279,7 @@ def count_loss_tokens(store: Store, vocab_size: int, rank: int, world_size: int,
 
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for c in pool.map(one, range(rank, store.samples, world_size)):
+        chosen = range(store.samples) if positions is None else positions
+        for c in pool.map(one, chosen[rank::world_size]):
             counts += c
     return counts

@@ -17,6 +17,9 @@ exactly the gradient of the global mean, whatever the split across ranks.
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +28,8 @@ from torch import nn
 from ..drafter.model import Eagle3Drafter, TTTCache
 
 DECAY = 0.8
+TTT_DELAY = float(os.environ.get("EAGLE3_TRAIN_TTT_DELAY") or 0)
+"""Test hook: seconds to sleep before each TTT step, so a stop test lands mid-step. Unset in real runs."""
 HEAD_CHUNK_ROWS = 8192
 
 
@@ -104,13 +109,20 @@ def prepare(head: TargetHead, batch: dict[str, torch.Tensor], steps: int, dtype:
                     loss_rows=loss_rows, acc_rows=acc_rows)
 
 
+class StepAborted(Exception):
+    """A stop asked for between two TTT steps: the unfinished step is dropped, not finished."""
+
+
 class TTTObjective(nn.Module):
-    """Wraps the drafter so one forward runs the whole unrolled chain (what DDP wraps)."""
+    """Wraps the drafter so one forward runs the whole unrolled chain (what DDP wraps).
+    `should_stop` is asked before each TTT step, so a stop on a slow device waits for one
+    drafter forward, not a whole step (a step of TTT 7 on CPU can outlast a stop's grace)."""
 
     def __init__(self, drafter: Eagle3Drafter, steps: int) -> None:
         super().__init__()
         self.drafter = drafter
         self.steps = steps
+        self.should_stop: Callable[[], bool] | None = None
 
     def forward(self, p: Prepared) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss sum per step [n] with grad, correct top-1 per step [n])."""
@@ -120,6 +132,10 @@ class TTTObjective(nn.Module):
         hidden = p.aux
         sums, correct = [], []
         for i in range(self.steps):
+            if self.should_stop is not None and self.should_stop():
+                raise StepAborted
+            if TTT_DELAY:
+                time.sleep(TTT_DELAY)
             logits, hidden = self.drafter(shift_left(p.input_ids, 1 + i), hidden, pos + i, cache)
             n = max(t - 1 - i, 0)  # rows whose target position t+1+i exists
             row_loss = SoftCrossEntropy.apply(logits[:, :n], p.probs[:, 1 + i:]) - p.entropy[:, 1 + i:]

@@ -18,8 +18,9 @@ from pipeline.events import read_events
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _build(out: Path, events: Path | None = None) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+def _build(out: Path, events: Path | None = None, threads: str = "1") -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": threads,
+           "RAYON_NUM_THREADS": threads}
     env.pop("EAGLE3_EVENTS", None)
     if events is not None:
         env["EAGLE3_EVENTS"] = str(events)
@@ -35,10 +36,11 @@ def _build(out: Path, events: Path | None = None) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    """Two quick builds with the same seed, run side by side; the first writes events."""
+    """Two quick builds with the same seed, run side by side on different thread counts (as
+    an idle and a busy machine would give them); the first writes events."""
     root = tmp_path_factory.mktemp("demo")
     a, b, events = root / "a", root / "b", root / "events.jsonl"
-    procs = [_build(a, events), _build(b)]
+    procs = [_build(a, events), _build(b, threads="3")]
     outs = [p.communicate(timeout=180) for p in procs]
     for p, (stdout, stderr) in zip(procs, outs):
         assert p.returncode == 0, f"demo failed:\n{stdout}\n{stderr}"

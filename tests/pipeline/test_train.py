@@ -109,6 +109,13 @@ def test_kill_and_resume_gives_the_loss_curve_of_an_uninterrupted_run(reference_
             seen += 1
     assert seen >= 16 + (killed_at - resumed_from)
     assert max(losses(ev)) == 16
+    # summary.json after the resumes holds the whole run: every step's metrics, every token once
+    summary = json.loads((out / "summary.json").read_text())
+    reference_summary = json.loads((tmp_path / "ref" / "summary.json").read_text())
+    assert [h["step"] for h in summary["history"]] == list(range(1, 17))
+    assert summary["tokens"] == reference_summary["tokens"]
+    assert [h["loss"] for h in summary["history"]] == pytest.approx([h["loss"] for h in reference_summary["history"]],
+                                                                   abs=1e-5)
     kept = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
     assert kept[-1] == "step_00000016" and len(kept) <= 3
 
