@@ -175,6 +175,10 @@ class Arm:
         return summarize(k, self.accepted, self.tokens, prompts, self.forwards, greedy_forwards)
 
 
+def _arm_names(args: argparse.Namespace) -> list[str]:
+    return ([str(args.drafter)] if args.drafter is not None else []) + (["the untrained baseline"] if args.baseline else [])
+
+
 def _emit_metrics(events: EventWriter, s, k: int, prefix: str = "") -> None:
     events.metric(f"{prefix}acceptance_length", round(s.acceptance_length, 4), step=k)
     for i, r in enumerate(s.accept_rate, 1):
@@ -207,7 +211,7 @@ def run_local(args: argparse.Namespace, events: EventWriter, progress: Progress)
     n = len(chosen.prompts)
     _say(events, f"{n} held-out prompts ({chosen.excluded} dropped as training prompts), "
                  f"{k} draft steps, up to {args.max_new_tokens} new tokens each, "
-                 f"{' and '.join(a.label for a in arms)} drafter, KV cache {'off' if args.no_kv_cache else 'on'}")
+                 f"scoring {' and '.join(_arm_names(args))}, KV cache {'off' if args.no_kv_cache else 'on'}")
     progress.total = n
     events.progress(0, n, unit="prompts")
     per_prompt = []
