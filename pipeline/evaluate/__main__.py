@@ -1,7 +1,9 @@
 """`python -m pipeline.evaluate`: how many tokens an exported drafter saves its target.
 
     python -m pipeline.evaluate --drafter DRAFTER --target TARGET (--prompts FILE | --demo-prompts N)
-        [--exclude TRAIN.jsonl] [--num-steps 3] [--limit 32] [--max-new-tokens 64] [--report OUT.json]
+        [--baseline] [--exclude TRAIN.jsonl] [--num-steps 3] [--limit 32] [--max-new-tokens 64]
+        [--no-kv-cache] [--report OUT.json]
+    python -m pipeline.evaluate --baseline --target TARGET (--prompts FILE | --demo-prompts N) [...]
     python -m pipeline.evaluate --server URL (--prompts FILE | --demo-prompts N) [--target TARGET] [...]
 
 Local mode loads the EXPORTED folder (what SGLang would serve) and the target with
@@ -10,6 +12,16 @@ transformers, and decodes each held-out prompt twice: plain greedy, and speculat
 mean acceptance length (tokens per verify forward: accepted drafts + 1), the acceptance
 rate per draft position, and the speedup in target forwards. Speculative output must
 equal greedy output token for token; when it does not, nothing is reported (exit 3).
+The target keeps a KV cache, cut back to the accepted prefix after each rejection;
+--no-kv-cache runs every forward on the whole sequence (same figures, slower).
+
+--baseline also scores the untrained drafter training starts from (same shape and
+vocabulary as --drafter; without --drafter, built from the target alone), on the same
+prompts against the same greedy reference: "trained X vs untrained Y".
+
+The drafter folder's files are fingerprinted (size and SHA-256) before loading and again
+before the report: a folder that changed meanwhile (a new export) gets no report (exit 2).
+A drafter with NaN/Inf weights or an unreadable (truncated) model.safetensors is bad input.
 
 --server URL instead sends the prompts to a running SGLang server's /generate and reports
 the mean `spec_accept_length` of the responses' meta_info.
@@ -20,17 +32,20 @@ one). --demo-prompts N generates N chats with the demo's generator at --demo-see
 1; the demo's training data uses seed 0). --exclude drops prompts that open a record of
 the given merged training set, and reports how many it dropped.
 
-Results go to stdout, to --report as JSON, and as metric events (acceptance_length,
-accept_rate_<i>, speedup_forwards) to $EAGLE3_EVENTS.
+Results go to stdout, to --report as JSON, and as events to $EAGLE3_EVENTS: progress in
+prompts (0 once the models are loaded, then one per prompt scored) and metrics
+(acceptance_length, accept_rate_<i>, speedup_forwards; baseline_* for the baseline).
 
-Exit codes: 0 reported, 2 bad input (missing or mismatched drafter, target, prompts or
-server), 3 speculative output differed from greedy output (a bug; nothing reported),
-1 anything else.
+Exit codes: 0 reported, 2 bad input (missing, damaged, changed or mismatched drafter,
+target, prompts or server), 3 speculative output differed from greedy output (a bug;
+nothing reported), 143 stopped by SIGTERM (nothing reported; the log says how many prompts
+were scored), 130 interrupted, 1 anything else.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -332,4 +347,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code == 143:  # stopped: nothing left to tidy, and torch's teardown takes seconds of the stop's grace
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
