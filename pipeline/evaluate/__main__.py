@@ -1,7 +1,9 @@
 """`python -m pipeline.evaluate`: how many tokens an exported drafter saves its target.
 
     python -m pipeline.evaluate --drafter DRAFTER --target TARGET (--prompts FILE | --demo-prompts N)
-        [--exclude TRAIN.jsonl] [--num-steps 3] [--limit 32] [--max-new-tokens 64] [--report OUT.json]
+        [--baseline] [--exclude TRAIN.jsonl] [--num-steps 3] [--limit 32] [--max-new-tokens 64]
+        [--no-kv-cache] [--report OUT.json]
+    python -m pipeline.evaluate --baseline --target TARGET (--prompts FILE | --demo-prompts N) [...]
     python -m pipeline.evaluate --server URL (--prompts FILE | --demo-prompts N) [--target TARGET] [...]
 
 Local mode loads the EXPORTED folder (what SGLang would serve) and the target with
@@ -10,6 +12,16 @@ transformers, and decodes each held-out prompt twice: plain greedy, and speculat
 mean acceptance length (tokens per verify forward: accepted drafts + 1), the acceptance
 rate per draft position, and the speedup in target forwards. Speculative output must
 equal greedy output token for token; when it does not, nothing is reported (exit 3).
+The target keeps a KV cache, cut back to the accepted prefix after each rejection;
+--no-kv-cache runs every forward on the whole sequence (same figures, slower).
+
+--baseline also scores the untrained drafter training starts from (same shape and
+vocabulary as --drafter; without --drafter, built from the target alone), on the same
+prompts against the same greedy reference: "trained X vs untrained Y".
+
+The drafter folder's files are fingerprinted (size and SHA-256) before loading and again
+before the report: a folder that changed meanwhile (a new export) gets no report (exit 2).
+A drafter with NaN/Inf weights or an unreadable (truncated) model.safetensors is bad input.
 
 --server URL instead sends the prompts to a running SGLang server's /generate and reports
 the mean `spec_accept_length` of the responses' meta_info.
@@ -20,19 +32,25 @@ one). --demo-prompts N generates N chats with the demo's generator at --demo-see
 1; the demo's training data uses seed 0). --exclude drops prompts that open a record of
 the given merged training set, and reports how many it dropped.
 
-Results go to stdout, to --report as JSON, and as metric events (acceptance_length,
-accept_rate_<i>, speedup_forwards) to $EAGLE3_EVENTS.
+Results go to stdout, to --report as JSON, and as events to $EAGLE3_EVENTS: progress in
+prompts (0 once the models are loaded, then one per prompt scored) and metrics
+(acceptance_length, accept_rate_<i>, speedup_forwards; baseline_* for the baseline).
 
-Exit codes: 0 reported, 2 bad input (missing or mismatched drafter, target, prompts or
-server), 3 speculative output differed from greedy output (a bug; nothing reported),
-1 anything else.
+Exit codes: 0 reported, 2 bad input (missing, damaged, changed or mismatched drafter,
+target, prompts or server), 3 speculative output differed from greedy output (a bug;
+nothing reported), 143 stopped by SIGTERM (nothing reported; the log says how many prompts
+were scored), 130 interrupted, 1 anything else.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.atomicfile import write_json_atomic
@@ -49,6 +67,10 @@ MAX_NEW = 4096
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Measure an exported EAGLE-3 drafter's acceptance length.")
     p.add_argument("--drafter", type=Path, help="folder written by pipeline.export")
+    p.add_argument("--baseline", action="store_true",
+                   help="also score the untrained drafter training starts from (alone when no --drafter)")
+    p.add_argument("--no-kv-cache", action="store_true",
+                   help="run every target forward on the whole sequence (the slow reference path)")
     p.add_argument("--target", type=Path, help="target model folder (with --server: only its tokenizer is read)")
     p.add_argument("--server", metavar="URL", help="query a running SGLang server instead (e.g. http://127.0.0.1:30000)")
     src = p.add_mutually_exclusive_group()
@@ -70,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_args(args: argparse.Namespace) -> None:
     if args.prompts is None and args.demo_prompts is None:
         raise BadInput(f"give --prompts FILE or --demo-prompts N; see {PROG} --help")
-    if args.server is None and (args.drafter is None or args.target is None):
-        raise BadInput("local evaluation needs --drafter and --target (or pass --server URL)")
+    if args.server is None and (args.target is None or (args.drafter is None and not args.baseline)):
+        raise BadInput("local evaluation needs --target and --drafter, --baseline or both (or pass --server URL)")
+    if args.server is not None and (args.baseline or args.no_kv_cache):
+        raise BadInput("--baseline and --no-kv-cache are for local evaluation; drop them with --server")
     if not 1 <= args.num_steps <= MAX_STEPS:
         raise BadInput(f"--num-steps must be between 1 and {MAX_STEPS}, got {args.num_steps}")
     if not 1 <= args.max_new_tokens <= MAX_NEW:
@@ -119,53 +143,142 @@ def _say(events: EventWriter, text: str) -> None:
     events.message(text)
 
 
-def run_local(args: argparse.Namespace, events: EventWriter) -> dict:
+class Terminated(BaseException):
+    """SIGTERM arrived (`eagle3 stop`): unwind now, wherever the decode is, and say what
+    was scored. A BaseException, so no library's `except Exception` swallows it."""
+
+
+@dataclass
+class Progress:
+    """Where the scoring is, for the line a stop prints."""
+
+    total: int = 0
+    scored: int = 0
+    current: str | None = None
+    so_far: str = ""
+
+
+@dataclass
+class Arm:
+    """One drafter scored on every prompt against the same greedy reference."""
+
+    label: str
+    proposer: object
+    accepted: list[int] = field(default_factory=list)
+    tokens: int = 0
+    forwards: int = 0
+    lengths: dict[str, float | None] = field(default_factory=dict)
+
+    def score(self, target, prompt, ref, k: int, max_new: int) -> None:
+        from .speculative import speculate
+
+        got = speculate(target, self.proposer, prompt.input_ids, max_new, k)
+        if got.tokens != ref.tokens:
+            at = next((j for j, (a, b) in enumerate(zip(got.tokens, ref.tokens)) if a != b),
+                      min(len(got.tokens), len(ref.tokens)))
+            raise Mismatch(f"prompt {prompt.id} ({self.label}): speculative output differs from greedy at new token "
+                           f"{at} ({got.tokens[at:at + 3]} vs {ref.tokens[at:at + 3]}); refusing to report acceptance")
+        self.accepted += got.accepted
+        self.tokens += len(got.tokens)
+        self.forwards += got.forwards
+        rounds = len(got.accepted)
+        self.lengths[prompt.id] = round((sum(got.accepted) + rounds) / rounds, 3) if rounds else None
+
+    def summary(self, k: int, prompts: int, greedy_forwards: int):
+        from .report import summarize
+
+        return summarize(k, self.accepted, self.tokens, prompts, self.forwards, greedy_forwards)
+
+
+def _arm_names(args: argparse.Namespace) -> list[str]:
+    return ([str(args.drafter)] if args.drafter is not None else []) + (["the untrained baseline"] if args.baseline else [])
+
+
+def _emit_metrics(events: EventWriter, s, k: int, prefix: str = "") -> None:
+    events.metric(f"{prefix}acceptance_length", round(s.acceptance_length, 4), step=k)
+    for i, r in enumerate(s.accept_rate, 1):
+        events.metric(f"{prefix}accept_rate_{i}", round(r, 4), step=k)
+    events.metric(f"{prefix}speedup_forwards", round(s.speedup_forwards, 4), step=k)
+
+
+def run_local(args: argparse.Namespace, events: EventWriter, progress: Progress) -> dict:
     import torch
 
-    from .drafter import ChainDrafter, load_exported
-    from .report import describe, summarize
-    from .speculative import greedy, speculate
+    from . import fingerprint
+    from .drafter import BASELINE_SEED, ChainDrafter, load_exported, untrained
+    from .report import describe
+    from .speculative import greedy
     from .target import Target
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    target = Target(args.target, device, dtype)
-    drafter = ChainDrafter(load_exported(args.drafter, args.target, target.capture, device, dtype))
+    before = fingerprint.take(args.drafter) if args.drafter is not None else None
+    target = Target(args.target, device, dtype, kv_cache=not args.no_kv_cache)
+    arms: list[Arm] = []
+    trained = None
+    if args.drafter is not None:
+        trained = load_exported(args.drafter, args.target, target.capture, device, dtype)
+        arms.append(Arm("trained", ChainDrafter(trained)))
+    if args.baseline:
+        arms.append(Arm("untrained", ChainDrafter(untrained(trained, args.target, device, dtype))))
     chosen = _prompts(args, target.max_positions - args.max_new_tokens - args.num_steps - 1)
     k = args.num_steps
-    _say(events, f"{len(chosen.prompts)} held-out prompts ({chosen.excluded} dropped as training prompts), "
-                 f"{k} draft steps, up to {args.max_new_tokens} new tokens each")
-    accepted: list[int] = []
+    n = len(chosen.prompts)
+    _say(events, f"{n} held-out prompts ({chosen.excluded} dropped as training prompts), "
+                 f"{k} draft steps, up to {args.max_new_tokens} new tokens each, "
+                 f"scoring {' and '.join(_arm_names(args))}, KV cache {'off' if args.no_kv_cache else 'on'}")
+    progress.total = n
+    events.progress(0, n, unit="prompts")
     per_prompt = []
-    tokens = spec_fw = greedy_fw = 0
+    greedy_fw = 0
+    decode_started = time.monotonic()
     for i, p in enumerate(chosen.prompts, 1):
+        progress.current = p.id
         ref = greedy(target, p.input_ids, args.max_new_tokens)
-        got = speculate(target, drafter, p.input_ids, args.max_new_tokens, k)
-        if got.tokens != ref.tokens:
-            at = next((j for j, (a, b) in enumerate(zip(got.tokens, ref.tokens)) if a != b),
-                      min(len(got.tokens), len(ref.tokens)))
-            raise Mismatch(f"prompt {p.id}: speculative output differs from greedy at new token {at} "
-                           f"({got.tokens[at:at + 3]} vs {ref.tokens[at:at + 3]}); refusing to report acceptance")
-        accepted += got.accepted
-        tokens += len(got.tokens)
-        spec_fw += got.forwards
+        for arm in arms:
+            arm.score(target, p, ref, k, args.max_new_tokens)
         greedy_fw += ref.forwards
-        rounds = len(got.accepted)
-        per_prompt.append({"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(got.tokens),
-                           "verify_rounds": rounds,
-                           "acceptance_length": round((sum(got.accepted) + rounds) / rounds, 3) if rounds else None})
-        events.progress(i, len(chosen.prompts), unit="prompts")
-    s = summarize(k, accepted, tokens, len(chosen.prompts), spec_fw, greedy_fw)
+        entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
+                 "acceptance_length": arms[0].lengths[p.id]}
+        if len(arms) > 1:
+            entry["baseline_acceptance_length"] = arms[1].lengths[p.id]
+        per_prompt.append(entry)
+        progress.scored, progress.current = i, None
+        progress.so_far = f"acceptance length so far {arms[0].summary(k, i, greedy_fw).acceptance_length:.3f}"
+        events.progress(i, n, unit="prompts")
+    decode_seconds = time.monotonic() - decode_started
+    target.forget()
+    if before is not None:
+        changed = fingerprint.differences(before, fingerprint.take(args.drafter))
+        if changed:
+            raise BadInput(f"--drafter {args.drafter} changed while it was evaluated ({'; '.join(changed)}): the "
+                           "figures belong to a drafter that is no longer there, so no report was written; "
+                           "rerun the evaluation once the folder stays put (is an export running?)")
+    summaries = [a.summary(k, n, greedy_fw) for a in arms]
+    s = summaries[0]
     _say(events, describe(s))
-    events.metric("acceptance_length", round(s.acceptance_length, 4), step=k)
-    for i, r in enumerate(s.accept_rate, 1):
-        events.metric(f"accept_rate_{i}", round(r, 4), step=k)
-    events.metric("speedup_forwards", round(s.speedup_forwards, 4), step=k)
-    return {"mode": "local", "drafter": str(args.drafter), "target": str(args.target),
-            "prompts_source": str(args.prompts) if args.prompts else f"demo seed {args.demo_seed}",
-            "excluded_as_training": chosen.excluded, "too_long": chosen.too_long,
-            "max_new_tokens": args.max_new_tokens, "output_equals_greedy": True,
-            **s.to_json(), "per_prompt": per_prompt}
+    if len(arms) > 1:
+        b = summaries[1]
+        _say(events, f"trained {s.acceptance_length:.3f} vs untrained {b.acceptance_length:.3f} acceptance length "
+                     f"at {k} draft steps (untrained per-position accept rate "
+                     f"{' '.join(f'{r:.2f}' for r in b.accept_rate)})")
+    _emit_metrics(events, s, k)
+    if len(arms) > 1:
+        _emit_metrics(events, summaries[1], k, prefix="baseline_")
+    baseline_label = f"untrained (train's initial drafter: seed {BASELINE_SEED}, lm_head from the target)"
+    report = {"mode": "local", "drafter": str(args.drafter) if args.drafter is not None else baseline_label,
+              "target": str(args.target),
+              "prompts_source": str(args.prompts) if args.prompts else f"demo seed {args.demo_seed}",
+              "excluded_as_training": chosen.excluded, "too_long": chosen.too_long,
+              "max_new_tokens": args.max_new_tokens, "output_equals_greedy": True,
+              "kv_cache": not args.no_kv_cache, "target_positions_run": target.positions_run,
+              "decode_seconds": round(decode_seconds, 3), **s.to_json()}
+    if before is not None:
+        report["drafter_files"] = fingerprint.summary(before)
+    if args.drafter is not None and args.baseline:
+        report["baseline"] = {"drafter": baseline_label, **summaries[1].to_json()}
+    report["per_prompt"] = per_prompt
+    return report
 
 
 def run_server(args: argparse.Namespace, events: EventWriter) -> dict:
@@ -184,23 +297,59 @@ def run_server(args: argparse.Namespace, events: EventWriter) -> dict:
                             "completion_tokens": r.completion_tokens} for r in results]}
 
 
+def _stopped(progress: Progress, events: EventWriter | None) -> int:
+    if progress.total:
+        dropped = f"; prompt {progress.current} was dropped mid-way" if progress.current else ""
+        so_far = f" ({progress.so_far})" if progress.so_far else ""
+        text = (f"stopped by SIGTERM: {progress.scored} of {progress.total} prompts were scored{so_far}{dropped}; "
+                "nothing is kept, no report was written: rerun to score")
+    else:
+        text = "stopped by SIGTERM before any prompt was scored; no report was written"
+    print(f"evaluate: {text}", file=sys.stderr, flush=True)
+    if events is not None:
+        events.message(text, level="warning")
+    return 143
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     started = time.monotonic()
+    progress = Progress()
+
+    def on_term(_sig, _frame):
+        raise Terminated
 
     def body() -> int:
         _check_args(args)
-        with EventWriter.from_env() as events:
-            report = run_server(args, events) if args.server else run_local(args, events)
-            report["seconds"] = round(time.monotonic() - started, 2)
-            if args.report is not None:
-                args.report.parent.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(args.report, report)
-                events.artifact(str(args.report), bytes=args.report.stat().st_size)
-                print(f"evaluate: report -> {args.report}")
+        on_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, on_term) if on_main else None
+        events = None
+        try:
+            with EventWriter.from_env() as events:
+                try:
+                    report = run_server(args, events) if args.server else run_local(args, events, progress)
+                    report["seconds"] = round(time.monotonic() - started, 2)
+                    if args.report is not None:
+                        args.report.parent.mkdir(parents=True, exist_ok=True)
+                        write_json_atomic(args.report, report)
+                        events.artifact(str(args.report), bytes=args.report.stat().st_size)
+                        print(f"evaluate: report -> {args.report}")
+                except Terminated:
+                    return _stopped(progress, events)
+        except Terminated:
+            return _stopped(progress, None)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         return 0
 
     return run_program("evaluate", body, EvalError)
 
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code == 143:  # stopped: nothing left to tidy, and torch's teardown takes seconds of the stop's grace
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -8,6 +8,12 @@ Row p of the drafter pairs token p+1 with the target's captured state at positio
 position p. After each verification the cache is cut back to the rows built from target
 states, and the rows of newly verified positions are added from the target's fresh states
 (SGLang's draft extend); the chain's own rows are dropped, as SGLang drops them.
+
+A damaged folder (a truncated safetensors file, NaN or Inf in any weight) is refused as
+bad input: SGLang would serve it without a word, at an acceptance that means nothing.
+The untrained baseline is the drafter `pipeline.train` starts from (its seed 0 and its
+default `--init-head target`), over the given drafter's vocabulary or, built from the
+target alone, over the target's first ids; it reads what an untrained drafter scores.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ from pipeline.jsonfile import read_json
 
 def load_exported(folder: Path, target_dir: Path, capture: list[int], device: str, dtype: torch.dtype):
     from pipeline.drafter import DrafterConfigError, load_drafter
-    from pipeline.drafter.target_head import TargetWeightsError, read_embeddings
 
     folder = Path(folder)
     cfg_path = folder / "config.json"
@@ -31,12 +36,67 @@ def load_exported(folder: Path, target_dir: Path, capture: list[int], device: st
     if not isinstance(ids, list) or [int(i) + 1 for i in ids] != list(capture):
         raise BadInput(f"{cfg_path}: eagle_aux_hidden_state_layer_ids is {ids!r}, but this target is captured at "
                        f"layers {capture} (ids {[c - 1 for c in capture]}); export with this target")
+    from safetensors import SafetensorError
+
     try:
         model = load_drafter(folder)
-        model.load_embeddings(read_embeddings(Path(target_dir)))
-    except (DrafterConfigError, TargetWeightsError, ValueError, OSError) as e:
+    except SafetensorError as e:
+        raise BadInput(f"{folder / 'model.safetensors'}: cannot be read ({e}): the file is truncated or damaged; "
+                       "export the drafter again (python -m pipeline.export)") from None
+    except (DrafterConfigError, ValueError, OSError) as e:
         raise BadInput(f"{folder}: {e}") from None
+    refuse_non_finite(model, folder / "model.safetensors")
+    return _with_target(model, target_dir, device, dtype)
+
+
+def _with_target(model, target_dir: Path, device: str, dtype: torch.dtype):
+    from pipeline.drafter.target_head import TargetWeightsError, read_embeddings
+
+    try:
+        model.load_embeddings(read_embeddings(Path(target_dir)))
+    except (TargetWeightsError, ValueError, OSError) as e:
+        raise BadInput(f"{target_dir}: {e}") from None
     return model.to(device=device, dtype=dtype).eval()
+
+
+def refuse_non_finite(model, where: Path) -> None:
+    for name, t in model.state_dict().items():
+        if t.is_floating_point():
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                raise BadInput(f"{where}: {name} holds {bad} NaN/Inf value{'s' if bad > 1 else ''} of {t.numel()}; "
+                               "the drafter is damaged, export it again from a healthy checkpoint")
+
+
+BASELINE_SEED = 0
+BASELINE_DRAFT_VOCAB = 32000
+
+
+def untrained(like, target_dir: Path, device: str, dtype: torch.dtype):
+    """The drafter training would start from: the shape and vocabulary of `like` (a loaded
+    drafter), or, when None, of a drafter built from the target with train's defaults."""
+    from pipeline.drafter import DrafterConfig, DrafterConfigError, Eagle3Drafter
+    from pipeline.drafter import vocab as dvocab
+    from pipeline.drafter.target_head import TargetWeightsError, read_config, read_lm_head
+
+    try:
+        if like is not None:
+            cfg = like.config
+            vocab = dvocab.from_buffers(like.d2t, like.t2d)
+        else:
+            cfg = DrafterConfig.from_target(read_config(Path(target_dir)), BASELINE_DRAFT_VOCAB,
+                                            where=str(Path(target_dir) / "config.json"))
+            vocab = dvocab.from_ids(torch.arange(cfg.draft_vocab_size), cfg.vocab_size)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(BASELINE_SEED)
+            model = Eagle3Drafter(cfg)
+        model.set_vocab(vocab)
+        head = read_lm_head(Path(target_dir))
+        with torch.no_grad():
+            model.lm_head.weight.copy_(head[vocab.ids].float())
+    except (DrafterConfigError, TargetWeightsError, ValueError, OSError) as e:
+        raise BadInput(f"cannot build an untrained drafter for {target_dir}: {e}") from None
+    return _with_target(model, target_dir, device, dtype)
 
 
 class ChainDrafter:

@@ -75,11 +75,16 @@ def query(base_url: str, prompts: list[Prompt], max_new: int, timeout: float, co
     if not url.startswith(("http://", "https://")):
         raise BadInput(f"--server {base_url!r} must be an http:// or https:// URL")
     results: list[ServerResult] = []
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+    pool = ThreadPoolExecutor(max_workers=concurrency)
+    try:
         for r in pool.map(lambda p: _one(url, p, max_new, timeout), prompts):
             results.append(r)
             if on_done is not None:
                 on_done(len(results))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # a stop or a failure sends no further prompt
+        raise
+    pool.shutdown()
     return results
 
 

@@ -3,9 +3,15 @@ position, the three captured hidden states (the drafter's input) and nothing els
 
 Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3], whose inputs are
 what extraction stored (DESIGN.md section 2), so the drafter sees at evaluation exactly
-what it was trained on. Every forward runs on the whole sequence without a KV cache:
-verification and the plain greedy reference then take the same path, so their outputs
-can be compared token for token.
+what it was trained on.
+
+With the KV cache (the default) a forward runs only on the tokens the cache does not hold:
+the cache keeps the keys and values, and the captured states, of the last sequence
+scored; a call for a sequence that shares a prefix with it is cut back to that prefix
+(DynamicCache.crop, so after a rejection only the accepted drafts stay) and extended by
+the rest. Callers never see the cache: `step` takes the whole sequence and returns the
+states of every position, as a full forward would. `kv_cache=False` runs every forward
+on the whole sequence, the slow reference the cached path is checked against.
 """
 
 from __future__ import annotations
@@ -46,8 +52,16 @@ def eos_ids(model: torch.nn.Module) -> set[int]:
     return ids
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 class Target:
-    def __init__(self, model_dir: Path, device: str, dtype: torch.dtype) -> None:
+    def __init__(self, model_dir: Path, device: str, dtype: torch.dtype, kv_cache: bool = True) -> None:
         from pipeline.extract.capture import load_target
 
         try:
@@ -65,7 +79,12 @@ class Target:
         self.vocab_size = int(self.model.config.vocab_size)
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
         self.eos = eos_ids(self.model)
+        self.kv_cache = kv_cache
+        self.positions_run = 0  # token positions the target has computed, over all forwards
         self._seen: dict[int, torch.Tensor] = {}
+        self._cache = None
+        self._ids: list[int] = []  # the tokens whose keys, values and states are cached
+        self._aux: torch.Tensor | None = None  # [capacity, 3H]; rows < len(self._ids) are valid
         for i in self.capture:
             layers[i].register_forward_pre_hook(self._hook(i), with_kwargs=True)
 
@@ -75,12 +94,50 @@ class Target:
 
         return grab
 
+    def forget(self) -> None:
+        """Drop the cache (its memory too); the next step starts from nothing."""
+        self._cache, self._ids, self._aux = None, [], None
+
     @torch.inference_mode()
     def step(self, ids: list[int], keep: int) -> TargetStep:
-        """Forward over `ids`; the greedy choice after each of the last `keep` positions."""
+        """Forward over `ids`; the greedy choice after each of the last `keep` positions.
+        With the cache the returned `aux` is a view valid until the next call."""
+        if not 1 <= keep <= len(ids):
+            raise ValueError(f"keep={keep} for a sequence of {len(ids)} tokens")
+        if not self.kv_cache:
+            logits, aux = self._forward(ids, None, keep)
+            return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=aux)
+        from transformers import DynamicCache
+
+        reuse = min(common_prefix(self._ids, ids), len(ids) - keep)
+        if reuse == 0 or self._cache is None:
+            self._cache, self._ids, reuse = DynamicCache(config=self.model.config), [], 0
+        elif self._cache.get_seq_length() > reuse:
+            self._cache.crop(reuse - self._cache.get_seq_length())
+        logits, aux = self._forward(ids[reuse:], self._cache, keep)
+        self._store_aux(reuse, aux)
+        self._ids = list(ids)
+        return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=self._aux[: len(ids)])
+
+    def _forward(self, ids: list[int], cache, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         self._seen.clear()
-        logits = self.model(input_ids=x, use_cache=False, logits_to_keep=keep).logits[0]
-        aux = torch.cat([self._seen[i][0] for i in self.capture], dim=-1)
-        self._seen.clear()
-        return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=aux)
+        try:
+            out = self.model(input_ids=x, cache=cache, use_cache=cache is not None, logits_to_keep=keep)
+            aux = torch.cat([self._seen[i][0] for i in self.capture], dim=-1)
+        finally:
+            self._seen.clear()
+        self.positions_run += len(ids)
+        return out.logits[0], aux
+
+    def _store_aux(self, at: int, rows: torch.Tensor) -> None:
+        """Rows `at`.. of the captured states; the buffer doubles as it fills, so a long
+        answer copies its states O(log n) times, not once per token."""
+        need = at + rows.shape[0]
+        if self._aux is None or self._aux.shape[0] < need:
+            grown = torch.empty((max(need, 2 * (0 if self._aux is None else self._aux.shape[0]), 64), rows.shape[1]),
+                                dtype=rows.dtype, device=rows.device)
+            if self._aux is not None and at:
+                grown[:at] = self._aux[:at]
+            self._aux = grown
+        self._aux[at:need] = rows

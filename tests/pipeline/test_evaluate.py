@@ -25,14 +25,12 @@ VOCAB = 128
 MAX_NEW = 16
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> dict:
+def build_tiny(root: Path) -> dict:
     """A random 8-layer Llama target, merged-record prompts, and an untrained drafter exported for it."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from pipeline import export
 
-    root = tmp_path_factory.mktemp("eval")
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=8,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -49,6 +47,11 @@ def tiny(tmp_path_factory) -> dict:
     drafter = root / "drafter"
     assert export.main(["--checkpoint", str(run), "--target", str(target), "--out", str(drafter)]) == 0
     return {"root": root, "target": target, "prompts": prompts, "drafter": drafter}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict:
+    return build_tiny(tmp_path_factory.mktemp("eval"))
 
 
 @pytest.fixture(scope="module", autouse=True)

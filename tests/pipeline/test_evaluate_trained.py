@@ -1,5 +1,6 @@
 """The whole drafter path on a target with something to learn: extract -> train -> export ->
-evaluate. An untrained drafter accepts about nothing; the trained one clearly more.
+evaluate. The untrained baseline accepts about nothing; the trained one clearly more, and
+the same with the target's KV cache as with full forwards.
 
 The target is a tiny Llama taught to count (token t is followed by t+1, modulo the
 vocabulary) in a few seconds, so its greedy continuation is predictable and a drafter can
@@ -51,7 +52,7 @@ def teach_counting(path: Path) -> None:
     model.save_pretrained(path)
 
 
-def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one(tmp_path, capsys):
+def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one_with_or_without_the_cache(tmp_path, capsys):
     torch.set_num_threads(1)
     target = tmp_path / "target"
     teach_counting(target)
@@ -81,19 +82,29 @@ def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one(tmp_path, 
         for s in (1, 23, 40):  # prompts are the answer's first tokens, so exclusion would drop them all
             f.write(json.dumps({"id": f"p{s}", "input_ids": counting(s, 6) + [0], "loss_mask": [0] * 6 + [1]}) + "\n")
 
-    def acceptance(run_dir: Path, name: str) -> dict:
-        drafter = tmp_path / name
-        assert export.main(["--checkpoint", str(run_dir), "--target", str(target), "--out", str(drafter)]) == 0
-        report = tmp_path / f"{name}.json"
-        assert evaluate(["--drafter", str(drafter), "--target", str(target), "--prompts", str(prompts),
-                         "--num-steps", "3", "--max-new-tokens", "16", "--device", "cpu",
-                         "--report", str(report)]) == 0, capsys.readouterr().err
-        return json.loads(report.read_text())
-
-    untrained = acceptance(train(tmp_path / "run0", 1, 1e-8, "random"), "untrained")  # one step at lr 1e-8: as initialised
-    trained = acceptance(train(tmp_path / "run1", 40, 1e-2, "target"), "trained")
+    drafter = tmp_path / "drafter"
+    run_dir = train(tmp_path / "run", 40, 1e-2, "target")
+    assert export.main(["--checkpoint", str(run_dir), "--target", str(target), "--out", str(drafter)]) == 0
+    report = tmp_path / "report.json"
+    assert evaluate(["--drafter", str(drafter), "--target", str(target), "--prompts", str(prompts), "--baseline",
+                     "--num-steps", "3", "--max-new-tokens", "16", "--device", "cpu",
+                     "--report", str(report)]) == 0, capsys.readouterr().err
+    trained = json.loads(report.read_text())
+    untrained = trained["baseline"]
     print(f"acceptance length at 3 draft steps: untrained {untrained['acceptance_length']}, "
           f"trained {trained['acceptance_length']} (accept rate {trained['accept_rate']})")
+    assert f"trained {trained['acceptance_length']:.3f} vs untrained {untrained['acceptance_length']:.3f}" \
+        in capsys.readouterr().out
     assert untrained["acceptance_length"] < 1.2
     assert trained["acceptance_length"] > 2.5
     assert trained["speedup_forwards"] > 2.0
+
+    full = tmp_path / "full.json"
+    assert evaluate(["--drafter", str(drafter), "--target", str(target), "--prompts", str(prompts), "--no-kv-cache",
+                     "--num-steps", "3", "--max-new-tokens", "16", "--device", "cpu", "--report", str(full)]) == 0
+    full = json.loads(full.read_text())
+    for key in ("acceptance_length", "accept_rate", "target_forwards", "tokens"):
+        assert full[key] == trained[key], key
+    assert full["per_prompt"] == [{k: v for k, v in p.items() if k != "baseline_acceptance_length"}
+                                  for p in trained["per_prompt"]]
+
