@@ -250,7 +250,7 @@ def read_ids(path: Path) -> list[str]:
 def same_records(source: Path, ids: list[str], out: Path) -> int:
     """The raw arm: the source records whose answers were regenerated, so both arms share their prompts."""
     keep = set(ids)
-    records = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in source.read_text().split("\n") if line.strip()]
     qi.write_jsonl(out, [r for r in records if str(r["id"]) in keep])
     return len(keep)
 
