@@ -106,20 +106,36 @@ def _imports(device: str):
                 TrainerCore=TrainerCore, Eagle3TrainStrategy=Eagle3TrainStrategy, note=note), None
 
 
+class _OneProcess:
+    """pipeline.train's reductions for a single process (SpecForge owns the process group here)."""
+
+    rank, world_size = 0, 1
+
+    @staticmethod
+    def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
 def our_plan(a: argparse.Namespace):
-    """pipeline.train's store, batch plan, step schedule and draft vocabulary for these options."""
+    """pipeline.train's store, held-out slice, batch plan, step schedule and draft vocabulary for
+    these options (train's defaults for the held-out share and the vocabulary's source), so both
+    trainers see the same samples in the same order and predict over the same vocabulary."""
     from pipeline.drafter import target_head
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
-    from pipeline.train.data import BatchPlan, StepDataset, count_loss_tokens, open_store
-    from pipeline.train.loop import _schedule
+    from pipeline.train.data import BatchPlan, StepDataset, open_store, split_validation
+    from pipeline.train.loop import Options, _schedule, _val_count, _vocab_counts
 
+    opts = Options(store=a.store, target=a.target, out=a.out, draft_vocab=a.draft_vocab, steps=a.steps,
+                   batch_tokens=a.batch_tokens, max_len=a.max_len, seed=a.seed)
     store = open_store(a.store, a.target, checksums="none")
     cfg = target_head.read_config(a.target)
     dcfg = DrafterConfig.from_target(cfg, a.draft_vocab)
-    vocab = dvocab.from_counts(count_loss_tokens(store, dcfg.vocab_size, 0, 1), dcfg.draft_vocab_size)
+    train_pos, val_pos = split_validation(store.samples, _val_count(opts, store.samples), a.seed)
+    counts, _source = _vocab_counts(opts, store, dcfg.vocab_size, train_pos, val_pos, _OneProcess, print)
+    vocab = dvocab.from_counts(counts, dcfg.draft_vocab_size)
     plan = BatchPlan(batch_tokens=a.batch_tokens, batch_size=None, max_len=a.max_len, world_size=1, seed=a.seed)
-    plans, schedule = _schedule(store.lengths, plan, None, a.steps)
+    plans, schedule = _schedule(store.lengths, train_pos, plan, None, a.steps)
     return cfg, dcfg, vocab, StepDataset(store, schedule, plans, 0, a.max_len)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from pipeline.extract.errors import ExtractError
+from pipeline.hf_cache import cache_kwarg
 from pipeline.extract.meta import capture_layers
 
 from .errors import BadInput
@@ -80,6 +81,7 @@ class Target:
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
         self.eos = eos_ids(self.model)
         self.kv_cache = kv_cache
+        self.cache_kw = cache_kwarg(self.model)
         self.positions_run = 0  # token positions the target has computed, over all forwards
         self._seen: dict[int, torch.Tensor] = {}
         self._cache = None
@@ -123,7 +125,12 @@ class Target:
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         self._seen.clear()
         try:
-            out = self.model(input_ids=x, cache=cache, use_cache=cache is not None, logits_to_keep=keep)
+            held = cache.get_seq_length() if cache is not None else 0
+            out = self.model(input_ids=x, use_cache=cache is not None, logits_to_keep=keep, **{self.cache_kw: cache})
+            if cache is not None and cache.get_seq_length() != held + len(ids):
+                raise RuntimeError(f"the target's forward did not extend its KV cache under '{self.cache_kw}' "
+                                   f"(it holds {cache.get_seq_length()} positions, expected {held + len(ids)}); "
+                                   "rerun with --no-kv-cache")
             aux = torch.cat([self._seen[i][0] for i in self.capture], dim=-1)
         finally:
             self._seen.clear()

@@ -240,3 +240,34 @@ def test_server_mode_names_an_unreachable_server(tiny, capsys):
         port = s.getsockname()[1]
     assert main(["--server", f"http://127.0.0.1:{port}", "--prompts", str(tiny["prompts"]), "--timeout", "5"]) == 2
     assert "cannot reach the server" in capsys.readouterr().err
+
+
+def test_a_transformers_that_names_the_cache_past_key_values_scores_the_same_as_full_forwards(tiny, reference,
+                                                                                            monkeypatch):
+    """The GPU image's transformers (5.17) takes `past_key_values`, 5.24 takes `cache`: a cache
+    passed under the other name was silently ignored, and every cached forward lost its context."""
+    from transformers import LlamaForCausalLM
+
+    real = LlamaForCausalLM.forward
+    if "cache" not in __import__("inspect").signature(real).parameters:
+        pytest.skip("this transformers already names it past_key_values: the other tests cover it")
+
+    def forward(self, input_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0, **kw):
+        return real(self, input_ids=input_ids, cache=past_key_values, use_cache=use_cache,
+                    logits_to_keep=logits_to_keep)
+
+    monkeypatch.setattr(LlamaForCausalLM, "forward", forward)
+    old = Target(tiny["target"], "cpu", torch.float32)
+    assert old.cache_kw == "past_key_values"
+    prompt, ref = reference
+    assert greedy(old, prompt, len(ref)).tokens == ref
+
+
+def test_a_forward_that_ignores_the_cache_is_refused_not_scored(tiny, reference):
+    ignoring = Target(tiny["target"], "cpu", torch.float32)
+    real = ignoring.model.forward
+    ignoring.model.forward = lambda input_ids=None, cache=None, use_cache=None, logits_to_keep=0, **kw: real(
+        input_ids=input_ids, use_cache=False, logits_to_keep=logits_to_keep)
+    prompt, ref = reference
+    with pytest.raises(RuntimeError, match="did not extend its KV cache"):
+        greedy(ignoring, prompt, len(ref))

@@ -10,8 +10,9 @@ Temperature 0 is greedy. The prompt is the target's own chat template with
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
+
+from pipeline.hf_cache import cache_kwarg
 
 from ..errors import BadInput, Failure
 
@@ -51,8 +52,7 @@ class HFBackend:
         pad = self.tok.pad_token_id
         self.pad = pad if pad is not None else next(iter(self.eos))
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        # transformers 5.24 renamed past_key_values to cache (the old name warns, then goes in 5.40)
-        self.cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        self.cache_kw = cache_kwarg(self.model)
 
     def _sample(self, logits, generators):
         torch = self.torch
