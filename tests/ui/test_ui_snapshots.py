@@ -84,7 +84,7 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
 
         await wait_for(pilot, running, timeout=30, what="stream running with its events and log")
         await _quiet(pilot)
-        await wait_for(pilot, lambda: int(log.scroll_offset.y) == log.end_y, what="log scrolled to its end")
+        await wait_for(pilot, lambda: log.settled, what="the log's last lines drawn")
         log.set_source(LOG_PATH)
         st = main.by_id["stream"]
         st.started_at = T0 + 3000  # the header names when it started: pin it
