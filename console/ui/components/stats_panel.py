@@ -59,6 +59,8 @@ class StatsPanel(Widget):
             facts.append(f"{fmt_rate(s.rate)} {s.unit or 'items'}/s")
         if s.eta_s is not None:
             facts.append(f"ETA {fmt_duration(s.eta_s)}")
+        elif s.estimating:
+            facts.append("ETA estimating…")
         if s.bytes_written is not None:
             facts.append(f"{fmt_bytes(s.bytes_written)} written")
         if s.remaining_bytes is not None:
