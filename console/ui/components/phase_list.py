@@ -39,6 +39,7 @@ class PhaseList(OptionList):
         self.clock = clock
         self.statuses: list[Any] = []
         self.stalled: frozenset[str] = frozenset()
+        self.starting: frozenset[str] = frozenset()  # pre-flight in flight for a start (r)
         self._ids: list[str] = []
         self._drawn: list[Content] = []
 
@@ -52,9 +53,12 @@ class PhaseList(OptionList):
         if phase_id in self._ids:
             self.highlighted = self._ids.index(phase_id)
 
-    def show(self, statuses: Sequence[Any], stalled: Collection[str] = ()) -> None:
+    def show(self, statuses: Sequence[Any], stalled: Collection[str] = (),
+             starting: Collection[str] | None = None) -> None:
         self.statuses = list(statuses)
         self.stalled = frozenset(stalled)
+        if starting is not None:
+            self.starting = frozenset(starting)
         ids = [s.phase.id for s in self.statuses]
         if ids != self._ids:
             keep = self.selected_id
@@ -95,6 +99,9 @@ class PhaseList(OptionList):
         stalled = s.phase.id in self.stalled and s.state == "running"
         reason = (s.reason or "").splitlines()[0] if s.reason else ""
         glyph = Content.styled("⚠", "$warning") if stalled else state_glyph(s.state)
+        if s.phase.id in self.starting and s.state not in ("running", "verifying"):
+            # Its checks are running for a start: not the last run's ✓ or ✗ any more.
+            glyph, dur, reason = Content.styled("…", "$primary"), "", "starting: pre-flight checks"
         mark = Content.styled(MARKER if selected else " ", "bold $accent")
         id_w = min(14, max(len(x) for x in self._ids or [s.phase.id]) + 1)
         if width >= 72:
@@ -102,7 +109,8 @@ class PhaseList(OptionList):
             rest = width - 3 - id_w - title_w - dur_w - 1
             why = ("stalled", "bold $warning") if stalled else (
                 fit(reason, rest) if reason else "",
-                state_style(s.state) if s.state in _EXPLAIN else "$text-muted")
+                state_style(s.state) if s.state in _EXPLAIN and s.phase.id not in self.starting
+                else "$text-muted")
             return Content.assemble(
                 mark, glyph, " ", (fit(s.phase.id, id_w), "$text-muted"), fit(s.phase.title, title_w),
                 (dur.rjust(dur_w), "$text-muted"), " ", why)
@@ -112,6 +120,6 @@ class PhaseList(OptionList):
                                 (fit(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
         if stalled:
             line = Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
-        elif reason and s.state in _EXPLAIN:
+        elif reason and (s.state in _EXPLAIN or s.phase.id in self.starting):
             line = Content.assemble(line, "\n   ", (fit(reason, width - 3), state_style(s.state)))
         return line
