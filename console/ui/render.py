@@ -146,6 +146,20 @@ def fit(text: str, width: int) -> str:
     return text.ljust(width)
 
 
+def fit_words(text: str, width: int, sep: str = " ") -> str:
+    """Cut to `width` cells at a `sep` boundary, never inside an identifier, with an
+    ellipsis at the end (one identifier longer than the width keeps its head and the "…")."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    cut = text[: max(0, width - 1)]
+    at = cut.rfind(sep)
+    if at > 0:
+        cut = cut[:at].rstrip(" ,")
+    return cut + "…"
+
+
 def fmt_time(t: float | None, seconds: bool = False) -> str:
     """A wall-clock time as operators write it: 2026-11-30 08:21 (local time)."""
     if t is None or not isinstance(t, (int, float)) or not math.isfinite(t):

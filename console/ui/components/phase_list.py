@@ -13,7 +13,7 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from console.ui.render import fit, fmt_duration, state_glyph, state_style
+from console.ui.render import fit, fit_words, fmt_duration, state_glyph, state_style
 
 # States whose reason is worth a second line even when the list is narrow.
 _EXPLAIN = ("blocked", "failed", "stale")
@@ -26,6 +26,11 @@ def phase_duration(status: Any, now: float) -> float | None:
         return None
     ended = getattr(status, "ended_at", None)
     return max(0.0, (ended if ended is not None else now) - started)
+
+
+def _title(title: str, width: int) -> str:
+    """The title cut at a word with an ellipsis (the full one is in the detail header)."""
+    return fit_words(title, width).ljust(width) if width > 0 else ""
 
 
 class PhaseList(OptionList):
@@ -108,18 +113,18 @@ class PhaseList(OptionList):
             title_w = min(34, width - 3 - id_w - dur_w - 12)
             rest = width - 3 - id_w - title_w - dur_w - 1
             why = ("stalled", "bold $warning") if stalled else (
-                fit(reason, rest) if reason else "",
+                fit_words(reason, rest) if reason else "",
                 state_style(s.state) if s.state in _EXPLAIN and s.phase.id not in self.starting
                 else "$text-muted")
             return Content.assemble(
-                mark, glyph, " ", (fit(s.phase.id, id_w), "$text-muted"), fit(s.phase.title, title_w),
+                mark, glyph, " ", (fit(s.phase.id, id_w), "$text-muted"), _title(s.phase.title, title_w),
                 (dur.rjust(dur_w), "$text-muted"), " ", why)
         # Narrow: the id (what the operator types to confirm) and as much title as fits.
         title_w = max(0, width - 3 - id_w - dur_w)
         line = Content.assemble(mark, glyph, " ", (fit(s.phase.id, id_w), "bold" if selected else ""),
-                                (fit(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
+                                (_title(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
         if stalled:
             line = Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
         elif reason and (s.state in _EXPLAIN or s.phase.id in self.starting):
-            line = Content.assemble(line, "\n   ", (fit(reason, width - 3), state_style(s.state)))
+            line = Content.assemble(line, "\n   ", (fit_words(reason, width - 3), state_style(s.state)))
         return line

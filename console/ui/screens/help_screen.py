@@ -40,19 +40,34 @@ STATE_TEXT = {
 }
 
 
-def help_text() -> Content:
-    parts: list[Content] = [Content.styled("Keys\n", "bold $accent")]
+KEY_W = 12  # "  ctrl+p    ": where every description starts, and where it continues
+
+
+def _hanging(label: Content, text: str, style: str, width: int | None) -> list[Content]:
+    """`label` then `text`, wrapped to `width` with its continuation lines under the text's
+    first column (a hanging indent), not at column 0."""
+    if width is None or width <= KEY_W + 8:
+        return [Content.assemble(label, (text, style))]
+    lines = Content(text).wrap(width - KEY_W)
+    out = [Content.assemble(label, (lines[0].plain if lines else "", style))]
+    out += [Content.assemble(" " * KEY_W, (ln.plain, style)) for ln in lines[1:]]
+    return out
+
+
+def help_text(width: int | None = None) -> Content:
+    rows: list[Content] = [Content.styled("Keys", "bold $accent")]
     for key, what in KEYS:
-        parts.append(Content.assemble((f"  {key:<10}", "bold"), what, "\n"))
-    parts.append(Content.styled("\nStates\n", "bold $accent"))
+        rows += _hanging(Content.styled(f"  {key:<{KEY_W - 2}}", "bold"), what, "", width)
+    rows += [Content(""), Content.styled("States", "bold $accent")]
     for state, (glyph, style) in STATE_GLYPHS.items():
-        parts.append(Content.assemble("  ", (glyph, style), f" {state:<10}", (STATE_TEXT[state], "$text-muted"), "\n"))
-    parts.append(Content.assemble("  ", ("⚠", "$warning"), f" {'stalled':<10}",
-                                  ("running, but no event and no log line for its stall_after", "$text-muted"), "\n"))
-    parts.append(Content.styled(
-        "\nPhases run in their own sessions: quitting the console, or losing SSH, never stops them.",
-        "$text-muted"))
-    return Content.assemble(*parts)
+        label = Content.assemble("  ", (glyph, style), f" {state:<{KEY_W - 4}}", " ")
+        rows += _hanging(label, STATE_TEXT[state], "$text-muted", width)
+    label = Content.assemble("  ", ("⚠", "$warning"), f" {'stalled':<{KEY_W - 4}}", " ")
+    rows += _hanging(label, "running, but no event and no log line for its stall_after", "$text-muted", width)
+    rows.append(Content(""))
+    rows.append(Content.styled(
+        "Phases run in their own sessions: quitting the console, or losing SSH, never stops them.", "$text-muted"))
+    return Content("\n").join(rows)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -66,7 +81,14 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="dialog-box") as box:
             box.border_title = "eagle3 console: help"
-            yield Static(help_text(), classes="dialog-text")
+            yield Static(help_text(), classes="dialog-text", id="help-text")
+
+    def on_resize(self) -> None:
+        text = self.query_one("#help-text", Static)
+        text.update(help_text(text.content_region.width or None))
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.on_resize)
 
     def action_close(self) -> None:
         self.dismiss(None)
