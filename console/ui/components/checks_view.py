@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from console.core.checks.result import CheckResult
-from console.ui.render import check_glyph, fit_words, fmt_time, looks_like_epoch
+from console.ui.render import check_glyph, cut_left, fit_words, fmt_time, looks_like_epoch
 
 _ORDER = {"fail": 0, "warn": 1, "pass": 2}
 
@@ -55,7 +55,9 @@ def _row(r: CheckResult, evidence_lines: int, width: int | None = None) -> list[
     for k, v in list(r.evidence.items())[:evidence_lines]:
         key, value = f"    {k}: ", _evidence(k, v)
         if width is not None:
-            value = fit_words(value, max(1, width - len(key)))
+            room = max(1, width - len(key))
+            # A path keeps its end (the part that tells files apart), other values their start.
+            value = cut_left(value, room) if "/" in value and " " not in value else fit_words(value, room)
         rows.append(Content.assemble((key, "$text-muted"), (value, "$text")))
     return rows
 
