@@ -342,7 +342,7 @@ async def test_quit_during_a_starts_preflight_asks_and_the_phase_still_starts(tm
             plist = app.main_screen().query_one(PhaseList)
             await wait_for(pilot, lambda: "slowstart" in plist.starting, what="the start in flight")
             row = plist.get_option_at_index(plist._ids.index("slowstart")).prompt
-            assert "starting" in str(row) and "✓" not in str(row)
+            assert "start…" in str(row) and "✓" not in str(row)
             await pilot.press("q")
             await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="quit question")
             text = str(app.screen.query_one("#ask-text").render())

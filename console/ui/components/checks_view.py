@@ -44,7 +44,7 @@ def _row(r: CheckResult, evidence_lines: int, width: int | None = None) -> list[
     if width is not None:
         room = max(1, width - 2)
         if len(name) + len(sev) > room:
-            name, sev, msg = fit_words(name, room, sep="-"), "", ""
+            name, sev, msg = _fit_name(name, room), "", ""
         else:
             msg = fit_words(msg, room - len(name) - len(sev) - 1)
     rows = [Content.assemble(check_glyph(r.status, r.overridden), " ", (name, "bold"), (sev, "$text-muted"),
@@ -62,6 +62,42 @@ def _row(r: CheckResult, evidence_lines: int, width: int | None = None) -> list[
     return rows
 
 
+def _fit_name(name: str, width: int) -> str:
+    """A check name cut to `width` before a "-" or ":" with an ellipsis, never inside a word."""
+    if len(name) <= width:
+        return name
+    head = name[: max(1, width - 1)]
+    at = max(head.rfind("-"), head.rfind(":"))
+    return (head[:at] if at > 0 else head) + "…"
+
+
+def _pack(names: list[str], width: int, rows: int) -> list[str]:
+    """Names joined by ", " into at most `rows` lines of `width`, never split inside a name;
+    what does not fit ends the last line with "…" (a name longer than a line is cut at its end)."""
+    lines: list[str] = []
+    cur = ""
+    for i, name in enumerate(names):
+        piece = name if not cur else f"{cur}, {name}"
+        if len(piece) <= width:
+            cur = piece
+            continue
+        if cur:
+            lines.append(cur + ",")
+        cur = _fit_name(name, width)
+        if len(lines) == rows - 1:
+            rest = names[i:]
+            last = ", ".join(rest)
+            if len(last) > width:
+                last = fit_words(last, width, sep=", ")
+                if len(rest[0]) + 1 > width:  # the first name alone is too long
+                    last = _fit_name(rest[0], width)
+            lines.append(last)
+            return lines
+    if cur:
+        lines.append(cur)
+    return lines[:rows]
+
+
 def render_results(results: Sequence[CheckResult], evidence_lines: int = 4,
                    collapse_passing: bool = False, width: int | None = None) -> Content:
     """Failing and warning checks with their evidence, then the passing ones (folded into
@@ -76,12 +112,15 @@ def render_results(results: Sequence[CheckResult], evidence_lines: int = 4,
     if collapse_passing and passing:
         count = f"{len(passing)} passed"
         hint = "  e: show"
-        names = ", ".join(r.name for r in passing)
-        if width is not None:
-            room = width - 2 - len(count) - len(hint) - 2
-            names = fit_words(names, room, sep=", ") if room >= 6 else ""
+        names = [r.name for r in passing]
+        inline = ", ".join(names)
+        more: list[str] = []
+        if width is not None and 2 + len(count) + 2 + len(inline) + len(hint) > width:
+            # Not on one row: the names on up to two rows under it, whole, packed at commas.
+            inline, more = "", _pack(names, max(4, width - 2), rows=2)
         rows.append(Content.assemble(check_glyph("pass"), " ", (count, "bold"),
-                                     (f": {names}" if names else "", "$text-muted"), (hint, "$text-muted")))
+                                     (f": {inline}" if inline else "", "$text-muted"), (hint, "$text-muted")))
+        rows += [Content.styled("  " + line, "$text-muted") for line in more]
     return Content("\n").join(rows)
 
 

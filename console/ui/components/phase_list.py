@@ -106,7 +106,8 @@ class PhaseList(OptionList):
         glyph = Content.styled("⚠", "$warning") if stalled else state_glyph(s.state)
         if s.phase.id in self.starting and s.state not in ("running", "verifying"):
             # Its checks are running for a start: not the last run's ✓ or ✗ any more.
-            glyph, dur, reason = Content.styled("…", "$primary"), "", "starting: pre-flight checks"
+            # Narrow: in the duration's place, so the row keeps its height (no second line).
+            glyph, dur, reason = Content.styled("…", "$primary"), "start…", "starting: pre-flight checks"
         mark = Content.styled(MARKER if selected else " ", "bold $accent")
         id_w = min(14, max(len(x) for x in self._ids or [s.phase.id]) + 1)
         if width >= 72:
@@ -125,6 +126,6 @@ class PhaseList(OptionList):
                                 (_title(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
         if stalled:
             line = Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
-        elif reason and (s.state in _EXPLAIN or s.phase.id in self.starting):
+        elif reason and s.state in _EXPLAIN and s.phase.id not in self.starting:
             line = Content.assemble(line, "\n   ", (fit_words(reason, width - 3), state_style(s.state)))
         return line
