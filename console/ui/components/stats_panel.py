@@ -39,9 +39,12 @@ class StatsPanel(Widget):
     def show(self, stats: LiveSnapshot | None) -> None:
         if stats == self.stats:
             return
+        width = self.content_region.width or self.size.width or 40
+        before = len(self.lines(width))
         self.stats = stats
         self.display = not is_empty(stats)
-        self.refresh(layout=True)
+        # A new rate or count redraws these rows; only a row more or less needs a layout.
+        self.refresh(layout=len(self.lines(width)) != before)
 
     def lines(self, width: int) -> list[Content]:
         s = self.stats
