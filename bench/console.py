@@ -1,15 +1,24 @@
-"""Console cost figures: the idle console with 8 fake GPUs (CPU % of one core, RSS), and
-a phase printing 100k lines/s (display lag of the log pane, peak RSS).
+"""Console cost figures: the idle console with 8 fake GPUs (CPU % of one core, RSS); the
+console following a phase's log (CPU and bytes written to the terminal per second, at 100 and
+1,000 lines/s, at 80x24 and 160x48, beside the idle console in the same run); and a phase
+printing 100k lines/s (display lag of the log pane, peak RSS).
 
-    .venv/bin/python bench/console.py [--idle-s 30] [--spew-s 10] [--rate 100000] [--size 160x48]
+    .venv/bin/python bench/console.py [--idle-s 30] [--follow-s 20] [--follow-rates 100,1000]
+        [--follow-sizes 80x24,160x48] [--spew-s 10] [--rate 100000] [--size 160x48]
 
 The idle figure is the real console process in a pseudo-terminal of --size (what tmux
 gives it), measured with psutil over --idle-s seconds after a settling pause. When NVML
 answers (a GPU box), it also runs the console on the real GPUs and nvitop (if installed)
 side by side, each in its own pseudo-terminal, over the same window.
 
-Targets (issue 10): idle CPU <= 1 % of a core with 8 fake GPUs, and at most nvitop's on a
-GPU box. This prints figures; it asserts nothing."""
+The following figure starts one phase per rate (each printing short lines at that rate),
+then one console per size attached to each, plus an idle console per size, all at once in
+their own pseudo-terminals over the same window; bytes are what each console wrote to its
+terminal. Run it on a quiet machine: the load average is printed beside the figures.
+
+Targets (issues 10, 17): idle CPU <= 1 % of a core with 8 fake GPUs, and at most nvitop's on a
+GPU box; following 100 lines/s <= 2 % of a core and <= 8 KB/s. This prints figures; it
+asserts nothing."""
 
 from __future__ import annotations
 
@@ -79,11 +88,19 @@ phases:
 CHILD_FAKE = "--child-fake-gpus"  # internal: run the console on 8 fake GPUs (what the pty runs)
 
 
-def run_in_pty(argv: list[str], cols: int, rows: int) -> subprocess.Popen[bytes]:
-    """`argv` on a pseudo-terminal of cols x rows, its output drained (and dropped)."""
+class Drained:
+    """Bytes a program wrote to its terminal, counted by the thread that drains it."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
+def run_in_pty(argv: list[str], cols: int, rows: int, counter: Drained | None = None,
+               extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`argv` on a pseudo-terminal of cols x rows, its output drained (counted, dropped)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows), **(extra_env or {}))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
                             close_fds=True)
     os.close(slave)
@@ -91,10 +108,13 @@ def run_in_pty(argv: list[str], cols: int, rows: int) -> subprocess.Popen[bytes]
     def drain() -> None:
         while True:
             try:
-                if not os.read(master, 65536):
-                    return
+                chunk = os.read(master, 65536)
             except OSError:
                 return
+            if not chunk:
+                return
+            if counter is not None:
+                counter.bytes += len(chunk)
 
     threading.Thread(target=drain, daemon=True).start()
     return proc
@@ -126,14 +146,25 @@ def rss_mb(proc: subprocess.Popen[bytes]) -> float:
 def measure_side_by_side(named: dict[str, list[str]], seconds: float, size: tuple[int, int],
                          settle: float = 8.0) -> dict[str, tuple[float, float]]:
     """{name: (CPU % of one core, RSS MB)} for programs run at once, each in its own pty."""
-    procs = {name: run_in_pty(argv, *size) for name, argv in named.items()}
+    figs = measure_ptys({n: (argv, size) for n, argv in named.items()}, seconds, settle)
+    return {n: (cpu, rss) for n, (cpu, rss, _) in figs.items()}
+
+
+def measure_ptys(named: dict[str, tuple[list[str], tuple[int, int]]], seconds: float,
+                 settle: float = 8.0) -> dict[str, tuple[float, float, float]]:
+    """{name: (CPU % of one core, RSS MB, bytes/s written to its terminal)} for programs run
+    at once, each in its own pty of its own size."""
+    counters = {name: Drained() for name in named}
+    procs = {name: run_in_pty(argv, *size, counter=counters[name]) for name, (argv, size) in named.items()}
     try:
         time.sleep(settle)  # imports, first reads, first paint
         c0 = {n: cpu_seconds(p) for n, p in procs.items()}
+        b0 = {n: c.bytes for n, c in counters.items()}
         w0 = time.monotonic()
         time.sleep(seconds)
         wall = time.monotonic() - w0
-        out = {n: (100 * (cpu_seconds(p) - c0[n]) / wall, rss_mb(p)) for n, p in procs.items()}
+        out = {n: (100 * (cpu_seconds(p) - c0[n]) / wall, rss_mb(p), (counters[n].bytes - b0[n]) / wall)
+               for n, p in procs.items()}
     finally:
         for p in procs.values():
             try:
@@ -142,6 +173,63 @@ def measure_side_by_side(named: dict[str, list[str]], seconds: float, size: tupl
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(p.pid, signal.SIGKILL)
     return out
+
+
+FOLLOW_CONFIG = """\
+name: follow{rate}
+vars:
+  workdir: {work}
+state_dir: ${{workdir}}/state
+volumes: ["${{workdir}}"]
+phases:
+  - id: spew
+    title: Print {rate} lines a second
+    run: [python3, "{spew}", "{rate}", "{secs}"]
+"""
+
+
+def follow_figures(root: Path, rates: list[int], sizes: list[tuple[int, int]], seconds: float,
+                   settle: float = 10.0) -> None:
+    """Consoles following phases at each rate and size, beside idle consoles, in one window."""
+    script = root / "spew.py"
+    me = str(Path(__file__).resolve())
+    named: dict[str, tuple[list[str], tuple[int, int]]] = {}
+    projects = []
+    for rate in rates:
+        work = root / f"follow{rate}"
+        work.mkdir()
+        cfg = root / f"follow{rate}.yaml"
+        cfg.write_text(FOLLOW_CONFIG.format(rate=rate, work=work, spew=script, secs=settle + seconds + 30))
+        project = Project.load(cfg)
+        project.start("spew")
+        projects.append(project)
+        for cols, rows in sizes:
+            named[f"{rate} lines/s {cols}x{rows}"] = ([sys.executable, me, CHILD_FAKE, str(cfg)], (cols, rows))
+    idle = root / "idle.yaml"
+    (root / "idlework").mkdir()
+    idle.write_text(FOLLOW_CONFIG.format(rate=0, work=root / "idlework", spew=script, secs=1).replace(
+        "Print 0 lines a second", "Never started"))
+    for cols, rows in sizes:
+        named[f"idle {cols}x{rows}"] = ([sys.executable, me, CHILD_FAKE, str(idle)], (cols, rows))
+    nvitop = nvitop_path() if nvml_present() else None
+    if nvitop:
+        for cols, rows in sizes:
+            named[f"nvitop {cols}x{rows}"] = ([nvitop], (cols, rows))
+    load0 = os.getloadavg()[0]
+    try:
+        figs = measure_ptys(named, seconds, settle)
+    finally:
+        for project in projects:
+            project.stop("spew", grace=2)
+    print(f"following a phase's log, {len(named)} consoles at once (8 fake GPUs each), {seconds:.0f} s, "
+          f"{os.cpu_count()} cores, load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after:")
+    for name, (cpu, rss, bps) in figs.items():
+        print(f"  {name:>22}: CPU {cpu:5.2f} % of one core, {bps / 1000:6.2f} KB/s to the terminal, RSS {rss:.0f} MB")
+
+
+def nvitop_path() -> str | None:
+    beside = Path(sys.executable).parent / "nvitop"
+    return shutil.which("nvitop") or (str(beside) if beside.exists() else None)
 
 
 def nvml_present() -> bool:
@@ -222,6 +310,11 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=100_000)
     ap.add_argument("--size", default="160x48", help="terminal COLSxROWS for the idle figures")
     ap.add_argument("--skip-spew", action="store_true")
+    ap.add_argument("--follow-s", type=float, default=20.0)
+    ap.add_argument("--follow-rates", default="100,1000", help="lines/s of the followed phases")
+    ap.add_argument("--follow-sizes", default="80x24,160x48", help="terminal sizes of the following consoles")
+    ap.add_argument("--skip-idle", action="store_true", help="only the following (and spew) figures")
+    ap.add_argument("--skip-follow", action="store_true")
     args = ap.parse_args()
     cols, rows = (int(x) for x in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory(prefix="eagle3-bench-") as tmp:
@@ -233,14 +326,21 @@ def main() -> int:
         cfg.write_text(CONFIG.format(rate=args.rate, secs=args.spew_s, spew=script))
         project = Project.load(cfg)
         me = str(Path(__file__).resolve())
-        figs = measure_side_by_side({"console": [sys.executable, me, CHILD_FAKE, str(cfg)]}, args.idle_s, (cols, rows))
-        cpu, rss = figs["console"]
-        print(f"idle console in a {cols}x{rows} pty, 8 fake GPUs, {args.idle_s:.0f} s: "
-              f"CPU {cpu:.2f} % of one core, RSS {rss:.0f} MB")
-        if nvml_present():
+        if not args.skip_follow:
+            sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.follow_sizes.split(",")]
+            follow_figures(root, [int(r) for r in args.follow_rates.split(",")], sizes, args.follow_s)  # type: ignore[misc]
+        if args.skip_idle:
+            pass
+        else:
+            figs = measure_side_by_side({"console": [sys.executable, me, CHILD_FAKE, str(cfg)]}, args.idle_s, (cols, rows))
+            cpu, rss = figs["console"]
+            print(f"idle console in a {cols}x{rows} pty, 8 fake GPUs, {args.idle_s:.0f} s: "
+                  f"CPU {cpu:.2f} % of one core, RSS {rss:.0f} MB")
+        if args.skip_idle:
+            pass
+        elif nvml_present():
             named = {"console": [sys.executable, "-m", "console", "console", str(cfg), "--no-mouse"]}
-            nvitop = shutil.which("nvitop") or (str(Path(sys.executable).parent / "nvitop")
-                                                 if (Path(sys.executable).parent / "nvitop").exists() else None)
+            nvitop = nvitop_path()
             if nvitop:
                 named["nvitop"] = [nvitop]
             figs = measure_side_by_side(named, args.idle_s, (cols, rows))

@@ -12,7 +12,12 @@ can) answers the client, and we measure
      with as many store writers (--writers) as gave the write bound in 1 unless told otherwise.
 The target is end to end >= 0.9 x the write bound. Run from the repository root:
 
-    python bench/extract_sglang.py --out /path/on/the/disk [--samples 48] [--seq 2048] [--hidden 4096]
+    python bench/extract_sglang.py --out /path/on/the/disk [--samples 48] [--seq 2048] [--hidden 4096] [--pin]
+
+With --pin the stand-in runs on its own cores (--standin-cores, default a quarter) and this
+process (the client, and the write bound it is compared with) on the rest, so a stand-in
+that shares the cores cannot hold the client back: step [4] then is the client's own rate
+against the bound measured on the same cores.
 """
 
 from __future__ import annotations
@@ -86,12 +91,30 @@ def shm_pages(path: Path) -> str:
     return f"{mnt} ({fstype}, huge={huge})" if fstype == "tmpfs" else f"{mnt} ({fstype})"
 
 
-def start_standin(target: Path, dump_dir: Path, budget: int, port_file: Path) -> subprocess.Popen:
+def split_cores(standin: int | None) -> tuple[set[int], set[int]]:
+    """(stand-in's cores, the client's cores) out of those this process may use."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit(f"--pin needs at least 2 cores; this process may use {len(cores)}")
+    k = standin if standin is not None else max(1, len(cores) // 4)
+    if not 1 <= k < len(cores):
+        raise SystemExit(f"--standin-cores must be between 1 and {len(cores) - 1}, got {k}")
+    return set(cores[:k]), set(cores[k:])
+
+
+def core_list(cores: set[int]) -> str:
+    c = sorted(cores)
+    return f"{c[0]}-{c[-1]}" if c == list(range(c[0], c[-1] + 1)) else ",".join(map(str, c))
+
+
+def start_standin(target: Path, dump_dir: Path, budget: int, port_file: Path,
+                  cores: set[int] | None = None) -> subprocess.Popen:
     env = dict(os.environ, EAGLE3_DUMP_DIR=str(dump_dir), EAGLE3_DUMP_BUDGET=str(budget),
                PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None  # before its first thread
     proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", str(target), "--port", "0",
                              "--port-file", str(port_file), "--fast"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pin)
     deadline = time.monotonic() + 60
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -171,7 +194,16 @@ def main() -> None:
                         "own default is 4)")
     p.add_argument("--budget", default="4GB", help="dump folder budget")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script in seconds")
+    p.add_argument("--pin", action="store_true",
+                   help="the stand-in on its own cores, the client (and the write bound) on the rest")
+    p.add_argument("--standin-cores", type=int, default=None,
+                   help="with --pin: how many cores the stand-in gets (default a quarter, at least 1)")
     args = p.parse_args()
+    standin_cores: set[int] | None = None
+    if args.pin:
+        standin_cores, client_cores = split_cores(args.standin_cores)
+        os.sched_setaffinity(0, client_cores)  # before any thread: every later one inherits it
+        torch.set_num_threads(len(client_cores))
     if args.smoke:
         args.samples, args.seq, args.hidden = 12, 64, 64
     out = Path(args.out)
@@ -184,6 +216,9 @@ def main() -> None:
     log(f"CPU only: {os.cpu_count()} cores, torch {torch.__version__}; store on {out} ({volume_of(out)}), "
         f"dumps in {dump_dir} (budget {budget / 1e9:.1f} GB)")
     log(f"dump folder's volume: {shm_pages(Path(args.shm).resolve())}")
+    if standin_cores is not None:
+        log(f"pinned: the stand-in on cores {core_list(standin_cores)}, the client and the write bound on cores "
+            f"{core_list(os.sched_getaffinity(0))}")
     log(f"{args.samples} samples of {args.seq} tokens, hidden {args.hidden}: {per_token:,.0f} bytes per token "
         f"in the store, {per_token * args.seq / 1e6:.1f} MB per sample")
 
@@ -201,7 +236,7 @@ def main() -> None:
     concurrency = args.concurrency
     writers = best if args.writers == "best" else int(args.writers)
 
-    proc = start_standin(target, dump_dir, budget, out / "port")
+    proc = start_standin(target, dump_dir, budget, out / "port", standin_cores)
     try:
         url = f"http://127.0.0.1:{(out / 'port').read_text()}"
         server = SGLangServer(url, timeout=120)
@@ -253,6 +288,12 @@ def main() -> None:
             f"stand-in wrote them as fast as it can): {ahead.samples} samples, {ahead.bytes / 1e9:.2f} GB into the "
             f"store in {ahead.seconds:.2f} s: {ahead.tokens / ahead.seconds:,.0f} tokens/s, "
             f"{ahead.tokens / ahead.seconds / bound:.3f} x the store's write bound; complete: {ahead.complete}")
+        if standin_cores is not None:
+            alone = ahead.tokens / ahead.seconds / bound
+            log(f"    pinned ({len(standin_cores)} stand-in cores, {len(os.sched_getaffinity(0))} client cores): "
+                f"the client alone is {alone:.3f} x the bound on its own cores, end to end {e2e / bound:.3f} x; "
+                + ("the client itself is under 0.9x: the hold-up is in the client, not the shared cores"
+                   if alone < 0.9 else "the client alone reaches 0.9x: what end to end loses is the sharing"))
     finally:
         proc.terminate()
         proc.wait(timeout=30)

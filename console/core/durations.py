@@ -8,14 +8,18 @@ import re
 from typing import Any
 
 MAX_DURATION = 30 * 86400.0
+MAX_SHOWN = 365 * 86400.0
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*$", re.IGNORECASE)
 
 
 def format_duration(s: float | None, unknown: str = "—") -> str:
-    """3s, 4m05s, 2h03m, 3d04h: two units at most; `unknown` for None, NaN or infinity."""
+    """3s, 4m05s, 2h03m, 3d04h: two units at most; `unknown` for None, NaN or infinity;
+    "> 1 y" past a year (a forecast that far out says only "not soon")."""
     if s is None or not math.isfinite(s):
         return unknown
+    if s > MAX_SHOWN:
+        return "> 1 y"
     s = max(0, int(s))
     if s < 60:
         return f"{s}s"

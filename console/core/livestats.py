@@ -20,6 +20,7 @@ from console.core.telemetry.history import Series
 
 METRIC_POINTS = 500
 RESTART_FRACTION = 0.9  # `done` falling below this share of the last one is a new run
+BURST_S = 1.0  # progress events this close together are one point of the rate (a batch's prompts)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,13 @@ class LiveSnapshot:
     last_progress_t: float | None
     last_message: Message | None
     metrics: dict[str, list[float]] = field(default_factory=dict)
+    ended: bool = False  # the run is over: its figures describe what it did, no rate or ETA
+
+    @property
+    def estimating(self) -> bool:
+        """Running with units left and no measured rate yet: the ETA is still to come."""
+        return (not self.ended and self.eta_s is None and self.done is not None
+                and self.total is not None and self.done < self.total)
 
 
 def _num(value: Any) -> float | None:
@@ -67,13 +75,20 @@ class LiveStats:
       (another rank's lagging tally) is ignored.
     - `done`, `total`, `unit`, `fraction` (done/total clamped to 0..1): the latest progress.
     - `rate`: units per second, least-squares over the last `window_s` seconds of progress
-      events' `t`; `eta_s`: (total - done) / rate when rate > 0.
+      events' `t`, from the first unit of work on: points still at the first `done` seen
+      (model loading, a resumed run's starting count) are left out, and events within
+      `BURST_S` of a point's first event are one point (its latest count), so a batch that
+      reports its items a millisecond apart is not thousands a second. None until two such
+      points; `eta_s`: (total - done) / rate when rate > 0, else None (the view says
+      "estimating…").
     - `bytes_written`: the latest progress extra `bytes_written` if the phase ever sent one,
       else the sum of artifact `bytes`.
     - `tokens_per_s`: the latest progress extra `tokens_per_s`, else the rate of the
       cumulative progress extra `tokens` over the window.
-    - `remaining_bytes`: the latest progress extra `bytes_remaining`, else
-      bytes_written / done * (total - done) once done > 0.
+    - `remaining_bytes`: the latest progress extra `bytes_remaining`, else the bytes written
+      per unit since the first progress event times the units left; None while no bytes
+      were written alongside the units (a phase whose files came before its steps), so
+      "to go" never shrinks while "written" stands still.
     - `metrics`: {name: Series of (t, value)} for metric events (loss, lr, ...), the last
       500 points each; `last_message`: the newest `Message`; `messages`: the last 50.
     - `last_progress_t`: the `t` of the newest progress event (a view can flag a stall).
@@ -88,6 +103,9 @@ class LiveStats:
         self._unit: str | None = None
         self._progress = Series(maxlen=4096, max_age=window_s)
         self._tokens = Series(maxlen=4096, max_age=window_s)
+        self._base: tuple[float, float] | None = None  # (done, bytes written) at the first progress
+        self._base_tokens: float | None = None
+        self._burst_t0 = float("-inf")  # when the rate's newest point began
         self._last_progress_t: float | None = None
         self._reported_bytes: float | None = None
         self._artifact_bytes = 0
@@ -119,19 +137,37 @@ class LiveStats:
                 return
             self._progress.clear()
             self._tokens.clear()
+            self._base = None
+            self._base_tokens = None
+            self._burst_t0 = float("-inf")
         self._done = done
         total = _num(ev.get("total"))
         self._total = total if total is not None and total > 0 else None
         unit = ev.get("unit")
         self._unit = str(unit) if unit is not None else self._unit
         self._last_progress_t = ev.t
-        self._progress.append(ev.t, done)
         if (b := _num(ev.get("bytes_written"))) is not None:
             self._reported_bytes = b
+        if self._base is None:
+            self._base = (done, float(self.bytes_written or 0))
+        burst = ev.t - self._burst_t0 < BURST_S
+        if done > self._base[0]:
+            if burst:
+                self._progress.replace_last(ev.t, done)
+            else:
+                self._progress.append(ev.t, done)
         if (tps := _num(ev.get("tokens_per_s"))) is not None:
             self._tokens_per_s = tps
         if (tok := _num(ev.get("tokens"))) is not None:
-            self._tokens.append(ev.t, tok)
+            if self._base_tokens is None:
+                self._base_tokens = tok
+            elif tok > self._base_tokens:
+                if burst:
+                    self._tokens.replace_last(ev.t, tok)
+                else:
+                    self._tokens.append(ev.t, tok)
+        if not burst:
+            self._burst_t0 = ev.t
         rem = _num(ev.get("bytes_remaining"))
         self._bytes_remaining = rem if rem is not None and rem >= 0 else None
 
@@ -205,9 +241,13 @@ class LiveStats:
             if self._bytes_remaining is not None:
                 return int(self._bytes_remaining)
             written = self.bytes_written
-            if written is None or not self._done or self._total is None:
+            if written is None or self._base is None or self._done is None or self._total is None:
                 return None
-            return int(max(0.0, written / self._done * (self._total - self._done)))
+            units = self._done - self._base[0]
+            grew = written - self._base[1]
+            if units <= 0 or grew <= 0:
+                return None
+            return int(max(0.0, grew / units * (self._total - self._done)))
 
     @property
     def last_progress_t(self) -> float | None:

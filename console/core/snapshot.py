@@ -142,7 +142,7 @@ class SnapshotBuilder:
         snap = tail.stats.snapshot()
         if st.state not in LIVE:
             # An ended run has no rate and no ETA: its numbers describe what it did.
-            snap = replace(snap, rate=None, eta_s=None, tokens_per_s=None, remaining_bytes=None)
+            snap = replace(snap, rate=None, eta_s=None, tokens_per_s=None, remaining_bytes=None, ended=True)
             self._frozen[pid] = snap
         return snap
 

@@ -59,6 +59,7 @@ class ConsoleApp(App[int]):
         self.use_watchdog = watchdog
         self.watchdog: TtyWatchdog | None = None
         self.still_running: list[str] = []
+        self.quit_when_started = False  # quit asked while a start was in flight: quit when it lands
         self.crash: tuple[str, Path] | None = None  # (one line, crash log) once the console broke
         self.title = f"eagle3 · {project.config.name}" + (" (read-only)" if read_only else "")
 
@@ -113,21 +114,39 @@ class ConsoleApp(App[int]):
         self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_request_quit(self) -> None:
-        running = [s for s in self.main_screen().running()]
-        if not running:
+        main = self.main_screen()
+        running = [s for s in main.running()]
+        starting = sorted(main.flow.starting - {s.phase.id for s in running})
+        if not running and not starting:
             self.exit(0)
             return
         names = ", ".join(s.phase.id + (f" (pid {s.pid})" if s.pid else "") for s in running)
+        bits: list[Any] = []
+        if running:
+            bits += ["Running phases keep running after you quit: ", (names, "bold"), ".\n"]
+        if starting:
+            bits += ["Starting (pre-flight checks): ", (", ".join(starting), "bold"),
+                     ". The console waits for the start to land, then quits; the phase keeps running.\n"]
 
         def answer(yes: bool | None) -> None:
             if yes:
                 self.still_running = [s.phase.id for s in running]
+                if main.flow.starting:
+                    self.quit_when_started = True
+                    main.notify("quitting once the start lands…", timeout=10)
+                    return
                 self.exit(0)
 
         self.push_screen(AskDialog("quit the console?", Content.assemble(
-            "Running phases keep running after you quit: ", (names, "bold"), ".\n",
-            ("Start the console again on this config to re-attach to them.", "$text-muted")),
+            *bits, ("Start the console again on this config to re-attach to them.", "$text-muted")),
             yes="Quit"), answer)
+
+    def quit_after_starts(self) -> None:
+        main = self.main_screen()
+        if main.flow.starting:
+            return
+        self.still_running = sorted({*self.still_running, *(s.phase.id for s in main.running())})
+        self.exit(0)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         try:

@@ -98,16 +98,22 @@ def bar(fraction: float | None, width: int, style: str = "$primary") -> Content:
 
 def fmt_bytes(n: float | None, digits: int = 1) -> str:
     """SI, compact: 1.2T, 512.0G, 4.0K (console.core.sizes: one definition for CLI and UI)."""
-    return "N/A" if n is None else format_bytes(n, digits, compact=True)
+    if n is None or not math.isfinite(n):
+        return "N/A"
+    if abs(n) >= 1e21:  # no volume holds this: a bogus reading, in bounded width
+        return ("-" if n < 0 else "") + ">999E"
+    return format_bytes(n, digits, compact=True)
 
 
 def fmt_pair(used: float | None, total: float | None) -> str:
     """"71/141G": used and total with one unit, the way nvidia-smi operators read it."""
-    if used is None or total is None:
+    if used is None or total is None or not math.isfinite(used) or not math.isfinite(total) or not 0 < total < 1e21:
         return f"{fmt_bytes(used)}/{fmt_bytes(total)}"
     unit_total = fmt_bytes(total, 0)
     suffix = unit_total[-1]
-    scale = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}[suffix]
+    scale = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}.get(suffix)
+    if scale is None:
+        return f"{fmt_bytes(used)}/{unit_total}"
     if total / scale < 10:
         return f"{used / scale:.1f}/{total / scale:.1f}{suffix}"
     if used / scale < 10:
@@ -123,7 +129,9 @@ def fmt_duration(s: float | None) -> str:
 def fmt_rate(x: float | None, unit: str = "") -> str:
     if x is None or not math.isfinite(x):
         return "—"
-    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    if abs(x) >= 1e15:
+        return f"{x:.0e}{unit}"  # no counter goes this fast: show the order, in bounded width
+    for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.1f}{suffix}{unit}"
     return f"{x:.1f}{unit}" if abs(x) < 100 else f"{x:.0f}{unit}"
@@ -136,6 +144,20 @@ def fit(text: str, width: int) -> str:
     if len(text) > width:
         return text[: max(0, width - 1)] + "…"
     return text.ljust(width)
+
+
+def fit_words(text: str, width: int, sep: str = " ") -> str:
+    """Cut to `width` cells at a `sep` boundary, never inside an identifier, with an
+    ellipsis at the end (one identifier longer than the width keeps its head and the "…")."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    cut = text[: max(0, width - 1)]
+    at = cut.rfind(sep)
+    if at > 0:
+        cut = cut[:at].rstrip(" ,")
+    return cut + "…"
 
 
 def fmt_time(t: float | None, seconds: bool = False) -> str:

@@ -35,6 +35,7 @@ class StartOutcome(Message):
 class StartFlow:
     def __init__(self, screen: Any) -> None:
         self.screen = screen
+        self.starting: set[str] = set()  # phases whose start (pre-flight, launch) is in flight
 
     @property
     def project(self) -> Any:
@@ -78,6 +79,8 @@ class StartFlow:
 
     def start(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
         self.screen.notify(f"starting {phase_id}: pre-flight checks…", timeout=3)
+        self.starting.add(phase_id)
+        self.screen.starting_changed()
         self.screen.run_worker(lambda: self._start(phase_id, overrides, confirmed), thread=True,
                                group="start", exit_on_error=False, name=f"start:{phase_id}")
 
@@ -93,6 +96,14 @@ class StartFlow:
         from console.core.project import Blocked, NeedsConfirmation
 
         screen, res = self.screen, msg.result
+        self.starting.discard(msg.phase_id)
+        screen.starting_changed()
+        if getattr(screen.app, "quit_when_started", False):
+            # The operator quit while this start was in flight: it has now landed.
+            if not isinstance(res, Exception):
+                screen.app.still_running = [*screen.app.still_running, msg.phase_id]
+            screen.app.quit_after_starts()
+            return
         if isinstance(res, Blocked):
             screen.remember_checks(msg.phase_id, "check", res.results)
 

@@ -7,6 +7,10 @@ every layer's states alive to the end of the forward (about 4.4 GB at 16k tokens
 target, 21 GB on an 80-layer H=8192 one); the hooks hold none of them. No LM head either:
 the logits are the costliest tensor of a forward and extraction never needs them.
 
+A stop (SIGTERM) is checked before every decoder layer, so on a CPU, where one batch can
+take minutes, `eagle3 stop` ends the forward within a layer's time rather than the batch's:
+the batch in flight is dropped (`StoppedInForward`), what the writers already have is kept.
+
 On CUDA each decoder layer's `forward` is compiled with torch.compile (on by default; off
 with `compile=False`, the CLI's `--no-compile`). Only `forward` is replaced, so the module's
 `__call__` still runs the pre-hooks eagerly, outside the compiled region. All layers share
@@ -24,6 +28,7 @@ memory runs on a side stream while the next batch's forward runs on the main one
 from __future__ import annotations
 
 import importlib.util
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -52,6 +57,10 @@ def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Mo
     return model.eval()
 
 
+class StoppedInForward(Exception):
+    """The stop was set between two decoder layers of a forward: its batch is abandoned."""
+
+
 def _allow_recompiles(n: int) -> None:
     """Room for every layer (and a dynamic-shape recompile) in dynamo's cache: past its
     limit (8 by default) a layer silently runs eager."""
@@ -64,7 +73,7 @@ def _allow_recompiles(n: int) -> None:
 class Capturer:
     def __init__(self, model: torch.nn.Module, layers: list[int], num_layers: int, device: str,
                  compile: bool | None = None, log: Callable[[str], None] = print,
-                 compile_backend: str | Callable = "inductor") -> None:
+                 compile_backend: str | Callable = "inductor", stop: threading.Event | None = None) -> None:
         self.base = model.base_model
         self.layers = layers
         self.num_layers = num_layers
@@ -85,6 +94,9 @@ class Capturer:
         self._fired = 0
         self._handles = [blocks[n].register_forward_pre_hook(self._capture_hook(k), with_kwargs=True)
                          for k, n in enumerate(layers)]
+        self.stop = stop
+        if stop is not None:
+            self._handles += [block.register_forward_pre_hook(self._stop_hook) for block in blocks]
         self.compiled = False
         if compile if compile is not None else self.cuda:
             _allow_recompiles(4 * num_layers)
@@ -100,6 +112,10 @@ class Capturer:
                 self._aux[..., k * width:(k + 1) * width].copy_(h)
                 self._fired += 1
         return pre
+
+    def _stop_hook(self, module, args):
+        if self.stop is not None and self.stop.is_set():
+            raise StoppedInForward()
 
     def _uncompile(self) -> None:
         for block in self.blocks:
@@ -119,7 +135,8 @@ class Capturer:
         dtype = next(self.base.parameters()).dtype
         try:
             final = self._run(x, b, t, dtype)
-        except torch.cuda.OutOfMemoryError:
+        except (torch.cuda.OutOfMemoryError, StoppedInForward):
+            self._aux = None
             raise
         except Exception as e:
             if not self.compiled:

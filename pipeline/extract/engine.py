@@ -18,8 +18,8 @@ import torch
 
 from .batching import PlannedBatch
 from .buffers import BufferPool
-from .capture import Capturer
-from .errors import ExtractError, ReserveStop, disk_full, is_disk_full
+from .capture import Capturer, StoppedInForward
+from .errors import ExtractError, ReserveStop, Stopped, disk_full, is_disk_full
 from .job import Job
 from .manifest import ManifestWriter, finalize
 from .progress import Progress
@@ -134,7 +134,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
     dtype = next(model.parameters()).dtype
     if TORCH_DTYPES.get(dtype) != job.dtype:
         raise ExtractError(f"the target is loaded as {dtype}, but the store is {job.dtype}")
-    capturer = Capturer(model, job.layers, job.target.num_layers, device, compile=compile, log=log)
+    capturer = Capturer(model, job.layers, job.target.num_layers, device, compile=compile, log=log, stop=stop)
     if capturer.compiled:
         log("extract: decoder layers compiled with torch.compile on first use (the first batch takes longer; "
             "--no-compile turns it off)")
@@ -153,6 +153,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
     loader = Loader(job, pin=capturer.cuda)
     t0 = time.monotonic()
     failure: BaseException | None = None
+    dropped = 0  # samples of the batch a stop cut short
     try:
         for lb in loader:
             if writers.error is not None or stop.is_set():
@@ -162,6 +163,9 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
                             done=progress.tally.done, total=job.total)
             try:
                 final, aux, bad = capturer.forward(lb.padded, list(lb.plan.lengths))
+            except StoppedInForward:
+                dropped = len(lb.positions)
+                break
             except torch.cuda.OutOfMemoryError:
                 raise ExtractError(
                     f"out of GPU memory on a batch of {len(lb.plan.indices)}x{lb.plan.padded_len} tokens; "
@@ -197,8 +201,13 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
     if failure is not None:
         raise failure
     if stop.is_set():
-        raise ExtractError(
-            f"stopped by a signal after writing {progress.samples} samples; rerun the same command to resume"
+        tally = progress.tally
+        tally.refresh()
+        cut = (f"; dropped the batch in flight ({dropped} samples, cut short between decoder layers)"
+               if dropped else "")
+        raise Stopped(
+            f"stopped by a signal after writing {progress.samples} samples this run; kept {tally.done} of "
+            f"{job.total} samples in the manifest{cut}; rerun the same command to resume"
         )
     complete = finalize_or_stop(job.out, job.total)
     tally = progress.tally

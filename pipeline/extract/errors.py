@@ -32,6 +32,12 @@ class ReserveStop(ExtractError):
     exit_code = 3
 
 
+class Stopped(ExtractError):
+    """SIGTERM (eagle3 stop): what is in the manifest is kept, the batch in flight is not."""
+
+    exit_code = 143
+
+
 def is_disk_full(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in DISK_FULL
 

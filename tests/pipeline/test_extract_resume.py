@@ -109,3 +109,63 @@ def test_stats_of_another_dataset_are_refused(tmp_path, tiny_target, tiny_data, 
     proc = run_extract(tiny_target, tiny_data.path, tmp_path / "store", "--stats", str(bad))
     assert proc.returncode == 2
     assert "dataset_sha256" in proc.stderr and str(bad) in proc.stderr
+
+
+def test_a_stop_lands_between_decoder_layers_keeps_the_manifest_and_drops_the_batch_in_flight(
+        tmp_path, tiny_target, tiny_data, reference_store, run_extract, xt):
+    """On a CPU one batch can take minutes, longer than `eagle3 stop`'s 10 s grace: the SIGTERM
+    (here its flag, set while the second batch is inside layer 1) ends the forward before the
+    next layer; the first batch stays in the manifest, the second is dropped and said so, and
+    a rerun resumes to the uninterrupted store."""
+    import threading
+
+    from pipeline.extract import engine
+    from pipeline.extract.capture import load_target
+    from pipeline.extract.errors import Stopped
+    from pipeline.extract.job import ExtractOptions, prepare
+    from pipeline.extract.meta import TargetInfo
+    from pipeline.extract.sharding import resolve_shard
+    from pipeline.events import EventWriter
+
+    out = tmp_path / "store"
+    options = ExtractOptions(data=tiny_data.path, out=out, stats=tiny_data.stats, batch_tokens=256, writers=1)
+    job = prepare(options, TargetInfo.from_dir(tiny_target), "float32", resolve_shard(None, None, env={}))
+    assert len(job.todo) >= 3
+    model = load_target(tiny_target, "cpu", torch.float32)
+    stop = threading.Event()
+    forwards = {"layer1": 0, "after_stop": 0}
+    blocks = model.base_model.layers
+
+    def in_layer1(module, args, output):  # the signal arrives while the 2nd batch is in layer 1
+        forwards["layer1"] += 1
+        if forwards["layer1"] == 2:
+            stop.set()
+
+    def later_layer(module, args, output):  # a layer that ran to its end after the stop
+        if stop.is_set():
+            forwards["after_stop"] += 1
+
+    hooks = [blocks[1].register_forward_hook(in_layer1)]
+    hooks += [b.register_forward_hook(later_layer) for b in list(blocks)[2:]]
+    lines: list[str] = []
+    try:
+        with pytest.raises(Stopped) as stopped:
+            engine.run(job, model, "cpu", EventWriter(tmp_path / "events.jsonl"), log=lines.append, stop=stop)
+    finally:
+        for h in hooks:
+            h.remove()
+        if job.lock is not None:
+            job.lock.release()
+    assert forwards["after_stop"] == 0  # no layer ran after the stop
+    first = len(job.todo[0].indices)
+    second = len(job.todo[1].indices)
+    text = str(stopped.value)
+    assert stopped.value.exit_code == 143
+    assert f"kept {first} of {len(tiny_data.records)} samples in the manifest" in text, text
+    assert f"dropped the batch in flight ({second} samples" in text, text
+    listed = [json.loads(x)["index"] for x in (out / "manifest.jsonl").read_text().splitlines() if x.strip()]
+    assert sorted(listed) == sorted(job.todo[0].indices)
+
+    resumed = run_extract(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats))
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_same_store(out, reference_store, xt)

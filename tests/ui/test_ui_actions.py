@@ -312,3 +312,48 @@ async def test_ready_phases_are_preflighted_without_a_key(project) -> None:  # t
         await select(pilot, app, "gated")
         assert "input-present" in _checks_text(app)
     assert len(project.journal.read(events={"checks"})) == checks_before  # not a decision: not journaled
+
+
+SLOW_START = """
+  - id: slowstart
+    title: Start behind a slow pre-flight
+    run: [python3, -c, "import time\\nprint('slow started', flush=True)\\ntime.sleep(60)"]  # wait-ok: the phase's own work
+    checks:
+      - command: [python3, -c, "import os, time\\nd = time.monotonic() + 60\\nwhile not os.path.exists('{go}') and time.monotonic() < d: time.sleep(0.05)"]
+        name: slow-check
+"""
+
+
+async def test_quit_during_a_starts_preflight_asks_and_the_phase_still_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The start's checks take seconds; q then asks (phases keep running), the row says
+    starting meanwhile, and after y the start lands and the phase runs on without a console."""
+    from ui_harness import CONFIG, stop_all, write_config
+
+    from console.core.project import Project
+    from console.ui.components.phase_list import PhaseList
+
+    go = tmp_path / "preflight.go"
+    project = Project.load(write_config(tmp_path, CONFIG + SLOW_START.replace("{go}", str(go))))
+    try:
+        app = make_app(project)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await select(pilot, app, "slowstart")
+            await pilot.press("r")
+            plist = app.main_screen().query_one(PhaseList)
+            await wait_for(pilot, lambda: "slowstart" in plist.starting, what="the start in flight")
+            row = plist.get_option_at_index(plist._ids.index("slowstart")).prompt
+            assert "start…" in str(row) and "✓" not in str(row)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="quit question")
+            text = str(app.screen.query_one("#ask-text").render())
+            assert "slowstart" in text and "keep" in text
+            await pilot.press("y")
+            assert app.return_value is None  # waits for the start to land
+            go.touch()
+            await wait_for(pilot, lambda: app.return_value is not None, timeout=60, what="the console to quit")
+        assert app.still_running == ["slowstart"]
+        status = project.status("slowstart")
+        assert status.state == "running" and status.pid
+    finally:
+        go.touch()
+        stop_all(project)

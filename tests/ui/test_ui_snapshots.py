@@ -84,7 +84,7 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
 
         await wait_for(pilot, running, timeout=30, what="stream running with its events and log")
         await _quiet(pilot)
-        await wait_for(pilot, lambda: int(log.scroll_offset.y) == log.end_y, what="log scrolled to its end")
+        await wait_for(pilot, lambda: log.settled, what="the log's last lines drawn")
         log.set_source(LOG_PATH)
         st = main.by_id["stream"]
         st.started_at = T0 + 3000  # the header names when it started: pin it
@@ -135,11 +135,79 @@ def test_blocked_dialog(snap_compare, snap_project) -> None:  # type: ignore[no-
         pilot.app.main_screen().query_one("#phases").select_id("gated")
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, BlockedDialog), what="dialog")
+        main = pilot.app.main_screen()
+        await wait_for(pilot, lambda: not main.flow.starting, what="the start's outcome handled")
+        await _laid_out(pilot)
         pilot.app.clear_notifications()
+        await pilot.pause()
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(_app(snap_project), terminal_size=(80, 24), run_before=settle)
+
+
+SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+
+
+@SIZES
+def test_failing_checks(snap_compare, snap_project, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    """A phase whose pre-flight fails: the failing check first, with its evidence, each row
+    cut at a word (never inside the check's name), the passing ones folded."""
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, run=False)
+        main = pilot.app.main_screen()
+        main.query_one("#phases").select_id("gated")
+        await wait_for(pilot, lambda: main.selected == "gated", what="gated selected")
+        results = main.project.check("gated", journal=False)
+        main.remember_checks("gated", "check", results)
+        pilot.app.clear_notifications()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(snap_project), terminal_size=size, run_before=settle)
+
+
+@SIZES
+def test_log_screen_while_a_phase_runs(snap_compare, snap_project, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    """`l` on the running phase: the header names the phase, says following and gives the
+    file's path (cut from the left), over the log's last lines."""
+    from console.ui.screens.log_screen import LogScreen
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot)
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, LogScreen), what="the log screen")
+        screen = pilot.app.screen
+        view = screen.query_one(LogView)
+        await wait_for(pilot, lambda: view.last_line == "stream: waiting for stream.stop", what="its lines")
+        screen.poller.stop(wait=10)
+        await wait_for(pilot, lambda: view.settled, what="the last frame")
+        kept = [ln for ln in view.lines if not ln.startswith("[eagle3 ")]  # the launcher's line: times, paths
+        view.clear()
+        view.append(kept)
+        await wait_for(pilot, lambda: view.settled, what="the pinned lines drawn")
+        screen.path = LOG_PATH
+        screen._header()
+        pilot.app.clear_notifications()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(snap_project), terminal_size=size, run_before=settle)
+
+
+@SIZES
+def test_help_wraps_with_a_hanging_indent(snap_compare, snap_project, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    from console.ui.screens.help_screen import HelpScreen
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, run=False)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), what="help")
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(snap_project), terminal_size=size, run_before=settle)
 
 
 __all__ = ["AtTime"]

@@ -8,6 +8,7 @@ taken from the last two noisy points.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections import deque
@@ -66,6 +67,14 @@ class Series:
                 horizon = t - self.max_age
                 while self._points and self._points[0][0] < horizon:
                     self._points.popleft()
+
+    def replace_last(self, t: float, value: float) -> None:
+        """Move the newest point to (t, value): a burst of readings counts as one point."""
+        with self._lock:
+            if not self._points:
+                self._points.append((float(t), float(value)))
+            elif t >= self._points[-1][0]:
+                self._points[-1] = (float(t), float(value))
 
     def clear(self) -> None:
         with self._lock:
@@ -132,11 +141,15 @@ class GpuHistory:
             return sorted(self._series)
 
 
+FILLING_B_PER_S = 1000.0  # slower than this a volume is idle, not filling (the panel says so)
+
+
 @dataclass(frozen=True)
 class VolumeForecast:
     """Where one volume is heading. `rate` is bytes/s (negative while space is freed), None
-    until two readings; `time_to_full` is seconds until `free` reaches 0 at that rate, None
-    when the rate is not positive."""
+    until two readings (or when they make no number); `time_to_full` is seconds until `free`
+    reaches 0 at that rate, only while the volume is filling (at least `FILLING_B_PER_S`),
+    else None: never negative, never infinite."""
 
     path: str
     free: int | None
@@ -198,7 +211,10 @@ class DiskForecast:
             return None
         free, total, error = last
         rate = median_rate(s.points())
-        ttf = free / rate if rate is not None and rate > 0 and free is not None else None
+        if rate is not None and not math.isfinite(rate):
+            rate = None
+        filling = rate is not None and rate >= FILLING_B_PER_S
+        ttf = max(0.0, free / rate) if filling and free is not None and rate else None
         return VolumeForecast(key, free, total, rate, ttf, error)
 
     def forecasts(self) -> list[VolumeForecast]:

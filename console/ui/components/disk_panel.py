@@ -8,7 +8,7 @@ from typing import Any
 from textual.content import Content
 from textual.widget import Widget
 
-from console.core.telemetry.history import VolumeForecast
+from console.core.telemetry.history import FILLING_B_PER_S, VolumeForecast
 from console.core.telemetry.samples import DiskReading
 from console.core.snapshot import SpaceNeed
 from console.ui.render import bar, fit, fmt_bytes, fmt_duration
@@ -80,18 +80,20 @@ class DiskPanel(Widget):
         usable = (v.used + v.free) if v.used is not None and v.free is not None else None
         frac = v.used / usable if usable else None
         rate = f.rate if f else None
+        wide = width >= 60
         if rate is None:
             rate_s = "—"
-        elif abs(rate) < 1e3:
+        elif abs(rate) < FILLING_B_PER_S:
             rate_s = "idle"
         else:
-            rate_s = ("+" if rate > 0 else "−") + fmt_bytes(abs(rate), 0 if abs(rate) >= 1e7 else 1) + "/s"
+            amount = fmt_bytes(abs(rate), 0 if abs(rate) >= 1e7 else 1) + "/s"
+            # Space being freed is not a fill time: say so, with no minus sign to misread.
+            rate_s = "+" + amount if rate > 0 else ("freeing " + amount if wide else "freeing")
         ttf = f.time_to_full if f is not None else None
         full = f"full in {fmt_duration(ttf)}" if ttf is not None else ""
         style = "$error" if frac is not None and frac > 0.95 else (
             "$warning" if frac is not None and frac > 0.85 else "$primary")
         full_style = "$warning" if ttf is not None and ttf < 6 * 3600 else "$text-muted"
-        wide = width >= 60
         free = f"{_short(v.free)} free"
         if wide and usable is not None:
             free += f" of {_short(usable)}"

@@ -46,7 +46,8 @@ class GpuPanel(Widget):
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         if self.reading is not None and self.reading.error is not None:
-            return max(1, -(-(len(self.reading.error) + 2) // max(1, width)))
+            # As many rows as the words wrap to: counting characters lost "Not Found".
+            return max(1, len(self.render().wrap(max(1, width))))
         if self.reading is None or not self.reading.gpus:
             return 1
         return len(self.reading.gpus)

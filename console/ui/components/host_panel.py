@@ -31,6 +31,10 @@ class HostPanel(Widget):
         load = "N/A" if r.load is None else " ".join(f"{x:.1f}" for x in r.load)
         ncpu = getattr(r, "cpu_count", None)
         width = self.content_region.width or self.size.width or 80
+        if width < 44:  # 80 columns: the 1-minute load only
+            one = "N/A" if r.load is None else f"{r.load[0]:.1f}"
+            return Content.assemble("cpu ", cpu.strip(), " mem ", fmt_pair(r.mem_used, r.mem_total), " load ", one,
+                                    ((f"/{ncpu}" if ncpu else ""), "$text-muted"))
         if width < 60:
             return Content.assemble(
                 "cpu ", cpu, "  mem ", fmt_pair(r.mem_used, r.mem_total), "  load ", load)

@@ -1,30 +1,44 @@
-"""A bounded log viewer: lines live in a list capped at `max_lines`, and only the rows
-on screen are rendered (toolong's approach), so a phase printing 100k lines a second
-costs a list append and a redraw of what is visible."""
+"""A bounded log viewer that costs about what `less +F` does while it follows.
+
+Lines live in a list capped at `max_lines`, and only the rows on screen are rendered
+(toolong's approach). New lines are drawn at most `FRAME_S` apart, and a frame sends only
+the rows whose text changed since they were drawn (a progress bar rewritten with carriage
+returns repaints one row); each row's strip comes from one rendered-line cache. While it
+follows, the rows are pinned to the end and the scroll position is left alone, so a
+phase printing 100 lines a second costs a few repaints of the pane a second and no layout;
+the vertical scrollbar shows only while paused (following, the end is where you are)."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
+from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.cache import LRUCache
+from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.timer import Timer
 
 from console.ui.render import cut_left
 
 _MAX_WIDTH = 1000
+FRAME_S = 0.5  # at most this often new lines are drawn (2 frames a second)
+ROW_BYTES_PER_S = 4000  # and a big pane waits longer, so its rows cost the terminal about this
+ROW_OVERHEAD = 25  # bytes a repainted row costs beyond its cells (cursor move, style)
 
 
 class LogView(ScrollView, can_focus=True):
     COMPONENT_CLASSES = {"log-view--match", "log-view--partial"}
     DEFAULT_CSS = """
     LogView { background: $surface; }
+    LogView.-following { scrollbar-size-vertical: 0; }
     LogView > .log-view--match { background: $warning 60%; color: $text; }
     LogView > .log-view--partial { color: $text-muted; }
     """
@@ -39,16 +53,26 @@ class LogView(ScrollView, can_focus=True):
 
     follow: reactive[bool] = reactive(True)
 
-    def __init__(self, max_lines: int = 5000, titled: bool = False, **kw: Any) -> None:
+    def __init__(self, max_lines: int = 5000, titled: bool = False, frame_s: float = FRAME_S, **kw: Any) -> None:
         super().__init__(**kw)
         self.titled = titled  # the border title names the file and says following or paused
         self.source: str | None = None
         self.max_lines = max_lines
+        self.frame_s = frame_s
         self.lines: list[str] = []
         self.partial = ""
         self.dropped = 0  # lines pushed out of memory since the last reset
         self.search: re.Pattern[str] | None = None
+        self.frames = 0  # frames drawn for new lines (tests and the bench read it)
+        self.rows_sent = 0  # rows those frames repainted
         self._width = 0
+        self._drawn: dict[int, tuple[Any, ...]] = {}  # row on screen -> what was drawn there
+        self._strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(1024)
+        self._frame_timer: Timer | None = None
+        self._last_frame = 0.0
+        self._gap = frame_s
+        self._pending = False
+        self.add_class("-following")
 
     # -- content ------------------------------------------------------------------
     def clear(self) -> None:
@@ -56,12 +80,15 @@ class LogView(ScrollView, can_focus=True):
         self.partial = ""
         self.dropped = 0
         self._width = 0
-        self._resize()
+        self._drawn = {}
+        self._sync_size()
+        self.refresh()
 
     def append(self, lines: Iterable[str], partial: str = "") -> None:
         new = list(lines)
+        cut = 0
         if len(new) >= self.max_lines:
-            self.dropped += len(self.lines) + len(new) - self.max_lines
+            cut = len(self.lines) + len(new) - self.max_lines
             self.lines = new[-self.max_lines:]
         else:
             self.lines.extend(new)
@@ -70,14 +97,19 @@ class LogView(ScrollView, can_focus=True):
                 # Trim in chunks so a steady stream does not shift the list on every call.
                 cut = over + self.max_lines // 10
                 del self.lines[:cut]
-                self.dropped += cut
+        self.dropped += cut
+        if not new and partial == self.partial:
+            return
         self.partial = partial
         for ln in new[-200:]:
             if len(ln) > self._width:
                 self._width = min(_MAX_WIDTH, len(ln))
         if len(partial) > self._width:
             self._width = min(_MAX_WIDTH, len(partial))
-        self._resize()
+        if cut and not self.follow and self.is_attached:
+            # Paused: keep the same lines in view while older ones leave memory.
+            self.scroll_to(y=max(0, int(self.scroll_offset.y) - cut), animate=False, immediate=True)
+        self._request_frame()
 
     @property
     def line_count(self) -> int:
@@ -94,37 +126,78 @@ class LogView(ScrollView, can_focus=True):
     def last_line(self) -> str | None:
         return self.partial or (self.lines[-1] if self.lines else None)
 
-    def _resize(self) -> None:
+    @property
+    def settled(self) -> bool:
+        """True when every line appended so far has been handed to a frame."""
+        return not self._pending
+
+    # -- frames -------------------------------------------------------------------
+    def _request_frame(self) -> None:
         if not self.is_attached:
             return
-        self.virtual_size = Size(self._width, self.line_count)
+        self._pending = True
+        if self._frame_timer is not None:
+            return
+        wait = self._last_frame + self._gap - time.monotonic()
+        if wait <= 0:
+            self._frame()
+        else:
+            self._frame_timer = self.set_timer(wait, self._frame)
+
+    def _frame(self) -> None:
+        self._frame_timer = None
+        if not self._pending:
+            return
+        self._pending = False
+        self._last_frame = time.monotonic()
+        self.frames += 1
+        self._sync_size()
+        if not self.follow:
+            return  # paused: the rows in view are the same lines; only the scroll range grew
+        width = self.scrollable_content_region.width
+        changed = [y for y in range(self.scrollable_content_region.height)
+                   if self._drawn.get(y) != self._key(y, width)]
+        self.rows_sent += len(changed)
+        self._gap = max(self.frame_s, len(changed) * (width + ROW_OVERHEAD) / ROW_BYTES_PER_S)
+        start = None
+        for y in [*changed, None]:
+            if start is None:
+                start = prev = y
+            elif y is not None and y == prev + 1:
+                prev = y
+            else:
+                self.refresh(Region(0, start, width, prev - start + 1))
+                start = prev = y
+
+    def _sync_size(self) -> None:
+        """The virtual size bounds scrolling. Following, the rows are pinned to the end and
+        the vertical scrollbar is hidden, so only a wider line needs a layout."""
+        if not self.is_attached:
+            return
+        size = Size(self._width, self.line_count)
         if self.follow:
-            self._to_end()
-            # The new virtual size bounds scrolling only after the next layout: follow again then.
-            self.call_after_refresh(self._to_end)
-        self.refresh()
+            if size.width != self.virtual_size.width:
+                self.virtual_size = Size(size.width, self.virtual_size.height)
+            return
+        if size.width != self.virtual_size.width:
+            self.virtual_size = size
+        elif size != self.virtual_size:
+            # Paused and longer: the rows in view stay, so move only the scrollbar's thumb
+            # (assigning virtual_size would repaint every row).
+            self.set_reactive(LogView.virtual_size, size)
+            self._scroll_update(size)
 
     @property
     def end_y(self) -> int:
         return max(0, self.line_count - self.scrollable_content_region.height)
 
-    def _to_end(self, tries: int = 50) -> None:
-        """Keeps the scroll position (and so the scrollbar) at the end while following; the
-        rows drawn are pinned to the end regardless (render_line)."""
-        if not self.follow:
-            return
-        self.scroll_to(y=self.end_y, animate=False, immediate=True)
-        if int(self.scroll_offset.y) != self.end_y and tries > 0:
-            self.set_timer(0.02, lambda: self._to_end(tries - 1))
-
     def on_mount(self) -> None:
-        self._resize()
+        self._sync_size()
         self._title()
 
     def on_resize(self) -> None:
         self._title()
-        if self.follow:
-            self.call_after_refresh(self._to_end)
+        self._drawn = {}
 
     def set_source(self, path: str | None) -> None:
         if path != self.source:
@@ -141,8 +214,11 @@ class LogView(ScrollView, can_focus=True):
         room = max(8, (self.size.width or 60) - len(state) - 12)
         self.border_title = f"log · {state} · {cut_left(self.source, room)}"
 
-    def on_mouse_scroll_up(self) -> None:
-        self.follow = False
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if self.follow:
+            self.follow = False
+            self._scroll_by(-3)
+            event.prevent_default()
 
     # -- search ---------------------------------------------------------------------
     def set_search(self, text: str | None) -> None:
@@ -169,22 +245,35 @@ class LogView(ScrollView, can_focus=True):
         return None
 
     # -- rendering ----------------------------------------------------------------------
-    def render_line(self, y: int) -> Strip:
+    def _key(self, y: int, width: int) -> tuple[Any, ...]:
         scroll_x, scroll_y = self.scroll_offset
-        if self.follow:  # pinned to the end, whatever the scroll position has caught up with
-            scroll_y = self.end_y
-        index = scroll_y + y
-        width = self.scrollable_content_region.width
-        base = self.rich_style
+        index = (self.end_y if self.follow else scroll_y) + y
         text = self.text_at(index)
+        partial = index == len(self.lines) and bool(self.partial)
+        pattern = self.search.pattern if self.search is not None else None
+        return (text, partial, scroll_x, width, pattern)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        key = self._key(y, width)
+        self._drawn[y] = key
+        base = self.rich_style
+        cached = self._strips.get((*key, base))
+        if cached is not None:
+            return cached
+        text, partial, scroll_x, _, _ = key
         if text is None:
-            return Strip.blank(width, base)
-        style = base
-        if index == len(self.lines) and self.partial:
-            style = base + self.get_component_rich_style("log-view--partial", partial=True)
-        visible = text[scroll_x: scroll_x + width]
-        segments = self._segments(visible, style)
-        return Strip(segments).adjust_cell_length(width, base)
+            strip = Strip.blank(width, base)
+        else:
+            style = base + self.get_component_rich_style("log-view--partial", partial=True) if partial else base
+            visible = text[scroll_x: scroll_x + width]
+            if self.search is None and style == base and visible.isascii() and visible.isprintable():
+                # One segment, padding included: the terminal gets one style change a row.
+                strip = Strip([Segment(visible.ljust(width), base)], width)
+            else:
+                strip = Strip(self._segments(visible, style)).adjust_cell_length(width, base)
+        self._strips[(*key, base)] = strip
+        return strip
 
     def _segments(self, text: str, style: Style) -> list[Segment]:
         if self.search is None:
@@ -203,23 +292,31 @@ class LogView(ScrollView, can_focus=True):
         return out
 
     # -- follow -----------------------------------------------------------------------
+    def _scroll_by(self, rows: int) -> None:
+        # Forced: the scrollbar that allows scrolling shows only from the next layout on.
+        self.scroll_to(y=max(0, int(self.scroll_offset.y) + rows), animate=False, immediate=True, force=True)
+
     def action_scroll_up(self) -> None:
         self.follow = False
-        super().action_scroll_up()
+        self._scroll_by(-1)
 
     def action_page_up(self) -> None:
         self.follow = False
-        super().action_page_up()
+        self._scroll_by(-max(1, self.scrollable_content_region.height))
 
     def action_scroll_home(self) -> None:
         self.follow = False
-        super().action_scroll_home()
+        self.scroll_to(y=0, animate=False, immediate=True, force=True)
 
     def action_scroll_end(self) -> None:
         self.follow = True
-        self._resize()
 
     def watch_follow(self, follow: bool) -> None:
-        if follow:
-            self._resize()
+        self.set_class(follow, "-following")
+        self._sync_size()
+        if not follow and self.is_attached:
+            # Paused where it was following: at the end, from where a scroll or search moves.
+            self.scroll_to(y=self.end_y, animate=False, immediate=True, force=True)
+        self._drawn = {}
+        self.refresh()
         self._title()

@@ -13,7 +13,7 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from console.ui.render import fit, fmt_duration, state_glyph, state_style
+from console.ui.render import fit, fit_words, fmt_duration, state_glyph, state_style
 
 # States whose reason is worth a second line even when the list is narrow.
 _EXPLAIN = ("blocked", "failed", "stale")
@@ -28,6 +28,11 @@ def phase_duration(status: Any, now: float) -> float | None:
     return max(0.0, (ended if ended is not None else now) - started)
 
 
+def _title(title: str, width: int) -> str:
+    """The title cut at a word with an ellipsis (the full one is in the detail header)."""
+    return fit_words(title, width).ljust(width) if width > 0 else ""
+
+
 class PhaseList(OptionList):
     BINDINGS = [
         Binding("j", "cursor_down", "Down", show=False, id="phase-list.down", tooltip="Next phase"),
@@ -39,6 +44,7 @@ class PhaseList(OptionList):
         self.clock = clock
         self.statuses: list[Any] = []
         self.stalled: frozenset[str] = frozenset()
+        self.starting: frozenset[str] = frozenset()  # pre-flight in flight for a start (r)
         self._ids: list[str] = []
         self._drawn: list[Content] = []
 
@@ -52,9 +58,12 @@ class PhaseList(OptionList):
         if phase_id in self._ids:
             self.highlighted = self._ids.index(phase_id)
 
-    def show(self, statuses: Sequence[Any], stalled: Collection[str] = ()) -> None:
+    def show(self, statuses: Sequence[Any], stalled: Collection[str] = (),
+             starting: Collection[str] | None = None) -> None:
         self.statuses = list(statuses)
         self.stalled = frozenset(stalled)
+        if starting is not None:
+            self.starting = frozenset(starting)
         ids = [s.phase.id for s in self.statuses]
         if ids != self._ids:
             keep = self.selected_id
@@ -95,23 +104,28 @@ class PhaseList(OptionList):
         stalled = s.phase.id in self.stalled and s.state == "running"
         reason = (s.reason or "").splitlines()[0] if s.reason else ""
         glyph = Content.styled("⚠", "$warning") if stalled else state_glyph(s.state)
+        if s.phase.id in self.starting and s.state not in ("running", "verifying"):
+            # Its checks are running for a start: not the last run's ✓ or ✗ any more.
+            # Narrow: in the duration's place, so the row keeps its height (no second line).
+            glyph, dur, reason = Content.styled("…", "$primary"), "start…", "starting: pre-flight checks"
         mark = Content.styled(MARKER if selected else " ", "bold $accent")
         id_w = min(14, max(len(x) for x in self._ids or [s.phase.id]) + 1)
         if width >= 72:
             title_w = min(34, width - 3 - id_w - dur_w - 12)
             rest = width - 3 - id_w - title_w - dur_w - 1
             why = ("stalled", "bold $warning") if stalled else (
-                fit(reason, rest) if reason else "",
-                state_style(s.state) if s.state in _EXPLAIN else "$text-muted")
+                fit_words(reason, rest) if reason else "",
+                state_style(s.state) if s.state in _EXPLAIN and s.phase.id not in self.starting
+                else "$text-muted")
             return Content.assemble(
-                mark, glyph, " ", (fit(s.phase.id, id_w), "$text-muted"), fit(s.phase.title, title_w),
+                mark, glyph, " ", (fit(s.phase.id, id_w), "$text-muted"), _title(s.phase.title, title_w),
                 (dur.rjust(dur_w), "$text-muted"), " ", why)
         # Narrow: the id (what the operator types to confirm) and as much title as fits.
         title_w = max(0, width - 3 - id_w - dur_w)
         line = Content.assemble(mark, glyph, " ", (fit(s.phase.id, id_w), "bold" if selected else ""),
-                                (fit(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
+                                (_title(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
         if stalled:
             line = Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
-        elif reason and s.state in _EXPLAIN:
-            line = Content.assemble(line, "\n   ", (fit(reason, width - 3), state_style(s.state)))
+        elif reason and s.state in _EXPLAIN and s.phase.id not in self.starting:
+            line = Content.assemble(line, "\n   ", (fit_words(reason, width - 3), state_style(s.state)))
         return line

@@ -8,7 +8,7 @@ from textual.content import Content
 from textual.widget import Widget
 
 from console.core.telemetry.samples import ShmReading
-from console.ui.render import bar, fit, fmt_bytes, fmt_pair
+from console.ui.render import bar, fit_words, fmt_bytes, fmt_pair
 
 
 class ShmPanel(Widget):
@@ -30,10 +30,14 @@ class ShmPanel(Widget):
         if r.error is not None:
             return Content.assemble("shm ", ("⚠ " + r.error, "$warning"))
         frac = r.used / r.total if r.used is not None and r.total else None
-        head = Content.assemble(
-            "shm ", bar(frac, 6), " ", fmt_pair(r.used, r.total), " ",
-            (f"free {fmt_bytes(r.free)}", "$text-muted"),
-        )
+        if width < 56:
+            # One row at 80 columns: used/total says what the bar and "free" would.
+            head = Content.assemble("shm ", fmt_pair(r.used, r.total))
+        else:
+            head = Content.assemble(
+                "shm ", bar(frac, 6), " ", fmt_pair(r.used, r.total), " ",
+                (f"free {fmt_bytes(r.free)}", "$text-muted"),
+            )
         if r.dump_path is None:
             return head
         err = getattr(r, "dump_error", None)
@@ -44,4 +48,4 @@ class ShmPanel(Widget):
         else:
             more = "+" if getattr(r, "dump_truncated", False) else ""
             dump = f"dump {r.dump_files}{more} files {fmt_bytes(r.dump_bytes)}"
-        return Content.assemble(head, "  ", fit(dump, max(0, width - head.cell_length - 2)))
+        return Content.assemble(head, "  ", fit_words(dump, max(0, width - head.cell_length - 2)))

@@ -39,9 +39,12 @@ class StatsPanel(Widget):
     def show(self, stats: LiveSnapshot | None) -> None:
         if stats == self.stats:
             return
+        width = self.content_region.width or self.size.width or 40
+        before = len(self.lines(width))
         self.stats = stats
         self.display = not is_empty(stats)
-        self.refresh(layout=True)
+        # A new rate or count redraws these rows; only a row more or less needs a layout.
+        self.refresh(layout=len(self.lines(width)) != before)
 
     def lines(self, width: int) -> list[Content]:
         s = self.stats
@@ -59,6 +62,8 @@ class StatsPanel(Widget):
             facts.append(f"{fmt_rate(s.rate)} {s.unit or 'items'}/s")
         if s.eta_s is not None:
             facts.append(f"ETA {fmt_duration(s.eta_s)}")
+        elif s.estimating:
+            facts.append("ETA estimating…")
         if s.bytes_written is not None:
             facts.append(f"{fmt_bytes(s.bytes_written)} written")
         if s.remaining_bytes is not None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widget import Widget
 
 from console.ui.render import STATE_GLYPHS
 
@@ -40,19 +42,46 @@ STATE_TEXT = {
 }
 
 
-def help_text() -> Content:
-    parts: list[Content] = [Content.styled("Keys\n", "bold $accent")]
+KEY_W = 12  # "  ctrl+p    ": where every description starts, and where it continues
+
+
+def _hanging(label: Content, text: str, style: str, width: int | None, indent: int = KEY_W) -> list[Content]:
+    """`label` then `text`, wrapped to `width` with its continuation lines under the text's
+    first column (a hanging indent), not at column 0."""
+    if width is None or width <= indent + 8:
+        return [Content.assemble(label, (text, style))]
+    lines = Content(text).wrap(width - indent)
+    out = [Content.assemble(label, (lines[0].plain if lines else "", style))]
+    out += [Content.assemble(" " * indent, (ln.plain, style)) for ln in lines[1:]]
+    return out
+
+
+def help_text(width: int | None = None) -> Content:
+    rows: list[Content] = [Content.styled("Keys", "bold $accent")]
     for key, what in KEYS:
-        parts.append(Content.assemble((f"  {key:<10}", "bold"), what, "\n"))
-    parts.append(Content.styled("\nStates\n", "bold $accent"))
+        rows += _hanging(Content.styled(f"  {key:<{KEY_W - 2}}", "bold"), what, "", width)
+    rows += [Content(""), Content.styled("States", "bold $accent")]
     for state, (glyph, style) in STATE_GLYPHS.items():
-        parts.append(Content.assemble("  ", (glyph, style), f" {state:<10}", (STATE_TEXT[state], "$text-muted"), "\n"))
-    parts.append(Content.assemble("  ", ("⚠", "$warning"), f" {'stalled':<10}",
-                                  ("running, but no event and no log line for its stall_after", "$text-muted"), "\n"))
-    parts.append(Content.styled(
-        "\nPhases run in their own sessions: quitting the console, or losing SSH, never stops them.",
-        "$text-muted"))
-    return Content.assemble(*parts)
+        label = Content.assemble("  ", (glyph, style), f" {state:<{KEY_W - 4}}")
+        rows += _hanging(label, STATE_TEXT[state], "$text-muted", width)
+    label = Content.assemble("  ", ("⚠", "$warning"), f" {'stalled':<{KEY_W - 4}}")
+    rows += _hanging(label, "running, but no event and no log line for its stall_after", "$text-muted", width)
+    rows.append(Content(""))
+    rows += _hanging(Content(""), "Phases run in their own sessions: quitting the console, or losing SSH, never "
+                     "stops them.", "$text-muted", width, indent=0)
+    return Content("\n").join(rows)
+
+
+class HelpText(Widget):
+    """The help, wrapped at the width it is drawn at (so the indent hangs at any size)."""
+
+    DEFAULT_CSS = "HelpText { height: auto; }"
+
+    def render(self) -> Content:
+        return help_text(self.content_region.width or self.size.width or None)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(help_text(width or None).plain.split("\n"))
 
 
 class HelpScreen(ModalScreen[None]):
@@ -66,7 +95,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="dialog-box") as box:
             box.border_title = "eagle3 console: help"
-            yield Static(help_text(), classes="dialog-text")
+            yield HelpText(classes="dialog-text", id="help-text")
 
     def action_close(self) -> None:
         self.dismiss(None)

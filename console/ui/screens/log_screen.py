@@ -14,6 +14,7 @@ from console.ui.components.log_view import LogView
 from console.ui.logfeed import LogFeed
 from console.ui.messages import LogLines
 from console.ui.pollers import Poller
+from console.ui.render import cut_left
 
 MAX_LINES = 20000
 
@@ -60,15 +61,22 @@ class LogScreen(Screen[None]):
         self._header()
 
     def _header(self) -> None:
+        """Phase, follow state, lines kept and the file: the state before the path, and the
+        path cut from the left (its end tells files apart), so 80 columns keep all four."""
         view = self.query_one(LogView)
         state = ("following", "$success") if view.follow else ("paused (f or end: follow)", "$warning")
-        search = f"  search: {view.search.pattern}" if view.search is not None else ""
-        kept = f"  {len(view.lines)} lines kept"
-        self.query_one("#log-screen-header", Static).update(Content.assemble(
-            (f" {self.phase_id} ", "bold reverse"), " ",
-            (self.path or "no log yet (the phase has not run)", "$text-muted"), "  ", state,
-            (kept + search.replace("\\", ""), "$text-muted"),
-        ))
+        search = f"  search: {view.search.pattern}".replace("\\", "") if view.search is not None else ""
+        kept = f"  {len(view.lines)} lines kept{search}  "
+        head = Content.assemble((f" {self.phase_id} ", "bold reverse"), " ", state, (kept, "$text-muted"))
+        room = max(8, (self.size.width or 80) - head.cell_length - 1)
+        path = cut_left(self.path, room) if self.path else "no log yet (the phase has not run)"
+        content = Content.assemble(head, (path, "$text-muted"))
+        if content.plain != getattr(self, "_header_plain", None):
+            self._header_plain = content.plain
+            self.query_one("#log-screen-header", Static).update(content)
+
+    def on_resize(self) -> None:
+        self._header()
 
     def action_close(self) -> None:
         box = self.query_one("#log-screen-search", Input)

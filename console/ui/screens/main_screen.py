@@ -312,7 +312,7 @@ class MainScreen(Screen[None]):
         for pid, results in msg.attach_checks.items():
             self.remember_checks(pid, "check", results, redraw=False)
         plist = self.query_one(PhaseList)
-        plist.show(self.statuses, self.stalled)
+        plist.show(self.statuses, self.stalled, self.flow.starting)
         if first:
             self._select_on_attach(plist)
         elif self.selected is None and plist.selected_id is not None:
@@ -461,6 +461,10 @@ class MainScreen(Screen[None]):
         self.shown[phase_id] = ("verify" if kind == "verify" else "check", results)
         if redraw:
             self._show_detail()
+
+    def starting_changed(self) -> None:
+        plist = self.query_one(PhaseList)
+        plist.show(self.statuses, self.stalled, self.flow.starting)
 
     def started(self, phase_id: str) -> None:
         self.pollers["status"].poke()
