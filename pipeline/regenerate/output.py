@@ -69,12 +69,18 @@ def done_ids(path: Path) -> tuple[set[str], int]:
 
 
 class Appender:
-    """Appends whole records; `flush` makes them durable with one write and one fsync."""
+    """Appends whole records; `flush` makes them durable with one write and one fsync.
+
+    A SIGTERM raises in the main thread wherever it is, inside a flush too (between the write and
+    the fsync, say), and the stage's `finally` flushes once more. So a flush works out from the
+    file's size what an interrupted call already wrote and writes only the rest: a record is
+    never written twice."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._pending: list[bytes] = []
+        self._size = os.fstat(self._fd).st_size  # bytes of records already counted
         self.records = 0
         self.bytes = 0
 
@@ -90,7 +96,9 @@ class Appender:
             return 0
         data = b"".join(self._pending)
         try:
-            write_all(self._fd, data)
+            on_disk = os.fstat(self._fd).st_size - self._size
+            if on_disk < len(data):
+                write_all(self._fd, data[max(on_disk, 0):])
             os.fsync(self._fd)
         except OSError as e:
             if e.errno in (28, 122):  # ENOSPC, EDQUOT
@@ -98,9 +106,9 @@ class Appender:
                                    "so far are kept; free space and rerun the same command to resume") from None
             raise
         n = len(self._pending)
-        self._pending.clear()
-        self.records += n
-        self.bytes += len(data)
+        # one statement without calls: a signal handler cannot run between its stores
+        self._pending, self._size, self.records, self.bytes = [], self._size + len(data), self.records + n, \
+            self.bytes + len(data)
         return n
 
     def close(self) -> None:

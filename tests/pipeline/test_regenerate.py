@@ -275,3 +275,32 @@ def test_sigterm_stops_with_143_keeping_every_finished_record_and_the_rerun_comp
         assert stats["status"] == "stopped" and stats["records_out"] == _count(out) >= 3
         assert run(*argv(src, out, server.url)).returncode == 0
     assert lines(out) == expected(src)
+
+
+def test_a_stop_that_lands_between_the_write_and_the_fsync_never_writes_a_record_twice(tmp_path, monkeypatch):
+    """SIGTERM raises wherever the main thread is; the stage's `finally` flushes again. A flush
+    interrupted after its write used to write the same records a second time."""
+    from pipeline.regenerate import output
+    from pipeline.regenerate.errors import Terminated
+
+    path = tmp_path / "out.jsonl"
+    out = output.Appender(path)
+    for i in range(3):
+        out.add({"id": f"r{i}"})
+    real = output.os.fsync
+    calls = []
+
+    def interrupted(fd):
+        calls.append(fd)
+        if len(calls) == 1:
+            raise Terminated("stopped by SIGTERM")
+        return real(fd)
+
+    monkeypatch.setattr(output.os, "fsync", interrupted)
+    with pytest.raises(Terminated):
+        out.flush()
+    out.add({"id": "r3"})
+    assert out.flush() == 4
+    out.close()
+    assert [json.loads(x)["id"] for x in path.read_text().split("\n") if x] == ["r0", "r1", "r2", "r3"]
+    assert out.records == 4
