@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline import output_guard
 from pipeline.atomicfile import fsync_dir, write_json_atomic
 from pipeline.chat_records import ChatRecord, RecordError
 from pipeline.chat_sources import (
@@ -502,6 +503,10 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
     stats_path: Path = args.stats or default_stats_path(out)
     if out.is_dir():
         raise UsageError(f"--out {out} is a folder; pass a file path such as {out / 'train.jsonl'}")
+    inputs = [Path(a) for a in args.sources] + [Path(args.tokenizer)]
+    output_guard.refuse_overlap(out, inputs)
+    output_guard.refuse_overlap(stats_path, inputs, "--stats")
+    output_guard.refuse_foreign_file(out, stats_path, ("dataset_sha256", "sources"), "merge")
     out.parent.mkdir(parents=True, exist_ok=True)
     stats_path.parent.mkdir(parents=True, exist_ok=True)
     stale = remove_stale_leftovers(out)
@@ -647,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with EventWriter.from_env() as events:
             merge(args, events)
-    except (UsageError, RecordError, SourceError) as exc:
+    except (UsageError, RecordError, SourceError, output_guard.BadInput) as exc:
         print(f"merge: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,5 +1,5 @@
 """The one rule for every stage that writes an output folder (export, the demo assets,
-checkpoints; merge and regenerate through `refuse_overlap`).
+checkpoints) or an output file (merge, regenerate: `refuse_overlap` and `refuse_foreign_file`).
 
 A writer replaces only a folder it wrote itself, recognised by the marker file it leaves
 inside (`.eagle3-writer`, naming the writer). An existing `--out` without that marker, a
@@ -73,6 +73,27 @@ def refuse_overlap(out: Path, inputs: Iterable[Path], flag: str = "--out") -> No
             continue
         raise BadInput(f"{flag} {out} {why} the input {given}; writing there would destroy what this stage "
                        f"reads: pass a {flag} folder outside it")
+
+
+def refuse_foreign_file(out: Path, stats: Path, keys: Iterable[str], writer: str, flag: str = "--out") -> None:
+    """BadInput when `out` is a non-empty file that `writer` did not write. A stage that
+    replaces (merge) or resumes and appends to (regenerate) its output file keeps a stats file
+    beside it; an `out` whose stats file is missing or lacks the writer's `keys` is somebody
+    else's file, and is left exactly as it is."""
+    try:
+        if out.stat().st_size == 0:
+            return
+    except FileNotFoundError:
+        return
+    try:
+        with open(stats, "rb") as f:
+            obj = json.loads(f.read(1 << 24))
+    except (OSError, ValueError):
+        obj = None
+    if isinstance(obj, dict) and all(k in obj for k in keys):
+        return
+    raise BadInput(f"{flag} {out} exists and was not written by {writer} (no {writer} stats at {stats}); "
+                   f"nothing was touched: pass another {flag}, or remove that file if it is yours to lose")
 
 
 def writer_of(folder: Path) -> str | None:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from itertools import islice
 
+from pipeline import output_guard
 from pipeline.events import EventWriter
 from pipeline.program_edge import run_program
 
@@ -87,6 +88,10 @@ def body(argv: list[str] | None) -> int:
     o = opts_mod.parse(args)
     if o.out.is_dir():
         raise BadInput(f"--out {o.out} is a folder; name the output file (e.g. {o.out}/regenerated.jsonl)")
+    inputs = [*o.sources, o.model]
+    output_guard.refuse_overlap(o.out, inputs)
+    output_guard.refuse_overlap(o.stats, inputs, "--stats")
+    output_guard.refuse_foreign_file(o.out, o.stats, ("records_in", "regenerable", "options"), NAME)
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
     if o.backend == "server":
         from .backends.server import check_server
@@ -153,7 +158,7 @@ def _on_sigterm(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return run_program(NAME, lambda: body(argv), RegenError)
+        return run_program(NAME, lambda: body(argv), (RegenError, output_guard.OutputError))
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
 
