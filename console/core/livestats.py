@@ -17,7 +17,9 @@ from typing import Any
 from pipeline.events import Event, read_events
 
 from console.core.telemetry.history import Series
+from console.core.terminal_text import one_line
 
+MAX_METRICS = 64  # distinct metric names kept: a chatty phase cannot grow the console without end
 METRIC_POINTS = 500
 RESTART_FRACTION = 0.9  # `done` falling below this share of the last one is a new run
 BURST_S = 1.0  # progress events this close together are one point of the rate (a batch's prompts)
@@ -144,7 +146,7 @@ class LiveStats:
         total = _num(ev.get("total"))
         self._total = total if total is not None and total > 0 else None
         unit = ev.get("unit")
-        self._unit = str(unit) if unit is not None else self._unit
+        self._unit = one_line(str(unit))[:40] if unit is not None else self._unit
         self._last_progress_t = ev.t
         if (b := _num(ev.get("bytes_written"))) is not None:
             self._reported_bytes = b
@@ -176,8 +178,11 @@ class LiveStats:
         value = _num(ev.get("value"))
         if not isinstance(name, str) or value is None:
             return
+        name = one_line(name)[:40]
         series = self.metrics.get(name)
         if series is None:
+            if len(self.metrics) >= MAX_METRICS:
+                return
             series = self.metrics[name] = Series(maxlen=METRIC_POINTS)
         series.append(ev.t, value)
 
@@ -188,7 +193,7 @@ class LiveStats:
             self._artifact_bytes += int(b)
 
     def _on_message(self, ev: Event) -> None:
-        self.messages.append(Message(ev.t, str(ev.get("level", "info")), str(ev.get("text", ""))))
+        self.messages.append(Message(ev.t, one_line(str(ev.get("level", "info")))[:16], one_line(str(ev.get("text", "")))))
 
     @property
     def done(self) -> float | None:

@@ -155,3 +155,21 @@ def test_a_new_run_in_the_same_file_restarts_the_rate() -> None:
     stats.feed([_progress_event(1000.0 + k, 5000 + 100 * k) for k in range(5)])
     stats.feed([_progress_event(2000.0 + k, 10 * k) for k in range(5)])
     assert stats.done == 40 and stats.rate == pytest.approx(10)
+
+
+def test_a_phase_cannot_put_bidi_overrides_or_escapes_on_the_console_through_its_events():
+    st = LiveStats()
+    st.feed([
+        Event(0, "progress", {"done": 1, "total": 9, "unit": "sam\u202eples\x1b[2J"}),
+        Event(1, "metric", {"name": "lo\u2066ss\x1b]0;pwned\x07", "value": 1.0}),
+        Event(2, "message", {"level": "warn\u202eing", "text": "disk \u202efull\x1b[31m now"}),
+    ])
+    shown = [st.unit, *st.metrics, st.messages[-1].level, st.messages[-1].text]
+    assert not any(c in s for s in shown for c in ("\u202e", "\u2066", "\x1b", "\x07"))
+    assert st.messages[-1].text.startswith("disk full")
+
+
+def test_a_phase_inventing_metric_names_cannot_grow_the_console_without_bound():
+    st = LiveStats()
+    st.feed([Event(i, "metric", {"name": f"m{i}", "value": 1.0}) for i in range(10_000)])
+    assert len(st.metrics) <= 64
