@@ -10,7 +10,7 @@ from pathlib import Path
 
 from textual.widgets import Button, Footer
 from textual.widgets._toast import Toast, ToastRack
-from ui_harness import FAST, make_app, select, state_of, stop_all, wait_for
+from ui_harness import FAST, make_app, select, state_of, stop_all, wait_for, write_config
 
 from console.core.checks.result import CheckResult
 from console.core.project import Project
@@ -320,3 +320,20 @@ async def test_disk_line_is_what_df_says_and_full_in_fits_at_80_columns() -> Non
             assert expect in text, text
             cells = 4 if width < 70 else 10
             assert bar(28 / 107, cells).plain in text and bar(28 / 271, cells).plain not in text
+
+
+async def test_the_phases_title_shows_the_overrides_eagle3_set_saved(tmp_path) -> None:
+    from console.core.config.saved import write_saved
+
+    cfg = write_config(tmp_path)
+    write_saved(cfg, {"workdir": "./work"})
+    project = Project.load(cfg)
+    app = make_app(project)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            main = app.main_screen()
+            phases = main.query_one(PhaseList)
+            await wait_for(pilot, lambda: phases.border_title, what="the phases title")
+            assert "phases · uitest · set workdir=./work" in phases.border_title
+    finally:
+        stop_all(project)

@@ -110,6 +110,16 @@ def checks_from_journal(journal: Any, phase_id: str, started_at: float | None) -
     return None
 
 
+def phases_title(name: str, saved: dict[str, str], width: int = 60) -> str:
+    """The config's name and the overrides `eagle3 set` saved, which every command applies:
+    an operator sees at a glance that the YAML is not the whole story."""
+    title = f"phases · {name}"
+    if saved:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(saved.items()))
+        title += f" · set {shown}"
+    return title if len(title) <= width else title[: width - 1] + "…"
+
+
 class MainScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide"), (160, "-very-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
@@ -195,7 +205,7 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         cfg = self.project.config
-        self.query_one("#phases").border_title = f"phases · {cfg.name}"
+        self.query_one("#phases").border_title = phases_title(cfg.name, cfg.saved_overrides)
         self.query_one("#storage").border_title = "disk · shm · host"
         self.query_one("#journal").border_title = "journal"
         self.query_one("#stats").display = False
