@@ -43,8 +43,9 @@ STEP_DELAY_ENV = "EAGLE3_TRAIN_STEP_DELAY"
 """Test hook: seconds to sleep after each step, so a kill test lands mid-run. Unset in real runs."""
 MAX_HISTORY = 4096
 MAX_STEPS = 100_000_000
-DEFAULT_VAL_MAX = 1000
-"""--val-share's slice is capped at this many samples (an explicit --val-samples is not)."""
+DEFAULT_VAL_MAX = 256
+"""--val-share's slice is capped at this many samples (an explicit --val-samples is not): each validation
+reads its samples from the store, 50 MB apiece for an 8B target at 2048 tokens."""
 
 
 @dataclass
