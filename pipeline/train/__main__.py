@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start the drafter's lm_head from the target's rows of the draft vocabulary (default)")
     v = p.add_mutually_exclusive_group()
     v.add_argument("--val-share", type=float, default=0.02,
-                   help="share of the store held out for validation, never trained on (default 0.02, at most 1000 "
+                   help="share of the store held out for validation, never trained on (default 0.02, at most 256 "
                         "samples; 0 for none)")
     v.add_argument("--val-samples", type=int, default=None, help="held-out validation samples instead of a share")
     p.add_argument("--val-every", type=int, default=None, help="validate every N steps and at the end "

@@ -43,8 +43,9 @@ STEP_DELAY_ENV = "EAGLE3_TRAIN_STEP_DELAY"
 """Test hook: seconds to sleep after each step, so a kill test lands mid-run. Unset in real runs."""
 MAX_HISTORY = 4096
 MAX_STEPS = 100_000_000
-DEFAULT_VAL_MAX = 1000
-"""--val-share's slice is capped at this many samples (an explicit --val-samples is not)."""
+DEFAULT_VAL_MAX = 256
+"""--val-share's slice is capped at this many samples (an explicit --val-samples is not): each validation
+reads its samples from the store, 50 MB apiece for an 8B target at 2048 tokens."""
 
 
 @dataclass
@@ -260,12 +261,17 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
             f"{dcfg.max_position_embeddings}")
     plan = BatchPlan(batch_tokens=opts.batch_tokens, batch_size=opts.batch_size, max_len=opts.max_len,
                      world_size=world, seed=opts.seed)
-    train_pos, val_pos = split_validation(store.samples, _val_count(opts, store.samples), opts.seed)
+    existing = checkpoint.latest_checkpoint(out)
+    state = checkpoint.load_state(existing) if existing is not None and opts.resume else None
+    n_val = _val_count(opts, store.samples)
+    if state is not None and "val_samples" not in state["identity"]:
+        n_val = 0  # a checkpoint of a trainer without validation: resume it as it was trained
+        log(f"train: {existing} was trained without a held-out slice; resuming it without one")
+    train_pos, val_pos = split_validation(store.samples, n_val, opts.seed)
     plans, schedule = _schedule(store.lengths, train_pos, plan, opts.epochs, opts.steps)
     total = len(schedule)
     identity = _identity(opts, plan, store.identity(), val_pos, total)
 
-    existing = checkpoint.latest_checkpoint(out)
     if existing is not None and not opts.resume:
         if not opts.overwrite:
             raise BadInput(f"{out} already holds checkpoints (latest {existing.name}); pass --resume to continue "
@@ -275,9 +281,7 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
             shutil.rmtree(out / checkpoint.DIR)
         dist.barrier()
         existing = None
-    state = None
     if existing is not None:
-        state = checkpoint.load_state(existing)
         _check_resume(state["identity"], identity, existing)
         drafter = load_drafter(existing)
         if drafter.config != dcfg:
