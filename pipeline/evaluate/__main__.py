@@ -156,6 +156,7 @@ class Progress:
     scored: int = 0
     current: str | None = None
     so_far: str = ""
+    reported: bool = False  # the report is whole on disk: a stop now loses nothing
 
 
 @dataclass
@@ -331,13 +332,20 @@ def main(argv: list[str] | None = None) -> int:
                     report["seconds"] = round(time.monotonic() - started, 2)
                     if args.report is not None:
                         args.report.parent.mkdir(parents=True, exist_ok=True)
-                        write_json_atomic(args.report, report)
-                        events.artifact(str(args.report), bytes=args.report.stat().st_size)
-                        print(f"evaluate: report -> {args.report}")
+                        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if on_main else None
+                        try:  # a stop lands before the write or after the report is counted, never between
+                            write_json_atomic(args.report, report)
+                            progress.reported = True
+                            events.artifact(str(args.report), bytes=args.report.stat().st_size)
+                            print(f"evaluate: report -> {args.report}", flush=True)
+                        finally:
+                            if held is not None:
+                                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                    progress.reported = True
                 except Terminated:
-                    return _stopped(progress, events)
+                    return 0 if progress.reported else _stopped(progress, events)
         except Terminated:
-            return _stopped(progress, None)
+            return 0 if progress.reported else _stopped(progress, None)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
