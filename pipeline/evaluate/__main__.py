@@ -50,14 +50,14 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.atomicfile import write_json_atomic
 from pipeline.events import EventWriter
 from pipeline.program_edge import run_program
 
-from .errors import BadInput, EvalError, Mismatch
+from .errors import BadInput, EvalError
+from .scoring import Arm, Progress, Terminated, emit_metrics
 
 PROG = "python -m pipeline.evaluate"
 MAX_STEPS = 16
@@ -143,62 +143,8 @@ def _say(events: EventWriter, text: str) -> None:
     events.message(text)
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived (`eagle3 stop`): unwind now, wherever the decode is, and say what
-    was scored. A BaseException, so no library's `except Exception` swallows it."""
-
-
-@dataclass
-class Progress:
-    """Where the scoring is, for the line a stop prints."""
-
-    total: int = 0
-    scored: int = 0
-    current: str | None = None
-    so_far: str = ""
-
-
-@dataclass
-class Arm:
-    """One drafter scored on every prompt against the same greedy reference."""
-
-    label: str
-    proposer: object
-    accepted: list[int] = field(default_factory=list)
-    tokens: int = 0
-    forwards: int = 0
-    lengths: dict[str, float | None] = field(default_factory=dict)
-
-    def score(self, target, prompt, ref, k: int, max_new: int) -> None:
-        from .speculative import speculate
-
-        got = speculate(target, self.proposer, prompt.input_ids, max_new, k)
-        if got.tokens != ref.tokens:
-            at = next((j for j, (a, b) in enumerate(zip(got.tokens, ref.tokens)) if a != b),
-                      min(len(got.tokens), len(ref.tokens)))
-            raise Mismatch(f"prompt {prompt.id} ({self.label}): speculative output differs from greedy at new token "
-                           f"{at} ({got.tokens[at:at + 3]} vs {ref.tokens[at:at + 3]}); refusing to report acceptance")
-        self.accepted += got.accepted
-        self.tokens += len(got.tokens)
-        self.forwards += got.forwards
-        rounds = len(got.accepted)
-        self.lengths[prompt.id] = round((sum(got.accepted) + rounds) / rounds, 3) if rounds else None
-
-    def summary(self, k: int, prompts: int, greedy_forwards: int):
-        from .report import summarize
-
-        return summarize(k, self.accepted, self.tokens, prompts, self.forwards, greedy_forwards)
-
-
 def _arm_names(args: argparse.Namespace) -> list[str]:
     return ([str(args.drafter)] if args.drafter is not None else []) + (["the untrained baseline"] if args.baseline else [])
-
-
-def _emit_metrics(events: EventWriter, s, k: int, prefix: str = "") -> None:
-    events.metric(f"{prefix}acceptance_length", round(s.acceptance_length, 4), step=k)
-    for i, r in enumerate(s.accept_rate, 1):
-        events.metric(f"{prefix}accept_rate_{i}", round(r, 4), step=k)
-    events.metric(f"{prefix}speedup_forwards", round(s.speedup_forwards, 4), step=k)
 
 
 def run_local(args: argparse.Namespace, events: EventWriter, progress: Progress) -> dict:
@@ -262,9 +208,9 @@ def run_local(args: argparse.Namespace, events: EventWriter, progress: Progress)
         _say(events, f"trained {s.acceptance_length:.3f} vs untrained {b.acceptance_length:.3f} acceptance length "
                      f"at {k} draft steps (untrained per-position accept rate "
                      f"{' '.join(f'{r:.2f}' for r in b.accept_rate)})")
-    _emit_metrics(events, s, k)
+    emit_metrics(events, s, k)
     if len(arms) > 1:
-        _emit_metrics(events, summaries[1], k, prefix="baseline_")
+        emit_metrics(events, summaries[1], k, prefix="baseline_")
     baseline_label = f"untrained (train's initial drafter: seed {BASELINE_SEED}, lm_head from the target)"
     report = {"mode": "local", "drafter": str(args.drafter) if args.drafter is not None else baseline_label,
               "target": str(args.target),
@@ -331,13 +277,20 @@ def main(argv: list[str] | None = None) -> int:
                     report["seconds"] = round(time.monotonic() - started, 2)
                     if args.report is not None:
                         args.report.parent.mkdir(parents=True, exist_ok=True)
-                        write_json_atomic(args.report, report)
-                        events.artifact(str(args.report), bytes=args.report.stat().st_size)
-                        print(f"evaluate: report -> {args.report}")
+                        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if on_main else None
+                        try:  # a stop lands before the write or after the report is counted, never between
+                            write_json_atomic(args.report, report)
+                            progress.reported = True
+                            events.artifact(str(args.report), bytes=args.report.stat().st_size)
+                            print(f"evaluate: report -> {args.report}", flush=True)
+                        finally:
+                            if held is not None:
+                                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                    progress.reported = True
                 except Terminated:
-                    return _stopped(progress, events)
+                    return 0 if progress.reported else _stopped(progress, events)
         except Terminated:
-            return _stopped(progress, None)
+            return 0 if progress.reported else _stopped(progress, None)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)

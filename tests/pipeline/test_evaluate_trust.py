@@ -285,3 +285,19 @@ def test_eagle3_stop_ends_an_evaluation_within_the_grace(tiny, tmp_path):
     assert took < 10
     assert " of 40 prompts were scored" in err and "no report was written" in err
     assert not report.exists()
+
+
+def test_sigterm_once_the_report_is_written_keeps_it_and_exits_0(tiny, tmp_path, monkeypatch, capsys):
+    from pipeline.evaluate import __main__ as program
+
+    real = program.write_json_atomic
+
+    def then_stop(path, obj):
+        real(path, obj)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(program, "write_json_atomic", then_stop)
+    report = tmp_path / "r.json"
+    assert main(_args(tiny, "--drafter", str(tiny["drafter"]), "--limit", "1", "--report", str(report))) == 0
+    assert json.loads(report.read_text())["prompts"] == 1
+    assert "no report was written" not in capsys.readouterr().err
