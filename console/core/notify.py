@@ -226,7 +226,10 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
     proc.wait()
     reader.join(5)
     result["took_s"] = round(time.monotonic() - started, 2)
-    lines = [ln for ln in bytes(tail).decode("utf-8", "replace").splitlines() if ln.strip()]
+    text = bytes(tail).decode("utf-8", "replace")
+    if result.get("timed_out") and "\n" in text and not text.endswith("\n"):
+        text = text.rsplit("\n", 1)[0]  # killed mid-line: its last whole line is what it said
+    lines = [ln for ln in text.splitlines() if ln.strip()]
     if lines:
         result["output"] = lines[-1][:200]
     return result

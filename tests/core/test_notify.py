@@ -106,6 +106,12 @@ def test_a_notifier_that_prints_without_end_is_cut_at_its_timeout_in_bounded_mem
     assert r["peak_kb"] < 200 * 1024  # the tail is 64 KB; `communicate()` kept gigabytes
 
 
+def test_a_notifier_killed_mid_line_reports_its_last_whole_line(tmp_path: Path) -> None:
+    script = "import sys, time; sys.stdout.write('said this\\nhal'); sys.stdout.flush(); time.sleep(60)"  # wait-ok
+    r = _run_in_child({"argv": [sys.executable, "-c", script], "timeout": 1}, tmp_path)
+    assert r["timed_out"] is True and r["output"] == "said this"
+
+
 def test_a_notifier_child_that_left_its_group_dies_at_the_timeout(tmp_path: Path) -> None:
     import os
 
