@@ -509,7 +509,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--train-setup-s", type=float, default=30, help="a trainer's start-up, when sizing (default 30)")
     p.add_argument("--train-rate", type=int, default=40000,
                    help="padded tokens/s assumed for the slower trainer when sizing (default 40000)")
-    p.add_argument("--parallel", type=int, default=4, help="stage processes at a time (default 4)")
+    p.add_argument("--parallel", type=int, default=2, help="stage processes at a time (default 2: four trainings at once ran the H200 out of memory)")
     p.add_argument("--eval-parallel", type=int, default=8, help="evaluations at a time (default 8)")
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="data arms (default both)")
     p.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS), help="(default both)")
