@@ -154,13 +154,32 @@ def save(run: Path, drafter: Eagle3Drafter, state: dict, keep_last: int | None =
     return final
 
 
+RUN_WRITER = "train"
+# what a run folder of a version before the marker holds: still train's own
+_LEGACY_RUN = {DIR, "summary.json"}
+
+
 def refuse_run_folder(run: Path, inputs: list[Path]) -> None:
-    """A run folder that is, holds or sits inside the store or the target is refused (exit 2)
-    before anything is read or written: `--overwrite` would delete its `checkpoints/`."""
+    """A run folder that is, holds or sits inside the store or the target, or an existing folder
+    train did not write (no marker of train's, and more than a run of an older version holds),
+    is refused (exit 2) before anything is read or written: `--overwrite` deletes `checkpoints/`,
+    and a resume would write into somebody else's folder."""
     try:
         output_guard.refuse_overlap(run, inputs)
+        if os.path.isdir(run) and not os.path.islink(run) and output_guard.writer_of(run) is None:
+            names = set(os.listdir(run))
+            if names and names <= _LEGACY_RUN:
+                return
+        output_guard.refuse_foreign(run, RUN_WRITER)
     except output_guard.BadInput as e:
         raise BadInput(str(e)) from None
+
+
+def claim_run_folder(run: Path) -> None:
+    """Marks `run` as train's own (created if need be), so a later run may resume or overwrite it."""
+    Path(run).mkdir(parents=True, exist_ok=True)
+    if output_guard.writer_of(run) != RUN_WRITER:
+        output_guard.mark(run, RUN_WRITER)
 
 
 def latest_checkpoint(run: Path) -> Path | None:

@@ -253,6 +253,8 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
     events = EventWriter.from_env() if rank == 0 else EventWriter(None)
     out = Path(opts.out)
     checkpoint.refuse_run_folder(out, [opts.store, opts.target])
+    if rank == 0:
+        checkpoint.claim_run_folder(out)
     store = open_store(opts.store, opts.target, checksums=opts.checksums if rank == 0 else "none")
     cfg_json = target_head.read_config(opts.target)
     dcfg = DrafterConfig.from_target(cfg_json, opts.draft_vocab, where=str(Path(opts.target) / "config.json"))

@@ -221,3 +221,20 @@ def test_a_loader_worker_signalled_before_its_init_stays_silent(capfd):
     assert exit_code_of_forked_child_signalled_under(stop_handler(stop)) == 0
     assert "checkpointing and stopping" not in capfd.readouterr().out
     assert not stop.is_set()
+
+
+def test_overwrite_never_deletes_a_folder_train_did_not_write(reference_store, tiny_target, tmp_path, capsys):
+    mine = tmp_path / "experiments"
+    (mine / "checkpoints").mkdir(parents=True)
+    (mine / "checkpoints" / "precious.pt").write_bytes(b"weeks of work")
+    (mine / "notes.md").write_text("do not lose")
+    where = ("--store", str(reference_store), "--target", str(tiny_target), "--out", str(mine),
+             "--steps", "2", "--max-len", "64", "--workers", "0", "--batch-size", "8")
+    for more in ((), ("--overwrite",), ("--resume",)):
+        assert _main(*where, *more) == 2
+        assert "train replaces only folders it wrote itself" in capsys.readouterr().err
+    assert (mine / "checkpoints" / "precious.pt").read_bytes() == b"weeks of work"
+    assert sorted(p.name for p in mine.iterdir()) == ["checkpoints", "notes.md"]
+    run = tmp_path / "run"
+    assert _main(*where[:5], str(run), *where[6:]) == 0
+    assert _main(*where[:5], str(run), *where[6:], "--overwrite") == 0  # its own folder: replaced
