@@ -231,6 +231,12 @@ def _print_results(phase_id: str, results: list[Any], out: TextIO) -> None:
         print(one_line(f"  {mark} {r.name.ljust(width)}  {r.message}{suffix}"), file=out)
 
 
+def _print_json(obj: Any, out: TextIO) -> None:
+    """The whole document or nothing: rendered first (anything not JSON by its str()), then
+    written, so a script never reads half a report."""
+    out.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
 def _cmd_check(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     phases = [project.config.phase(args.phase)] if args.phase else list(project.config.phases)
     report: dict[str, list[Any]] = {}
@@ -238,9 +244,8 @@ def _cmd_check(project: Any, args: argparse.Namespace, out: TextIO) -> int:
         report[ph.id] = project.check(ph.id)
     failed = any(r.blocking for rs in report.values() for r in rs)
     if args.json:
-        json.dump({"config": str(project.config.path), "passed": not failed,
-                   "phases": {k: [r.to_json() for r in v] for k, v in report.items()}}, out, indent=2)
-        print(file=out)
+        _print_json({"config": str(project.config.path), "passed": not failed,
+                     "phases": {k: [r.to_json() for r in v] for k, v in report.items()}}, out)
     else:
         for pid, rs in report.items():
             _print_results(pid, rs, out)
@@ -286,11 +291,10 @@ def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO)
     bad = [s for s in snap.statuses if s.state in ("failed", "stale")]
     code = EXIT_FAIL if bad else EXIT_OK
     if args.json:
-        json.dump({"config": str(project.config.path), "name": project.config.name,
-                   "state_dir": str(project.config.state_dir), "t": snap.t, "exit_code": code,
-                   "saved_overrides": dict(project.config.saved_overrides),
-                   "phases": snap.to_json()}, out, indent=2)
-        print(file=out)
+        _print_json({"config": str(project.config.path), "name": project.config.name,
+                     "state_dir": str(project.config.state_dir), "t": snap.t, "exit_code": code,
+                     "saved_overrides": dict(project.config.saved_overrides),
+                     "phases": snap.to_json()}, out)
         return code
     statuses = snap.statuses
     idw = max(len(s.phase.id) for s in statuses)
@@ -473,8 +477,7 @@ def _cmd_journal(project: Any, args: argparse.Namespace, out: TextIO) -> int:
         project.config.phase(args.phase)
     records = project.journal.read(phase=args.phase, limit=args.limit)
     if args.json:
-        json.dump(records, out, indent=2)
-        print(file=out)
+        _print_json(records, out)
         return EXIT_OK
     for r in records:
         print(format_journal_record(r), file=out)

@@ -253,6 +253,7 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
     events = EventWriter.from_env() if rank == 0 else EventWriter(None)
     out = Path(opts.out)
     checkpoint.refuse_run_folder(out, [opts.store, opts.target])
+    dist.barrier()  # every rank judged the folder before rank 0 marks it
     if rank == 0:
         checkpoint.claim_run_folder(out)
     store = open_store(opts.store, opts.target, checksums=opts.checksums if rank == 0 else "none")

@@ -34,7 +34,7 @@ def locate(name):
     """{"found": bool, "origin", "locations", "version", "python", "error"}."""
     parts = name.split(".")
     answer = {"module": name, "found": False, "python": sys.executable,
-              "sys_path": [p for p in sys.path][:12]}
+              "sys_path": [str(p) for p in sys.path][:12]}
     try:
         spec = importlib.util.find_spec(parts[0])
     except (ImportError, ValueError) as e:
@@ -52,7 +52,7 @@ def locate(name):
         answer["error"] = "no module named {}".format(".".join(parts[:i]))
         return answer
     answer.update(found=True, origin=spec.origin if spec.has_location else None,
-                  locations=list(spec.submodule_search_locations or []), version=_version(parts[0]))
+                  locations=[str(p) for p in spec.submodule_search_locations or []], version=_version(parts[0]))
     return answer
 
 
