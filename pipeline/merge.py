@@ -74,6 +74,7 @@ from pipeline.merge_chunks import (
     line_bound,
     load_tokenizer,
 )
+from pipeline.process_alive import pid_alive
 
 CHUNK_RECORDS = 256
 CHUNK_CHARS = 16 * 2**20
@@ -408,21 +409,6 @@ def default_stats_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.stats.json")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"  # a zombie is dead
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_leftovers(out: Path) -> list[Path]:
     """Part folders and temporary datasets of merges into `out` whose process is gone
     (a SIGKILL, an OOM kill, a lost machine): they are named for their pid."""
@@ -430,7 +416,7 @@ def remove_stale_leftovers(out: Path) -> list[Path]:
     for pattern in (f".{out.name}.parts-*", f".{out.name}.tmp-*"):
         for path in out.parent.glob(pattern):
             pid = path.name.rsplit("-", 1)[-1]
-            if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+            if not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):
                 continue
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.events import fsync_dir, format_bytes, write_bytes_atomic
+from pipeline.process_alive import pid_alive
 
 MARKER = ".eagle3-writer"
 MAX_MARKER_BYTES = 4096
@@ -200,16 +201,6 @@ def temp_for(final: Path) -> Path:
     return final.with_name(f".{final.name}.tmp-{os.getpid()}")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(final: Path) -> list[Path]:
     """Remove the temporaries (`.NAME.tmp-<pid>`, `.NAME.old-<pid>`) that a writer killed
     outright (SIGKILL, a power cut) left beside `final`; those of a live process stay."""
@@ -218,7 +209,7 @@ def sweep_stale(final: Path) -> list[Path]:
     for kind in ("tmp", "old"):
         for p in final.parent.glob(f".{final.name}.{kind}-*"):
             pid = p.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)) and p.is_dir() \
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and p.is_dir() \
                     and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
