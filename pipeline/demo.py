@@ -16,6 +16,7 @@ deterministic ops.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import sys
 import time
@@ -146,6 +147,11 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
         tokenizer.save_pretrained(target_tmp)
     events.artifact(str(out / "target"), bytes=_dir_bytes(out / "target"))
     say(f"target trained: loss {result.initial_loss:.3f} -> {result.final_loss:.3f}")
+    weights_sha256 = hashlib.sha256((out / "target" / "model.safetensors").read_bytes()).hexdigest()
+    kernels = torch.backends.cpu.get_cpu_capability()
+    say(f"target weights sha256 {weights_sha256[:16]} (CPU kernels {kernels}): every run on this kind of CPU "
+        "builds these bytes, whatever its load or thread count; another CPU kind rounds differently and "
+        "trains another target, so compare the demo's acceptance only between runs whose hash agrees")
     _show_sample(model, tokenizer)
 
     assets = {
@@ -165,6 +171,8 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
             "max_position_embeddings": shape.max_position_embeddings,
             "params": n_params,
             "dtype": "float32",
+            "weights_sha256": weights_sha256,
+            "cpu_kernels": kernels,
             "train_steps": result.steps,
             "train_tokens": result.tokens_seen,
             "initial_loss": round(result.initial_loss, 5),

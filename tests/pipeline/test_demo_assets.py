@@ -130,6 +130,11 @@ def test_training_lowers_loss_and_reports_it(builds):
     target = json.loads((out / "assets.json").read_text())["target"]
     assert target["final_loss"] < target["initial_loss"] - 0.5
     assert "loss" in stdout and "step" in stdout
+    import hashlib
+
+    weights = hashlib.sha256((out / "target" / "model.safetensors").read_bytes()).hexdigest()
+    assert target["weights_sha256"] == weights and f"target weights sha256 {weights[:16]}" in stdout
+    assert target["cpu_kernels"] and f"(CPU kernels {target['cpu_kernels']})" in stdout
 
     events, _ = read_events(events_path)
     steps = [e for e in events if e.kind == "progress" and e.get("unit") == "steps"]
