@@ -90,9 +90,12 @@ def _run_in_child(payload: dict, tmp_path: Path) -> dict:
     import json
     import subprocess
 
+    # VmHWM is this interpreter's own peak: ru_maxrss would also count the pytest process the
+    # child was forked from (torch and all, once the whole suite is collected)
     code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30));"
             "from console.core.notify import _run; r = _run(json.loads(sys.argv[1]));"
-            "r['peak_kb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; print(json.dumps(r))")
+            "r['peak_kb'] = next(int(ln.split()[1]) for ln in open('/proc/self/status') if ln.startswith('VmHWM:'));"
+            "print(json.dumps(r))")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path, env={**__import__("os").environ,
                                                           "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
