@@ -262,7 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     progress = Progress()
 
+    writing = {"now": False, "stop": False}  # a stop while the report is written waits for it
+
     def on_term(_sig, _frame):
+        if writing["now"]:
+            writing["stop"] = True
+            return
         raise Terminated
 
     def body() -> int:
@@ -277,15 +282,18 @@ def main(argv: list[str] | None = None) -> int:
                     report["seconds"] = round(time.monotonic() - started, 2)
                     if args.report is not None:
                         args.report.parent.mkdir(parents=True, exist_ok=True)
-                        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if on_main else None
-                        try:  # a stop lands before the write or after the report is counted, never between
+                        # a stop lands before the write or after the report is counted, never between:
+                        # blocking SIGTERM in this thread would not do, another thread can take it
+                        writing["now"] = True
+                        try:
                             write_json_atomic(args.report, report)
                             progress.reported = True
                             events.artifact(str(args.report), bytes=args.report.stat().st_size)
                             print(f"evaluate: report -> {args.report}", flush=True)
                         finally:
-                            if held is not None:
-                                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                            writing["now"] = False
+                        if writing["stop"]:
+                            raise Terminated
                     progress.reported = True
                 except Terminated:
                     return 0 if progress.reported else _stopped(progress, events)
