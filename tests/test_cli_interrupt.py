@@ -76,10 +76,10 @@ def test_a_process_that_exits_while_a_check_runs_takes_the_check_command_with_it
         import sys, threading, time
         from pathlib import Path
         from console.core.checks.subproc import run_bounded
-        cmd = [sys.executable, "-c", "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(300)"]
+        cmd = [sys.executable, "-c", "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(300)"]  # wait-ok: the stray check command's own life
         threading.Thread(target=run_bounded, args=(cmd, Path('.'), 600), daemon=True).start()
         while not Path({str(pidfile)!r}).exists() or not Path({str(pidfile)!r}).read_text():
-            time.sleep(0.05)
+            time.sleep(0.05)  # wait-ok: polls for the pid file
         """)
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)})

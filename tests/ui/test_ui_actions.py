@@ -319,7 +319,7 @@ SLOW_START = """
     title: Start behind a slow pre-flight
     run: [python3, -c, "import time\\nprint('slow started', flush=True)\\ntime.sleep(60)"]  # wait-ok: the phase's own work
     checks:
-      - command: [python3, -c, "import os, time\\nd = time.monotonic() + 60\\nwhile not os.path.exists('{go}') and time.monotonic() < d: time.sleep(0.05)"]
+      - command: [python3, -c, "import os, time\\nd = time.monotonic() + 60\\nwhile not os.path.exists('{go}') and time.monotonic() < d: time.sleep(0.05)"]  # wait-ok: the check polls for its go file, under a deadline
         name: slow-check
 """
 
