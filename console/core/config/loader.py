@@ -205,29 +205,40 @@ def load_config(
     if validate_check is None:
         from console.core.checks.registry import validate as validate_check
 
-    protected = _protect(text)
-    loader = yaml.SafeLoader(protected)
+    loader, root = compose(file, text)
     try:
-        try:
-            bounds.check(protected)
-            root = loader.get_single_node()
-        except bounds.BoundsError as e:
-            raise ConfigError(file, str(e), line=e.line, key=_restore(e.key) or None) from None
-        except RecursionError:
-            raise ConfigError(file, f"nested too deeply (more than {bounds.MAX_DEPTH} levels)") from None
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            line = mark.line + 1 if mark else None
-            problem = e.problem or "invalid YAML"
-            raise ConfigError(file, f"YAML syntax error: {problem}" + (f" ({e.context})" if e.context else ""),
-                              line=line) from None
-        except yaml.YAMLError as e:
-            raise ConfigError(file, f"YAML syntax error: {e}") from None
         if root is None:
             raise ConfigError(file, "the config is empty; it needs at least `name:` and `phases:`")
         return _build(file, text, loader, root, overrides, validate_check, saved)
     finally:
         loader.dispose()
+
+
+def compose(file: Path, text: str) -> tuple[yaml.SafeLoader, yaml.Node | None]:
+    """The YAML node tree of a config-shaped file, bounded (depth, aliases, tags) before it is
+    composed, and every YAML error as one ConfigError naming the file and line. The caller
+    disposes of the loader once it has read the nodes."""
+    protected = _protect(text)
+    loader = yaml.SafeLoader(protected)
+    try:
+        bounds.check(protected)
+        return loader, loader.get_single_node()
+    except bounds.BoundsError as e:
+        loader.dispose()
+        raise ConfigError(file, str(e), line=e.line, key=_restore(e.key) or None) from None
+    except RecursionError:
+        loader.dispose()
+        raise ConfigError(file, f"nested too deeply (more than {bounds.MAX_DEPTH} levels)") from None
+    except yaml.MarkedYAMLError as e:
+        loader.dispose()
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        problem = e.problem or "invalid YAML"
+        raise ConfigError(file, f"YAML syntax error: {problem}" + (f" ({e.context})" if e.context else ""),
+                          line=line) from None
+    except yaml.YAMLError as e:
+        loader.dispose()
+        raise ConfigError(file, f"YAML syntax error: {e}") from None
 
 
 def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,

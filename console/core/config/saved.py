@@ -20,7 +20,6 @@ from pathlib import Path
 
 import yaml
 
-from console.core.config import bounds
 from console.core.errors import ConfigError
 
 SUFFIX = ".local.yaml"
@@ -64,24 +63,10 @@ def read_saved(config_path: str | os.PathLike[str]) -> Saved:
 
 
 def parse(file: Path, text: str) -> Saved:
-    from console.core.config.loader import _protect, _restore
+    from console.core.config.loader import _restore, compose
 
-    protected = _protect(text)
-    loader = yaml.SafeLoader(protected)
-    try:
-        try:
-            bounds.check(protected)
-            root = loader.get_single_node()
-        except bounds.BoundsError as e:
-            raise ConfigError(file, str(e), line=e.line, key=_restore(e.key) or None) from None
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            raise ConfigError(file, f"YAML syntax error: {e.problem or 'invalid YAML'}",
-                              line=mark.line + 1 if mark else None) from None
-        except yaml.YAMLError as e:
-            raise ConfigError(file, f"YAML syntax error: {e}") from None
-    finally:
-        loader.dispose()
+    loader, root = compose(file, text)
+    loader.dispose()
     if root is None:
         return Saved()
 
