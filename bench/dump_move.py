@@ -36,7 +36,7 @@ import torch
 from pipeline.extract.dumps import ChunkBuffer, DumpFolder, all_finite, request_key
 from pipeline.extract.store import Sample, write_parts, write_sample
 from pipeline.sglang_dump import dump_parts
-from pipeline.atomicfile import write_bytes_atomic
+from pipeline.atomic_io import write_bytes_atomic
 
 DTYPE = "bfloat16"
 

@@ -46,7 +46,8 @@ from pipeline.extract.dumps import ChunkBuffer, DumpFolder, dump_bytes, request_
 from pipeline.extract.job import ExtractOptions, prepare
 from pipeline.extract.layout import sample_bytes
 from pipeline.extract.meta import TargetInfo
-from pipeline.extract.reserve import parse_size, volume_of
+from pipeline.sizes import parse_size
+from pipeline.extract.reserve import volume_of
 from pipeline.extract.sglang_client import Extraction, SGLangOptions, check_server, plan
 from pipeline.extract.sglang_http import SGLangServer
 from pipeline.extract.sharding import Shard

@@ -89,7 +89,7 @@ def zipf_ids(n: int, vocab: int, g: torch.Generator, device: str) -> torch.Tenso
 
 def build_store(out: Path, target: Path, cfg: dict, samples: int, tokens: int, device: str) -> int:
     """`samples` samples of `tokens` tokens through the extraction's own writer, manifest and meta."""
-    from pipeline.atomicfile import write_json_atomic
+    from pipeline.atomic_io import write_json_atomic
     from pipeline.extract.manifest import ManifestWriter, finalize
     from pipeline.extract.meta import TargetInfo, build_meta
     from pipeline.extract.store import Sample, write_sample

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from pipeline import output_guard
-from pipeline.atomicfile import swap_folder_in, write_json_atomic  # noqa: F401 - the one folder swap
+from pipeline.output_guard import swap_folder_in  # noqa: F401 - the one folder swap
+from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
 
 WRITER = "pipeline.demo"

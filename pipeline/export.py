@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 
 from pipeline import output_guard
-from pipeline.atomicfile import swap_folder_in  # noqa: F401 - the one folder swap (tests check it is shared)
+from pipeline.output_guard import swap_folder_in  # noqa: F401 - the one folder swap (tests check it is shared)
 from pipeline.events import EventWriter
 from pipeline.program_edge import run_program
 
@@ -302,7 +302,7 @@ def write_folder(out: Path, config: dict, tensors: dict, dtype: str | None, mode
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.atomicfile import write_json_atomic
+    from pipeline.atomic_io import write_json_atomic
 
     out = Path(out)
     if dtype is not None:

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import output_guard
-from pipeline.atomicfile import fsync_dir, write_json_atomic
+from pipeline.atomic_io import fsync_dir, write_json_atomic
 from pipeline.chat_records import ChatRecord, RecordError
 from pipeline.chat_sources import (
     DEFAULT_ROLE_MAP,

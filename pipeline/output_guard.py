@@ -25,7 +25,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipeline.events import fsync_dir, format_bytes, write_bytes_atomic
+from pipeline.atomic_io import fsync_dir, write_bytes_atomic
+
+from pipeline.sizes import format_bytes
 from pipeline.process_alive import pid_alive
 
 MARKER = ".eagle3-writer"

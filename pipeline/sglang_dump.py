@@ -70,8 +70,8 @@ from typing import Any
 
 import torch
 
-from pipeline.atomicfile import write_bytes_atomic
-from pipeline.extract.reserve import format_bytes, parse_size
+from pipeline.atomic_io import write_bytes_atomic
+from pipeline.sizes import format_bytes, parse_size
 
 ENV_DIR = "EAGLE3_DUMP_DIR"
 ENV_BUDGET = "EAGLE3_DUMP_BUDGET"

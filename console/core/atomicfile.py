@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pipeline.events import fsync_dir, write_bytes_atomic
+from pipeline.atomic_io import fsync_dir, write_bytes_atomic
 
 __all__ = ["atomic_write_json", "fsync_dir"]
 

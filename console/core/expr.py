@@ -14,7 +14,7 @@ import math
 import operator
 from typing import Any, Callable, Mapping
 
-from console.core.sizes import parse_size
+from pipeline.sizes import parse_size
 
 MAX_LENGTH = 1000
 MAX_EXPONENT = 1000

@@ -15,7 +15,7 @@ import re
 import threading
 from collections import deque
 
-from console.core.sizes import format_bytes
+from pipeline.sizes import format_bytes
 
 MARKER_PREFIX = "··· "
 TRUNCATED = MARKER_PREFIX + "log truncated: reading it again from the start"

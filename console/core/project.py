@@ -24,7 +24,7 @@ from console.core.journal import Journal
 from console.core.notify import Notifier
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
-from console.core.sizes import format_bytes
+from pipeline.sizes import format_bytes
 from console.core.state import PhaseStatus, derive_states
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
 from console.core.atomicfile import atomic_write_json
-from console.core.sizes import format_bytes
+from pipeline.sizes import format_bytes
 
 if TYPE_CHECKING:
     from console.core.config.model import Config, Phase

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from textual.content import Content
 
 from console.core.durations import format_duration
-from console.core.sizes import format_bytes
+from pipeline.sizes import format_bytes
 
 STATE_GLYPHS: dict[str, tuple[str, str]] = {
     "pending": ("○", "$text-muted"),
@@ -97,7 +97,7 @@ def bar(fraction: float | None, width: int, style: str = "$primary") -> Content:
 
 
 def fmt_bytes(n: float | None, digits: int = 1) -> str:
-    """SI, compact: 1.2T, 512.0G, 4.0K (console.core.sizes: one definition for CLI and UI)."""
+    """SI, compact: 1.2T, 512.0G, 4.0K (pipeline.sizes: one definition for CLI and UI)."""
     if n is None or not math.isfinite(n):
         return "N/A"
     if abs(n) >= 1e21:  # no volume holds this: a bogus reading, in bounded width

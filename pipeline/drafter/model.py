@@ -296,7 +296,7 @@ def save_drafter(model: Eagle3Drafter, folder: Path) -> None:
     """config.json (SGLang's dict) and model.safetensors (EXPORT_KEYS) into `folder`."""
     from safetensors.torch import save_file
 
-    from ..atomicfile import write_json_atomic
+    from ..atomic_io import write_json_atomic
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,7 @@ import threading
 import time
 from pathlib import Path
 
-from pipeline.atomicfile import write_json_atomic
+from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
 from pipeline.program_edge import run_program
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..events import EventWriter
 from .errors import BadInput, ExtractError, disk_full, is_disk_full
-from .reserve import format_bytes, parse_size
+from pipeline.sizes import format_bytes, parse_size
 
 PROG = "python -m pipeline.extract"
 

@@ -23,7 +23,7 @@ from .errors import ExtractError, ReserveStop, Stopped, disk_full, is_disk_full
 from .job import Job
 from .manifest import ManifestWriter, finalize
 from .progress import Progress
-from .reserve import format_bytes
+from pipeline.sizes import format_bytes
 from .store import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 

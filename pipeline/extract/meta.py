@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomicfile import write_json_atomic
+from ..atomic_io import write_json_atomic
 from ..target_fingerprint import FingerprintError, target_fingerprint
 from .errors import BadInput
 from .layout import META

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from .manifest import manifest_files, parse_entries
-from .reserve import format_bytes
+from pipeline.sizes import format_bytes
 
 
 class ManifestTally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 # One size syntax and one printed form for the whole project (`1.001GB` is the same number
 # in a config check and in --reserve): see pipeline/events.py.
-from ..events import format_bytes, parse_size
+from pipeline.sizes import format_bytes, parse_size
 from .errors import BadInput, ReserveStop
 
 __all__ = ["DiskGuard", "format_bytes", "parse_size", "volume_of"]

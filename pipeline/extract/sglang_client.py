@@ -59,7 +59,7 @@ from .errors import BadInput, ExtractError, ReserveStop, disk_full, is_disk_full
 from .job import Job
 from .manifest import ManifestWriter
 from .progress import Progress
-from .reserve import format_bytes
+from pipeline.sizes import format_bytes
 from .sglang_http import ServerError, SGLangServer
 from .store import write_parts
 
@@ -518,7 +518,7 @@ def extract(args) -> int:
     ExtractError subclasses, returns 0 when this run's work is done."""
     from .job import ExtractOptions, prepare
     from .meta import TargetInfo
-    from .reserve import parse_size
+    from pipeline.sizes import parse_size
     from .sharding import Shard
 
     missing = [f"--{n.replace('_', '-')}" for n in ("model", "data", "out", "server", "dump_dir")

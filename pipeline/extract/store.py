@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomicfile import write_all
+from ..atomic_io import write_all
 from ..checksum import ALGO, Checksum
 from .errors import ExtractError
 from .layout import header, relpath, sample_bytes, temp_relpath

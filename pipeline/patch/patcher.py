@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.atomicfile import write_bytes_atomic
+from pipeline.atomic_io import write_bytes_atomic
 from pipeline.patch.recipes import RECIPES, Recipe, supported
 
 BACKUP_SUFFIX = ".eagle3-orig"

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.events import write_all
+from pipeline.atomic_io import write_all
 
 from .errors import BadInput, StoppedShort
 

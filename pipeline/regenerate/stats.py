@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.events import write_bytes_atomic
+from pipeline.atomic_io import write_bytes_atomic
 
 from .errors import BadInput
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from .. import output_guard
-from ..atomicfile import fsync_dir, write_all, write_bytes_atomic
+from ..atomic_io import fsync_dir, write_all, write_bytes_atomic
 from ..drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter, save_drafter
 from .errors import BadInput, Stopped
 

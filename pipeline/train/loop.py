@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomicfile import write_json_atomic
+from ..atomic_io import write_json_atomic
 from ..drafter import target_head
 from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig

@@ -9,8 +9,8 @@ import stat
 import pytest
 
 from console.core.atomicfile import atomic_write_json
-from pipeline import atomicfile as pipeline_atomicfile
-from pipeline import events
+from console.core import atomicfile as console_atomicfile
+from pipeline import atomic_io, output_guard
 
 
 @pytest.fixture
@@ -29,8 +29,8 @@ def synced(monkeypatch):
 
 
 def test_console_and_pipeline_share_the_writer():
-    assert pipeline_atomicfile.write_bytes_atomic is events.write_bytes_atomic
-    assert pipeline_atomicfile.fsync_dir is events.fsync_dir
+    assert console_atomicfile.write_bytes_atomic is atomic_io.write_bytes_atomic
+    assert console_atomicfile.fsync_dir is atomic_io.fsync_dir
 
 
 def test_console_json_is_private_whole_and_its_folder_synced(tmp_path, synced):
@@ -44,14 +44,14 @@ def test_console_json_is_private_whole_and_its_folder_synced(tmp_path, synced):
 
 def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
     target = tmp_path / "stats.json"
-    pipeline_atomicfile.write_json_atomic(target, {"n": 1})
+    atomic_io.write_json_atomic(target, {"n": 1})
 
     def boom(fd, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(events, "write_all", boom)
+    monkeypatch.setattr(atomic_io, "write_all", boom)
     with pytest.raises(OSError):
-        pipeline_atomicfile.write_json_atomic(target, {"n": 2})
+        atomic_io.write_json_atomic(target, {"n": 2})
     assert '"n": 1' in target.read_text() and os.listdir(tmp_path) == ["stats.json"]
 
 
@@ -60,7 +60,7 @@ def test_swapping_in_a_finished_folder_syncs_its_parent(tmp_path, synced, module
     import importlib
 
     swap_in = importlib.import_module(module).swap_folder_in
-    assert swap_in is pipeline_atomicfile.swap_folder_in  # one folder swap for every stage
+    assert swap_in is output_guard.swap_folder_in  # one folder swap for every stage
     (tmp_path / "out").mkdir()
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "f").write_text("x")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.core.sizes import format_bytes, parse_size
+from pipeline.sizes import format_bytes, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -49,11 +49,11 @@ SIZE_TEXTS = ["1.001GB", "1.001 GiB", "0.1KB", "123456789", "7.25TB", "3G", "1e3
 @pytest.mark.parametrize("text", SIZE_TEXTS)
 def test_one_size_syntax_for_the_console_and_the_pipeline(text):
     """A config's `need: 1.001GB` and extract's `--reserve 1.001GB` mean the same bytes."""
-    from pipeline import events
+    from console.core.checks import kind
     from pipeline.extract import reserve
 
     answers = []
-    for parse in (parse_size, reserve.parse_size, events.parse_size):
+    for parse in (parse_size, reserve.parse_size, kind.parse_size):
         try:
             answers.append(parse(text))
         except ValueError:

@@ -46,7 +46,7 @@ from typing import Self
 
 import torch
 
-from pipeline.atomicfile import write_bytes_atomic
+from pipeline.atomic_io import write_bytes_atomic
 from pipeline.sglang_dump import ERROR_ROOM, DumpConfig, DumpHook, dump_bytes
 
 KEY_PREFIX = "e3-"

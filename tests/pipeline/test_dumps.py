@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.atomicfile import TEMP_SUFFIX
+from pipeline.atomic_io import TEMP_SUFFIX
 from pipeline.extract.dumps import HEADER_ALLOWANCE, BadDump, ChunkBuffer, DumpFolder, request_key
 from pipeline.extract.layout import relpath
 from pipeline.extract.store import Sample, write_parts, write_sample

@@ -24,7 +24,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.jsonfile import _MISSING, dig
 from console.core.checks.kind import Field, Kind, Outcome, short_path
 from console.core.checks.values import ValueSourceError, named_values, values_budget
-from console.core.sizes import format_bytes
+from pipeline.sizes import format_bytes
 
 BLOCK = 8 * 2**20
 DEFAULT_MAX_SIZE = 64 * 10**9

@@ -13,7 +13,7 @@ from console.core.checks.fs import nearest_existing
 from console.core.checks.kind import Field, Kind, Outcome, names_check, short_path
 from console.core.checks.values import ValueSourceError, named_values, values_budget
 from console.core.expr import ExprError, need_traced
-from console.core.sizes import format_bytes
+from pipeline.sizes import format_bytes
 
 SHM = "/dev/shm"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, short_path
-from console.core.sizes import format_bytes
+from pipeline.sizes import format_bytes
 from console.core.telemetry.disk import nearest_existing  # one definition: the disk panel's too
 
 WALK_LIMIT = 100_000

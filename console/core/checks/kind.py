@@ -13,7 +13,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from console.core.expr import ExprError, check_expression, check_need, references
-from console.core.sizes import parse_size
+from pipeline.sizes import parse_size
 
 if TYPE_CHECKING:
     from console.core.checks.context import CheckContext

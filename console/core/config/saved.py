@@ -114,7 +114,7 @@ def render(config_path: str | os.PathLike[str], values: dict[str, str]) -> str:
 def write_saved(config_path: str | os.PathLike[str], values: dict[str, str]) -> Path:
     """Replace the overlay atomically (temp, fsync, rename, fsync the folder; owner-only,
     as values may be private); remove it when nothing is left. Validated before it is written, so it always reads back."""
-    from pipeline.events import fsync_dir, write_bytes_atomic
+    from pipeline.atomic_io import fsync_dir, write_bytes_atomic
 
     file = overlay_path(config_path)
     if not values:
