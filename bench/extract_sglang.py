@@ -42,6 +42,7 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.events import EventWriter
+from pipeline.extract import dumps as dumps_module
 from pipeline.extract.dumps import ChunkBuffer, DumpFolder, dump_bytes, request_key
 from pipeline.extract.job import ExtractOptions, prepare
 from pipeline.extract.layout import sample_bytes
@@ -195,6 +196,8 @@ def main() -> None:
                         "own default is 4)")
     p.add_argument("--budget", default="4GB", help="dump folder budget")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script in seconds")
+    p.add_argument("--chunk", default=None, help="the client's chunk buffer size (default the client's own, "
+                   "pipeline.extract.dumps.CHUNK_BYTES)")
     p.add_argument("--pin", action="store_true",
                    help="the stand-in on its own cores, the client (and the write bound) on the rest")
     p.add_argument("--standin-cores", type=int, default=None,
@@ -213,6 +216,8 @@ def main() -> None:
     out.mkdir(parents=True)
     dump_dir = Path(args.shm) / f"eagle3-bench-{os.getpid()}"
     budget = parse_size(args.budget)
+    if args.chunk is not None:
+        dumps_module.CHUNK_BYTES = parse_size(args.chunk)
     per_token = sample_bytes(args.seq, args.hidden, "bfloat16") / args.seq
     log(f"CPU only: {os.cpu_count()} cores, torch {torch.__version__}; store on {out} ({volume_of(out)}), "
         f"dumps in {dump_dir} (budget {budget / 1e9:.1f} GB)")
@@ -221,7 +226,8 @@ def main() -> None:
         log(f"pinned: the stand-in on cores {core_list(standin_cores)}, the client and the write bound on cores "
             f"{core_list(os.sched_getaffinity(0))}")
     log(f"{args.samples} samples of {args.seq} tokens, hidden {args.hidden}: {per_token:,.0f} bytes per token "
-        f"in the store, {per_token * args.seq / 1e6:.1f} MB per sample")
+        f"in the store, {per_token * args.seq / 1e6:.1f} MB per sample; the client's chunk buffer "
+        f"{dumps_module.CHUNK_BYTES >> 10} KB")
 
     target = make_target(out / "target", args.hidden)
     data = out / "data.jsonl"

@@ -300,6 +300,27 @@ def test_the_fast_finiteness_check_finds_every_nan_and_inf(dtype):
             assert not all_finite(y), (bad, where)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_every_bit_pattern_of_a_nan_or_inf_is_refused_and_every_finite_one_passes(dtype):
+    """Both signs, every mantissa a NaN can carry (a server's NaN need not be the canonical one):
+    the check decides on the bits, so it is walked over them."""
+    from pipeline.extract.dumps import all_finite
+
+    width = torch.finfo(dtype).bits
+    itype = {16: torch.int16, 32: torch.int32}[width]
+    mantissa_bits = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}[dtype]
+    exponent = ((1 << (width - 1)) - 1) ^ ((1 << mantissa_bits) - 1)
+    step = 1 if width == 16 else 4099  # every pattern of 16 bits; a stride through the 23-bit mantissas
+    for sign in (0, 1 << (width - 1)):
+        for m in list(range(0, 1 << mantissa_bits, step)) + [(1 << mantissa_bits) - 1]:
+            bits = sign | exponent | m
+            x = torch.tensor([bits - (1 << width) if bits >= 1 << (width - 1) else bits], dtype=itype).view(dtype)
+            assert not all_finite(x), hex(bits)
+            below = sign | (exponent - (1 << mantissa_bits)) | m  # the largest exponent that is finite
+            y = torch.tensor([below - (1 << width) if below >= 1 << (width - 1) else below], dtype=itype).view(dtype)
+            assert all_finite(y), hex(below)
+
+
 def test_sigterm_stops_cleanly_and_a_rerun_completes(tmp_path, target, capsys):
     import signal
     import subprocess
