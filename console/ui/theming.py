@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textual.theme import BUILTIN_THEMES, Theme
 
-THEMES_DIR = Path(__file__).resolve().parent / "themes"
+THEMES_DIR = Path(__file__).resolve().parents[2] / "themes"
 DEFAULT = "eagle3-dark"
 _FALLBACK = {
     "eagle3-dark": "textual-dark",
