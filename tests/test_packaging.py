@@ -117,3 +117,17 @@ def test_every_declared_dependency_is_imported():
     for dep in deps:
         mod = modules.get(dep, dep).replace("-", "_")
         assert re.search(rf"^\s*(import|from) {mod}\b", code, re.M), f"{dep} is declared but never imported"
+
+
+def test_the_readme_names_every_doc_and_every_demo_phase():
+    """The README is a new user's map: a doc it leaves out is never found, and a demo phase
+    missing from its table is one the user meets unexplained."""
+    from console.core.config.loader import load_config
+
+    readme = (ROOT / "README.md").read_text()
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert f"`docs/{doc.name}`" in readme, f"README.md never names docs/{doc.name}"
+    section = readme.split("## The demo pipeline", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", section, re.M)
+    phases = [p.id for p in load_config(ROOT / "configs" / "demo.yaml").phases]
+    assert rows == phases, f"README.md's demo table lists {rows}; configs/demo.yaml has {phases}"
