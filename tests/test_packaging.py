@@ -53,9 +53,10 @@ def wheel(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
 
 
 def fresh_venv(root: Path, wheel: Path) -> Path:
-    """A new virtualenv with only the wheel installed (no network, no deps); the running
-    interpreter's site-packages is appended for the dependencies, as a plain path so that the
-    editable install of the checkout there (a .pth import hook) stays inactive."""
+    """A new virtualenv with only the wheel installed (no network, no deps). The running
+    interpreter's site-packages is appended afterwards for the dependencies: after, so pip never
+    sees that environment's eagle3-console, and as a plain path, so the editable install of the
+    checkout there (a .pth import hook) stays inactive."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
@@ -82,14 +83,16 @@ def test_a_wheel_install_starts_the_console_with_its_own_theme(tmp_path: Path, w
     (home / "cfg.yaml").write_text(CONFIG)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     probe = ("import console, console.ui.theming as t; print(console.__file__); print(t.themes_dir()); "
-             "print(' '.join(x.name for x in t.load_themes()))")
+             "print(' '.join(x.name for x in t.load_themes())); "
+             "print(next(x.primary for x in t.load_themes() if x.name == 'eagle3-dark'))")
     out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=home, env=env,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    console_file, where, names = out.stdout.splitlines()
+    console_file, where, names, primary = out.stdout.splitlines()
     assert Path(console_file).is_relative_to(venv), console_file
     assert Path(where).is_relative_to(venv), where
     assert {"eagle3-dark", "eagle3-light", "eagle3-ansi"} <= set(names.split())
+    assert primary.upper() == "#5FA8D3"  # ours: the fallback renames a built-in theme
 
     shot = tmp_path / "shot.svg"
     env.update(EAGLE3_SCREENSHOT=str(shot), EAGLE3_SCREENSHOT_AFTER="0.5", EAGLE3_SCREENSHOT_SIZE="100x30")
@@ -98,7 +101,7 @@ def test_a_wheel_install_starts_the_console_with_its_own_theme(tmp_path: Path, w
     assert run.returncode == 0, run.stdout + run.stderr
     svg = shot.read_text().replace("&#160;", " ").upper()
     assert "PHASES · WHEEL" in svg  # the console's main screen, for this config
-    assert "#FAFBFC" in svg and "#0B63A8" in svg  # eagle3-light's background and primary, not a built-in's
+    assert "#FAFBFC" in svg  # eagle3-light's background, not the built-in textual-light's
 
 
 def test_python_floor_matches_what_the_code_uses():
