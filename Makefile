@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[pipeline,test]"
 	touch $(STAMP)
+	@echo "eagle3 is installed in $(BIN)/; to have it on your PATH in this shell: . $(BIN)/activate"
 
 install: $(STAMP)
 

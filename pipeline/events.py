@@ -1,4 +1,4 @@
-"""The events protocol between a phase and the console (DESIGN.md section 5).
+"""The events protocol between a phase and the console (docs/internals.md, "Events protocol").
 
 A phase appends one JSON object per line to the file named by $EAGLE3_EVENTS; with the
 variable unset it writes nothing, so a stage run by hand pays nothing. A missing folder on

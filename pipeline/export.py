@@ -3,7 +3,7 @@
     python -m pipeline.export --checkpoint TRAIN_OUT|CKPT --target TARGET --out DRAFTER [--dtype target]
     python -m pipeline.export --verify DRAFTER [--target TARGET]
 
-Writes DRAFTER/config.json and DRAFTER/model.safetensors as DESIGN.md "Drafter checkpoint"
+Writes DRAFTER/config.json and DRAFTER/model.safetensors as docs/internals.md "Drafter checkpoint"
 fixes them: SGLang's `LlamaForCausalLMEagle3` config with one layer, the target's
 `max_position_embeddings` and rope keys copied as the target spells them, and
 `eagle_config.eagle_aux_hidden_state_layer_ids = [1, L//2-1, L-4]` (SGLang adds 1: the
@@ -90,7 +90,7 @@ def required_keys() -> tuple[str, ...]:
 
 
 def aux_layer_ids(num_layers: int) -> list[int]:
-    """SGLang's ids for the inputs of decoder layers 2, L//2, L-3 (DESIGN.md section 2)."""
+    """SGLang's ids for the inputs of decoder layers 2, L//2, L-3 (docs/internals.md, "Drafter checkpoint")."""
     if num_layers < MIN_TARGET_LAYERS:
         raise BadInput(f"target has {num_layers} decoder layers; EAGLE-3 needs at least {MIN_TARGET_LAYERS} "
                        "for three distinct capture layers")

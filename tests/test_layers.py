@@ -1,4 +1,4 @@
-"""The layering of DESIGN.md section 1, enforced: a violation here is a console that starts
+"""The layering of docs/internals.md ("The console's layers"), enforced: a violation here is a console that starts
 slowly (torch), a pipeline stage that cannot run alone, or a core that needs a terminal.
 
 The contracts live in pyproject.toml ([tool.importlinter]) and `make test` runs

@@ -1,4 +1,4 @@
-"""Live progress of a running phase, derived from its events file (DESIGN.md section 5).
+"""Live progress of a running phase, derived from its events file (docs/internals.md, "Events protocol").
 
 Phases report raw counters (done/total, bytes, tokens, metrics); rates and ETAs are derived
 here over a sliding window of the events' own timestamps, so a console that attaches late or

@@ -1,4 +1,4 @@
-"""Phase states (DESIGN.md section 4), derived from what is on disk: the latest run's
+"""Phase states (docs/internals.md, "Phase states"), derived from what is on disk: the latest run's
 files, the provenance records and, when known, the latest pre-flight results. Nothing
 here is stored, so a console that starts late sees exactly what one that never
 stopped would see."""

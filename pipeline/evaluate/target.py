@@ -2,7 +2,7 @@
 position, the three captured hidden states (the drafter's input) and nothing else.
 
 Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3], whose inputs are
-what extraction stored (DESIGN.md section 2), so the drafter sees at evaluation exactly
+what extraction stored (docs/internals.md, "Hidden-state store"), so the drafter sees at evaluation exactly
 what it was trained on.
 
 With the KV cache (the default) a forward runs only on the tokens the cache does not hold:

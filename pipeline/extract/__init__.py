@@ -1,6 +1,6 @@
 """Hidden-state extraction: the target's capture layers and final state, per sample, on disk.
 
-Store layout (DESIGN.md section 2), as readers (training, checks) see it:
+Store layout (docs/internals.md, "Hidden-state store"), as readers (training, checks) see it:
 
     <out>/meta.json                         format, target (path, informational), target_fingerprint,
                                             layers, hidden size, capture layers, dtype, dataset sha256,

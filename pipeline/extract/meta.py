@@ -74,7 +74,7 @@ class TargetInfo:
 
 def capture_layers(num_layers: int) -> list[int]:
     """EAGLE-3's capture points as HF hidden_states indices: the inputs of decoder layers
-    2, L//2 and L-3 (DESIGN.md section 2)."""
+    2, L//2 and L-3 (docs/internals.md, "Hidden-state store")."""
     if num_layers < 7:
         raise BadInput(
             f"target has {num_layers} decoder layers; EAGLE-3 captures layers 2, L//2 and L-3, which are "

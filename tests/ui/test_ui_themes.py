@@ -4,6 +4,7 @@ the console does break, the operator gets one line, a crash log and a non-zero e
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from console.ui import app as app_module
 from console.ui.app import run_console
 from console.ui.crashlog import EXIT_CRASH
 from console.ui.screens.ask_dialog import AskDialog
-from console.ui.theming import load_themes
+from console.ui.theming import load_themes, themes_dir
 
 ALL_THEMES = [t.name for t in load_themes()] + sorted(BUILTIN_THEMES)
 
@@ -52,3 +53,13 @@ def test_a_crash_is_one_line_a_log_and_a_nonzero_exit(tmp_path: Path, monkeypatc
     assert log.is_file() and "Traceback" in log.read_text()
     assert log.parent == project.config.state_dir / "crash"
     assert not (tmp_path / "s.svg").exists()
+
+
+def test_a_checkout_finds_its_themes_when_the_install_predates_them(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An editable install made before themes/ moved to the top level does not map `themes`:
+    the console still loads the checkout's own, not the built-in fallback."""
+    monkeypatch.setitem(sys.modules, "themes", None)  # `import themes` now fails
+    checkout = Path(app_module.__file__).resolve().parents[2]
+    assert themes_dir() == checkout / "themes"
+    dark = next(t for t in load_themes() if t.name == "eagle3-dark")
+    assert dark.primary.upper() == "#5FA8D3"

@@ -1,1 +1,1 @@
-"""Pre-flight and verification checks (DESIGN.md section 3)."""
+"""Pre-flight and verification checks (docs/internals.md, "Check vocabulary")."""

@@ -1,4 +1,4 @@
-"""One run of a phase as files on disk (DESIGN.md, "Run directory").
+"""One run of a phase as files on disk (docs/internals.md, "Run directory").
 
 The files are the only link between a phase and whoever watches it: the console or CLI
 that started a run may die at any moment, and a later one reconstructs everything from
