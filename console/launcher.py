@@ -1,4 +1,4 @@
-"""The process that owns one run: `python -m console.core.runs.launcher RUN_DIR [--lock-fd N]`.
+"""The process that owns one run: `python -m console.launcher RUN_DIR [--lock-fd N]`.
 
 It lives in its own session, started by `manager.start_run`, so that a phase outlives the
 console or CLI that started it (and the SSH session around them). It holds the phase lock
@@ -338,7 +338,7 @@ class Launcher:
 
 
 def main(args: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m console.core.runs.launcher")
+    p = argparse.ArgumentParser(prog="python -m console.launcher")
     p.add_argument("run_dir")
     p.add_argument("--lock-fd", type=int, default=None,
                    help="the phase lock descriptor to hold until the run has ended")

@@ -33,6 +33,8 @@ RunState = Literal["running", "verifying", "succeeded", "failed", "stopped", "lo
 
 # Where `python -m console...` finds the package, whatever the caller's working directory.
 _PACKAGE_ROOT = Path(console.__file__).resolve().parent.parent
+# The program that owns a run, above the core: started by its name, never imported from here.
+LAUNCHER = "console.launcher"
 # How long a run may go without a pid file before it counts as lost (a slow launcher start).
 _PID_PATIENCE = 30.0
 # How long start_run waits for a run that has ended to release its lock.
@@ -258,7 +260,7 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
         log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "console.core.runs.launcher", str(rd.path), "--lock-fd", str(lock.fd)],
+                [sys.executable, "-m", LAUNCHER, str(rd.path), "--lock-fd", str(lock.fd)],
                 cwd=_PACKAGE_ROOT, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                 start_new_session=True, pass_fds=(lock.fd,), close_fds=True,
             )
