@@ -15,9 +15,10 @@ from typing import Any
 
 import yaml
 
-from console.core.config import bounds
+from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import CheckSpec, Config, NotifySpec, Phase
+from console.core.config.saved import overlay_path, read_saved
 from console.core.errors import ConfigError
 from console.core.terminal_text import strip_controls
 
@@ -29,21 +30,6 @@ PHASE_KEYS = (
 CHECK_META_KEYS = ("name", "severity")
 MAX_CONFIG_BYTES = 4 * 2**20
 MAX_EXPANDED = 16 * 2**20  # characters all interpolated values may add up to
-# `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
-# is the natural way to write a config; the braces are swapped for private-use characters
-# before parsing and swapped back in every scalar.
-_REF = re.compile(r"\$\{([^{}\n]*)\}")
-_OPEN, _CLOSE = "\ue000", "\ue001"
-
-
-def _protect(text: str) -> str:
-    return _REF.sub(lambda m: "$" + _OPEN + m.group(1) + _CLOSE, text)
-
-
-def _restore(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace(_OPEN, "{").replace(_CLOSE, "}")
-    return value
 
 
 PHASE_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -95,7 +81,7 @@ class _Reader:
         for knode, vnode in node.value:
             if not isinstance(knode, yaml.ScalarNode):
                 raise self.error(knode, key, "keys must be plain names")
-            k = str(_restore(self.loader.construct_object(knode)))
+            k = str(restore(self.loader.construct_object(knode)))
             if k in seen:
                 raise self.error(knode, f"{key}.{k}" if key else k,
                                  f"duplicate key (first given on line {seen[k]})")
@@ -111,14 +97,14 @@ class _Reader:
     def scalar(self, node: yaml.Node, key: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, key, f"expected a single value, got {self._kind(node)}")
-        return _restore(self.loader.construct_object(node))
+        return restore(self.loader.construct_object(node))
 
     def string(self, node: yaml.Node, key: str, *, interpolate: bool = True, allow_empty: bool = False,
                as_written: bool = False) -> str:
         """`as_written`: a plain scalar keeps its text (YAML 1.1 would turn `yes` into true,
         `0755` into 493 and `1.10` into 1.1: wrong for an argv item or an env value)."""
         if as_written and isinstance(node, yaml.ScalarNode):
-            value: Any = _restore(node.value)
+            value: Any = restore(node.value)
         else:
             value = self.scalar(node, key)
         if value is None or isinstance(value, (dict, list)):
@@ -172,7 +158,7 @@ class _Reader:
             return "a mapping"
         if isinstance(node, yaml.SequenceNode):
             return "a list"
-        return f"'{_restore(node.value)}'" if node.value else "nothing"
+        return f"'{restore(node.value)}'" if node.value else "nothing"
 
 
 def load_config(
@@ -199,8 +185,6 @@ def load_config(
     file = file.resolve()
     overrides = dict(overrides or {})
     if saved is None:
-        from console.core.config.saved import read_saved
-
         saved = read_saved(file)
     if validate_check is None:
         from console.core.checks.registry import validate as validate_check
@@ -212,33 +196,6 @@ def load_config(
         return _build(file, text, loader, root, overrides, validate_check, saved)
     finally:
         loader.dispose()
-
-
-def compose(file: Path, text: str) -> tuple[yaml.SafeLoader, yaml.Node | None]:
-    """The YAML node tree of a config-shaped file, bounded (depth, aliases, tags) before it is
-    composed, and every YAML error as one ConfigError naming the file and line. The caller
-    disposes of the loader once it has read the nodes."""
-    protected = _protect(text)
-    loader = yaml.SafeLoader(protected)
-    try:
-        bounds.check(protected)
-        return loader, loader.get_single_node()
-    except bounds.BoundsError as e:
-        loader.dispose()
-        raise ConfigError(file, str(e), line=e.line, key=_restore(e.key) or None) from None
-    except RecursionError:
-        loader.dispose()
-        raise ConfigError(file, f"nested too deeply (more than {bounds.MAX_DEPTH} levels)") from None
-    except yaml.MarkedYAMLError as e:
-        loader.dispose()
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else None
-        problem = e.problem or "invalid YAML"
-        raise ConfigError(file, f"YAML syntax error: {problem}" + (f" ({e.context})" if e.context else ""),
-                          line=line) from None
-    except yaml.YAMLError as e:
-        loader.dispose()
-        raise ConfigError(file, f"YAML syntax error: {e}") from None
 
 
 def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
@@ -265,8 +222,6 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
                 var_nodes[k] = vn
     for k in saved:
         if k not in raw_vars:
-            from console.core.config.saved import overlay_path
-
             raise ConfigError(overlay_path(file), f"no variable '{k}' under vars: in {file.name}"
                               + _did_you_mean(k, list(raw_vars) or ["(none)"])
                               + f"; remove it with: eagle3 set {file} --clear {k}", key=f"vars.{k}",
