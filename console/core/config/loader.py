@@ -17,8 +17,9 @@ import yaml
 
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
-from console.core.config.model import CheckSpec, Config, NotifySpec, Phase
+from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
 from console.core.config.saved import overlay_path, read_saved
+from console.core.durations import parse_duration
 from console.core.errors import ConfigError
 from console.core.terminal_text import strip_controls
 
@@ -382,8 +383,6 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
 
 
 def _duration(r: _Reader, node: yaml.Node, key: str) -> float:
-    from console.core.stall import parse_duration
-
     try:
         return parse_duration(r.scalar(node, key))
     except ValueError as e:
@@ -396,8 +395,6 @@ NOTIFY_KEYS = ("run", "on", "timeout")
 def _notify(r: _Reader, node: yaml.Node, key: str) -> tuple[NotifySpec, ...]:
     """`notify:` entries: `{run: CMD, on: [ended, failed, stalled, blocked], timeout: 30s}`,
     or just CMD (a list or a string split like a shell would) for every event."""
-    from console.core.notify import EVENTS, MAX_TIMEOUT
-
     out = []
     for j, en in enumerate(r.sequence(node, key)):
         ek = f"{key}[{j}]"
@@ -414,21 +411,21 @@ def _notify(r: _Reader, node: yaml.Node, key: str) -> tuple[NotifySpec, ...]:
                 raise r.error(en, f"{ek}.run", "missing: the command to run, as a list or a string")
             run_node = fields["run"][1]
         argv = _command(r, run_node, f"{ek}.run")
-        on: tuple[str, ...] = EVENTS
+        on: tuple[str, ...] = NOTIFY_EVENTS
         if "on" in fields:
             on_node = fields["on"][1]
             names = ([r.string(on_node, f"{ek}.on")] if isinstance(on_node, yaml.ScalarNode)
                      else r.string_list(on_node, f"{ek}.on"))
             for name in names:
-                if name not in EVENTS:
-                    raise r.error(on_node, f"{ek}.on", f"'{name}' is not a notify event ({', '.join(EVENTS)})"
-                                  + _did_you_mean(name, EVENTS))
+                if name not in NOTIFY_EVENTS:
+                    raise r.error(on_node, f"{ek}.on", f"'{name}' is not a notify event ({', '.join(NOTIFY_EVENTS)})"
+                                  + _did_you_mean(name, NOTIFY_EVENTS))
             on = tuple(names)
         timeout = 30.0
         if "timeout" in fields:
             timeout = _duration(r, fields["timeout"][1], f"{ek}.timeout")
-            if not 0 < timeout <= MAX_TIMEOUT:
-                raise r.error(fields["timeout"][1], f"{ek}.timeout", f"between 1s and {int(MAX_TIMEOUT)}s")
+            if not 0 < timeout <= MAX_NOTIFY_TIMEOUT:
+                raise r.error(fields["timeout"][1], f"{ek}.timeout", f"between 1s and {int(MAX_NOTIFY_TIMEOUT)}s")
         out.append(NotifySpec(argv=tuple(argv), on=on, timeout=timeout))
     return tuple(out)
 
