@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from console.core.checks.result import CheckResult
-from console.core.config.secrets import Redactor, redact_results
+from console.core.redaction import Redactor, redact_results
 from console.core.runs import procs
 from console.core.runs.rundir import RUN_DIR_ENV, VERIFYING, ExitInfo, PidInfo, RunDir
 from pipeline.events import ENV_VAR as EVENTS_ENV

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core.config.model import MAX_NOTIFY_TIMEOUT
-from console.core.config.secrets import Redactor
+from console.core.redaction import Redactor
 from console.core.journal import Journal
 from console.core.runs.procs import with_env
 

@@ -23,7 +23,7 @@ from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
 from console.core.errors import PhaseError
 from console.core.interpreter import python_argv
-from console.core.config.secrets import redactor_for
+from console.core.redaction import redactor_for
 from console.core.journal import Journal, private_dir
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock
