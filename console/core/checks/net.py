@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from console.core.checks.context import CheckContext
+from console.core.checks.jsonfile import _MISSING, _same, _show, dig
 from console.core.checks.kind import Field, Kind, Outcome
 
 BODY_EXCERPT = 200
@@ -129,8 +130,6 @@ def run_http_ok(args: dict[str, Any], ctx: CheckContext) -> Outcome:
 
 def _json_fields(url: str, status: int, body: bytes, want: dict[str, Any], ev: dict[str, Any]) -> Outcome:
     """Fields of the JSON answer (dotted keys) equal the expected values."""
-    from console.core.checks.jsonfile import _MISSING, _same, _show, dig
-
     if len(body) > JSON_BODY_MAX:
         return Outcome(False, f"{url} answered over {JSON_BODY_MAX} bytes; expected a small JSON object", ev)
     try:

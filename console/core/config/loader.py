@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
@@ -165,7 +166,7 @@ class _Reader:
 def load_config(
     path: str | Path,
     overrides: Mapping[str, str] | None = None,
-    validate_check: Callable[[str, Any], str | None] | None = None,
+    validate_check: Callable[[str, Any], str | None] = validate,
     saved: Mapping[str, str] | None = None,
 ) -> Config:
     """Read, validate and interpolate a pipeline config. Raises ConfigError only.
@@ -187,8 +188,6 @@ def load_config(
     overrides = dict(overrides or {})
     if saved is None:
         saved = read_saved(file)
-    if validate_check is None:
-        from console.core.checks.registry import validate as validate_check
 
     loader, root = compose(file, text)
     try:
@@ -431,8 +430,6 @@ def _notify(r: _Reader, node: yaml.Node, key: str) -> tuple[NotifySpec, ...]:
 
 
 def _check(r: _Reader, node: yaml.Node, key: str, validate_check: Callable[[str, Any], str | None]) -> CheckSpec:
-    from console.core.checks.registry import KINDS, default_name
-
     if isinstance(node, yaml.ScalarNode):
         raise r.error(node, key, f"a check is a mapping like `- exists: PATH`, got '{node.value}'")
     items = r.mapping(node, key)

@@ -22,6 +22,7 @@ import yaml
 
 from console.core.config.composer import compose, restore
 from console.core.errors import ConfigError
+from pipeline.events import fsync_dir, write_bytes_atomic
 
 SUFFIX = ".local.yaml"
 MAX_BYTES = 64 * 1024
@@ -113,8 +114,6 @@ def render(config_path: str | os.PathLike[str], values: dict[str, str]) -> str:
 def write_saved(config_path: str | os.PathLike[str], values: dict[str, str]) -> Path:
     """Replace the overlay atomically (temp, fsync, rename, fsync the folder; owner-only,
     as values may be private); remove it when nothing is left. Validated before it is written, so it always reads back."""
-    from pipeline.events import fsync_dir, write_bytes_atomic
-
     file = overlay_path(config_path)
     if not values:
         try:
