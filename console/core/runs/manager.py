@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Literal
 
 import console
+from console.core.checks.context import CheckContext
+from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
 from console.core.errors import PhaseError
@@ -369,9 +371,6 @@ def readiness(config: Config, phase: Phase | str) -> tuple[bool, list[CheckResul
 
 
 def run_ready_checks(config: Config, phase: Phase, ctx=None) -> list[CheckResult]:  # type: ignore[no-untyped-def]
-    from console.core.checks.context import CheckContext
-    from console.core.checks.registry import run_checks
-
     return run_checks(list(phase.ready), ctx or CheckContext(config, phase), timeout=READY_TIMEOUT)
 
 
