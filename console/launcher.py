@@ -158,7 +158,9 @@ def watch_stalls(rd: RunDir, argv: dict[str, Any], started: float, done: threadi
             return
         journal = Journal(rd.state_dir, redactor)
         watch = StallWatch(journal, Notifier(config, journal))
-        builder = SnapshotBuilder(_OneRun(PhaseStatus(phase=phase, state="running", run=rd, started_at=started)))
+        # With its pid (written before the phase started), as a console reads the run.
+        running = PhaseStatus(phase=phase, state="running", run=rd, started_at=started, pid=os.getpid())
+        builder = SnapshotBuilder(_OneRun(running))
         every = min(STALL_POLL[1], max(STALL_POLL[0], after / 4))
         while not done.wait(every):
             snap = builder.build()
