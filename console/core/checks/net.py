@@ -13,6 +13,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+import psutil
+
 from console.core.checks.context import CheckContext
 from console.core.checks.jsonfile import _MISSING, _same, _show, dig
 from console.core.checks.kind import Field, Kind, Outcome
@@ -23,10 +25,6 @@ JSON_BODY_MAX = 1 << 20
 
 def listener(port: int) -> dict[str, Any]:
     """Who listens on `port`: pid, process name and command line where the OS lets us see."""
-    try:
-        import psutil
-    except ImportError:
-        return {"pid": None, "why": "psutil is not installed"}
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, PermissionError, OSError):
