@@ -63,7 +63,7 @@ def _readable(value: Any) -> Any:
 
 class Journal:
     def __init__(self, state_dir: str | os.PathLike[str], redactor: Any = None) -> None:
-        """`redactor` (config.secrets.Redactor) hides `${env:...}` values in every record."""
+        """`redactor` (redaction.Redactor) hides `${env:...}` values in every record."""
         self.state_dir = Path(state_dir)
         self.redactor = redactor
 

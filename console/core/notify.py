@@ -45,10 +45,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-EVENTS = ("ended", "failed", "stalled", "blocked")
+from console.core.config.model import MAX_NOTIFY_TIMEOUT
+from console.core.redaction import Redactor
+from console.core.journal import Journal
+from console.core.runs.procs import with_env
+
 CLAIMS = "claims"
 DEFAULT_TIMEOUT = 30.0
-MAX_TIMEOUT = 3600.0
 MAX_SUMMARY = 500
 SPEC_ENV = "EAGLE3_NOTIFY_SPEC"
 MARK_ENV = "EAGLE3_NOTIFY_MARK"  # inherited by all the command starts: how a setsid child is found
@@ -181,8 +184,6 @@ def _read_tail(stream: Any, tail: bytearray) -> None:
 def _kill_marked(pgid: int, mark: str) -> None:
     """SIGKILL the command's group and every process that carries its mark, which is how a
     child that called setsid (left the group) is still found."""
-    from console.core.runs.procs import with_env
-
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
@@ -198,7 +199,7 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
     """Runs one notifier command in its own process group, at most `timeout` seconds;
     whatever it started that is still alive at the timeout is killed with it."""
     argv = [str(a) for a in payload["argv"]]
-    timeout = min(float(payload.get("timeout") or DEFAULT_TIMEOUT), MAX_TIMEOUT)
+    timeout = min(float(payload.get("timeout") or DEFAULT_TIMEOUT), MAX_NOTIFY_TIMEOUT)
     started = time.monotonic()
     mark = f"{os.getpid()}-{time.time_ns()}"
     try:
@@ -215,8 +216,6 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = {"exit_code": proc.wait(timeout=timeout)}
     except subprocess.TimeoutExpired:
         result = {"timed_out": True, "timeout_s": timeout}
-    from console.core.runs.procs import with_env
-
     if result.get("timed_out") or with_env(MARK_ENV, mark):
         left = timeout - (time.monotonic() - started)
         while left > 0 and with_env(MARK_ENV, mark):
@@ -254,9 +253,6 @@ def main() -> int:
         return 2
     _leave_parent()
     result = _run(payload)
-    from console.core.config.secrets import Redactor
-    from console.core.journal import Journal
-
     try:
         Journal(Path(payload["state_dir"]), Redactor(payload.get("secret_env") or ())).append(
             "notify", phase=payload.get("phase"), run_id=payload.get("run_id"), on=payload.get("event"),

@@ -14,9 +14,9 @@ from pathlib import Path
 from console.core import provenance
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
-from console.core.checks.result import CheckResult
+from console.core.checks.result import CheckResult, redact_results
 from console.core.config.loader import load_config
-from console.core.config.secrets import redact_results, redactor_for
+from console.core.redaction import redactor_for
 from console.core.config.model import Config, Phase
 from console.core.errors import Eagle3Error, PhaseError
 from console.core.interpreter import locate, missing_message, path_with_interpreter

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
 from console.core.atomicfile import atomic_write_json
+from console.core.redaction import Redactor, redactor_for
 from pipeline.sizes import format_bytes
 
 if TYPE_CHECKING:
@@ -130,8 +131,6 @@ def record_phase(config: "Config", phase: "Phase", run_id: str) -> dict[str, Any
     """Fingerprint the phase's inputs and outputs now and store the record atomically
     (paths relative to the config's folder, `${env:...}` values redacted: the record names
     the variable instead). Returns it as `read_record` will give it back."""
-    from console.core.config.secrets import redactor_for
-
     redactor = redactor_for(config)
     record = {
         "phase": phase.id,
@@ -175,8 +174,6 @@ def read_record(state_dir: str | os.PathLike[str], phase_id: str) -> dict[str, A
         return None
     if not isinstance(data, dict):
         return None
-    from console.core.config.secrets import Redactor
-
     data = Redactor(data.get("secret_env") or ()).restore(data)
     root = _root_now(data, Path(state_dir))
     if root is not None:

@@ -6,6 +6,7 @@ stopped would see."""
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +36,6 @@ class PhaseStatus:
     def duration_s(self) -> float | None:
         if self.started_at is None:
             return None
-        import time
-
         end = self.ended_at if self.ended_at is not None else time.time()
         return max(0.0, end - self.started_at)
 

@@ -138,6 +138,7 @@ def _die_with_parent() -> None:
 def make_server(project: Any, address: str, sets: Sequence[str] = (), theme: str | None = None,
                 actions: bool = False, sessions: int = DEFAULT_SESSIONS, token: str | None = None) -> Any:
     """The guarded server (textual-serve's Server, subclassed)."""
+    # Optional packages, loaded on first use: only `--serve` needs textual-serve and its aiohttp.
     import aiohttp_jinja2
     from aiohttp import WSCloseCode, web
     from textual_serve.app_service import AppService
@@ -215,7 +216,7 @@ def make_server(project: Any, address: str, sets: Sequence[str] = (), theme: str
 
         async def _make_app(self) -> Any:
             app = web.Application()
-            import jinja2
+            import jinja2  # optional, as above: textual-serve brings it
 
             aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
             app.add_routes([

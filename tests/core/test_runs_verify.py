@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from console import launcher
 from console.core.checks.result import CheckResult
 from console.core.config.model import CheckSpec
 from console.core.journal import Journal
-from console.core.runs import launcher, procs, run_status
+from console.core.runs import procs, run_status
 from console.core.runs.rundir import RunDir, atomic_write_json
 
 SPEC = CheckSpec(kind="exists", arg="out.txt", name="output-written")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -9,7 +11,10 @@ import pytest
 
 from console.core.config.model import Phase
 from console.core.journal import Journal
+from console.core.runs.rundir import RunDir
+from console.core.snapshot import SnapshotBuilder
 from console.core.stall import DEFAULT_STALL_AFTER, StallWatch, parse_duration, silence, stall_after
+from console.core.state import PhaseStatus
 
 
 @pytest.mark.parametrize("text,secs", [(90, 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400),
@@ -33,6 +38,19 @@ def test_tasks_are_watched_by_default_services_only_when_asked() -> None:
 def test_silence_counts_from_the_latest_sign_of_life() -> None:
     assert silence(100.0, 10.0, 40.0, 70.0) == 30.0
     assert silence(100.0, None, None, None) is None
+
+
+def test_a_run_whose_launcher_is_still_starting_is_not_silent(tmp_path: Path) -> None:
+    """Its launcher has not written its pid yet (a loaded host, a slow interpreter): the phase
+    has not started, so its silence, and a stall, count only from the launcher's start."""
+    phase = Phase(id="q", title="q", argv=("x",), stall_after=1.0)
+    created = time.time() - 60
+    starting = PhaseStatus(phase=phase, state="running", run=RunDir(tmp_path / "r"), started_at=created)
+    started = PhaseStatus(phase=phase, state="running", run=RunDir(tmp_path / "r"), started_at=created,
+                          pid=os.getpid())
+    views = [SnapshotBuilder(SimpleNamespace(statuses=lambda checks=None, st=st: [st])).build().phases[0]
+             for st in (starting, started)]
+    assert [(v.silent_s is None, v.stalled) for v in views] == [(True, False), (False, True)]
 
 
 def _view(stalled: bool, run_id: str = "r1", state: str = "running", silent_s: float = 700.0) -> SimpleNamespace:

@@ -8,20 +8,18 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from console.core.config.model import Config, Phase
-from console.core.telemetry.samples import GpuReading
 from console.core.interpreter import path_with_interpreter, python_argv
+from console.core.telemetry.nvml import NvmlGpuSource
+from console.core.telemetry.samples import GpuReading
+
+if TYPE_CHECKING:  # types only: the config sits above the checks, which run against one
+    from console.core.config.model import Config, Phase
 
 
 def _nvml_reading() -> GpuReading:
-    """One NVML poll through the telemetry source, imported only when a GPU check runs."""
-    try:
-        from console.core.telemetry.nvml import NvmlGpuSource
-    except ImportError as e:
-        return GpuReading(t=time.time(), error=f"no GPU reading available: the NVML reader "
-                                               f"cannot be loaded ({e})")
+    """One NVML poll through the telemetry source (which loads NVML itself, on first use)."""
     source = None
     try:
         source = NvmlGpuSource()

@@ -13,7 +13,10 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+import psutil
+
 from console.core.checks.context import CheckContext
+from console.core.checks.jsonfile import _MISSING, _same, _show, dig
 from console.core.checks.kind import Field, Kind, Outcome
 
 BODY_EXCERPT = 200
@@ -22,10 +25,6 @@ JSON_BODY_MAX = 1 << 20
 
 def listener(port: int) -> dict[str, Any]:
     """Who listens on `port`: pid, process name and command line where the OS lets us see."""
-    try:
-        import psutil
-    except ImportError:
-        return {"pid": None, "why": "psutil is not installed"}
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, PermissionError, OSError):
@@ -129,8 +128,6 @@ def run_http_ok(args: dict[str, Any], ctx: CheckContext) -> Outcome:
 
 def _json_fields(url: str, status: int, body: bytes, want: dict[str, Any], ev: dict[str, Any]) -> Outcome:
     """Fields of the JSON answer (dotted keys) equal the expected values."""
-    from console.core.checks.jsonfile import _MISSING, _same, _show, dig
-
     if len(body) > JSON_BODY_MAX:
         return Outcome(False, f"{url} answered over {JSON_BODY_MAX} bytes; expected a small JSON object", ev)
     try:

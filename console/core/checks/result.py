@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from console.core.redaction import Redactor
+
 Status = Literal["pass", "warn", "fail"]
 
 
@@ -40,3 +42,10 @@ class CheckResult:
         return cls(**{k: d.get(k) for k in ("name", "kind", "severity", "status", "message")},
                    evidence=d.get("evidence") or {}, overridden=bool(d.get("overridden")),
                    reason=d.get("reason"))
+
+
+def redact_results(results: list[CheckResult], redactor: Redactor) -> list[CheckResult]:
+    """Check results with messages and evidence redacted (new objects; the inputs are kept)."""
+    if not redactor:
+        return results
+    return [CheckResult.from_json(redactor.obj(r.to_json())) for r in results]

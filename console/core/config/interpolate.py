@@ -30,7 +30,7 @@ def _suggest(name: str, known: list[str]) -> str:
 def substitute(text: str, lookup: Mapping[str, str], environ: Mapping[str, str] | None = None,
                used_env: set[str] | None = None) -> str:
     """Replace every `${name}` and `${env:NAME}` in `text` with values already resolved.
-    `used_env` collects the names whose values came from the environment (secrets.py)."""
+    `used_env` collects the names whose values came from the environment (redaction.py)."""
     env = os.environ if environ is None else environ
     size = [len(text)]
 

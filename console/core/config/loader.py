@@ -15,9 +15,12 @@ from typing import Any
 
 import yaml
 
-from console.core.config import bounds
+from console.core.checks.registry import KINDS, default_name, validate
+from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
-from console.core.config.model import CheckSpec, Config, NotifySpec, Phase
+from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
+from console.core.config.saved import overlay_path, read_saved
+from console.core.durations import parse_duration
 from console.core.errors import ConfigError
 from console.core.terminal_text import strip_controls
 
@@ -29,21 +32,6 @@ PHASE_KEYS = (
 CHECK_META_KEYS = ("name", "severity")
 MAX_CONFIG_BYTES = 4 * 2**20
 MAX_EXPANDED = 16 * 2**20  # characters all interpolated values may add up to
-# `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
-# is the natural way to write a config; the braces are swapped for private-use characters
-# before parsing and swapped back in every scalar.
-_REF = re.compile(r"\$\{([^{}\n]*)\}")
-_OPEN, _CLOSE = "\ue000", "\ue001"
-
-
-def _protect(text: str) -> str:
-    return _REF.sub(lambda m: "$" + _OPEN + m.group(1) + _CLOSE, text)
-
-
-def _restore(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace(_OPEN, "{").replace(_CLOSE, "}")
-    return value
 
 
 PHASE_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -95,7 +83,7 @@ class _Reader:
         for knode, vnode in node.value:
             if not isinstance(knode, yaml.ScalarNode):
                 raise self.error(knode, key, "keys must be plain names")
-            k = str(_restore(self.loader.construct_object(knode)))
+            k = str(restore(self.loader.construct_object(knode)))
             if k in seen:
                 raise self.error(knode, f"{key}.{k}" if key else k,
                                  f"duplicate key (first given on line {seen[k]})")
@@ -111,14 +99,14 @@ class _Reader:
     def scalar(self, node: yaml.Node, key: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, key, f"expected a single value, got {self._kind(node)}")
-        return _restore(self.loader.construct_object(node))
+        return restore(self.loader.construct_object(node))
 
     def string(self, node: yaml.Node, key: str, *, interpolate: bool = True, allow_empty: bool = False,
                as_written: bool = False) -> str:
         """`as_written`: a plain scalar keeps its text (YAML 1.1 would turn `yes` into true,
         `0755` into 493 and `1.10` into 1.1: wrong for an argv item or an env value)."""
         if as_written and isinstance(node, yaml.ScalarNode):
-            value: Any = _restore(node.value)
+            value: Any = restore(node.value)
         else:
             value = self.scalar(node, key)
         if value is None or isinstance(value, (dict, list)):
@@ -172,13 +160,13 @@ class _Reader:
             return "a mapping"
         if isinstance(node, yaml.SequenceNode):
             return "a list"
-        return f"'{_restore(node.value)}'" if node.value else "nothing"
+        return f"'{restore(node.value)}'" if node.value else "nothing"
 
 
 def load_config(
     path: str | Path,
     overrides: Mapping[str, str] | None = None,
-    validate_check: Callable[[str, Any], str | None] | None = None,
+    validate_check: Callable[[str, Any], str | None] = validate,
     saved: Mapping[str, str] | None = None,
 ) -> Config:
     """Read, validate and interpolate a pipeline config. Raises ConfigError only.
@@ -199,11 +187,7 @@ def load_config(
     file = file.resolve()
     overrides = dict(overrides or {})
     if saved is None:
-        from console.core.config.saved import read_saved
-
         saved = read_saved(file)
-    if validate_check is None:
-        from console.core.checks.registry import validate as validate_check
 
     loader, root = compose(file, text)
     try:
@@ -212,33 +196,6 @@ def load_config(
         return _build(file, text, loader, root, overrides, validate_check, saved)
     finally:
         loader.dispose()
-
-
-def compose(file: Path, text: str) -> tuple[yaml.SafeLoader, yaml.Node | None]:
-    """The YAML node tree of a config-shaped file, bounded (depth, aliases, tags) before it is
-    composed, and every YAML error as one ConfigError naming the file and line. The caller
-    disposes of the loader once it has read the nodes."""
-    protected = _protect(text)
-    loader = yaml.SafeLoader(protected)
-    try:
-        bounds.check(protected)
-        return loader, loader.get_single_node()
-    except bounds.BoundsError as e:
-        loader.dispose()
-        raise ConfigError(file, str(e), line=e.line, key=_restore(e.key) or None) from None
-    except RecursionError:
-        loader.dispose()
-        raise ConfigError(file, f"nested too deeply (more than {bounds.MAX_DEPTH} levels)") from None
-    except yaml.MarkedYAMLError as e:
-        loader.dispose()
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else None
-        problem = e.problem or "invalid YAML"
-        raise ConfigError(file, f"YAML syntax error: {problem}" + (f" ({e.context})" if e.context else ""),
-                          line=line) from None
-    except yaml.YAMLError as e:
-        loader.dispose()
-        raise ConfigError(file, f"YAML syntax error: {e}") from None
 
 
 def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
@@ -265,8 +222,6 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
                 var_nodes[k] = vn
     for k in saved:
         if k not in raw_vars:
-            from console.core.config.saved import overlay_path
-
             raise ConfigError(overlay_path(file), f"no variable '{k}' under vars: in {file.name}"
                               + _did_you_mean(k, list(raw_vars) or ["(none)"])
                               + f"; remove it with: eagle3 set {file} --clear {k}", key=f"vars.{k}",
@@ -427,8 +382,6 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
 
 
 def _duration(r: _Reader, node: yaml.Node, key: str) -> float:
-    from console.core.stall import parse_duration
-
     try:
         return parse_duration(r.scalar(node, key))
     except ValueError as e:
@@ -441,8 +394,6 @@ NOTIFY_KEYS = ("run", "on", "timeout")
 def _notify(r: _Reader, node: yaml.Node, key: str) -> tuple[NotifySpec, ...]:
     """`notify:` entries: `{run: CMD, on: [ended, failed, stalled, blocked], timeout: 30s}`,
     or just CMD (a list or a string split like a shell would) for every event."""
-    from console.core.notify import EVENTS, MAX_TIMEOUT
-
     out = []
     for j, en in enumerate(r.sequence(node, key)):
         ek = f"{key}[{j}]"
@@ -459,28 +410,26 @@ def _notify(r: _Reader, node: yaml.Node, key: str) -> tuple[NotifySpec, ...]:
                 raise r.error(en, f"{ek}.run", "missing: the command to run, as a list or a string")
             run_node = fields["run"][1]
         argv = _command(r, run_node, f"{ek}.run")
-        on: tuple[str, ...] = EVENTS
+        on: tuple[str, ...] = NOTIFY_EVENTS
         if "on" in fields:
             on_node = fields["on"][1]
             names = ([r.string(on_node, f"{ek}.on")] if isinstance(on_node, yaml.ScalarNode)
                      else r.string_list(on_node, f"{ek}.on"))
             for name in names:
-                if name not in EVENTS:
-                    raise r.error(on_node, f"{ek}.on", f"'{name}' is not a notify event ({', '.join(EVENTS)})"
-                                  + _did_you_mean(name, EVENTS))
+                if name not in NOTIFY_EVENTS:
+                    raise r.error(on_node, f"{ek}.on", f"'{name}' is not a notify event ({', '.join(NOTIFY_EVENTS)})"
+                                  + _did_you_mean(name, NOTIFY_EVENTS))
             on = tuple(names)
         timeout = 30.0
         if "timeout" in fields:
             timeout = _duration(r, fields["timeout"][1], f"{ek}.timeout")
-            if not 0 < timeout <= MAX_TIMEOUT:
-                raise r.error(fields["timeout"][1], f"{ek}.timeout", f"between 1s and {int(MAX_TIMEOUT)}s")
+            if not 0 < timeout <= MAX_NOTIFY_TIMEOUT:
+                raise r.error(fields["timeout"][1], f"{ek}.timeout", f"between 1s and {int(MAX_NOTIFY_TIMEOUT)}s")
         out.append(NotifySpec(argv=tuple(argv), on=on, timeout=timeout))
     return tuple(out)
 
 
 def _check(r: _Reader, node: yaml.Node, key: str, validate_check: Callable[[str, Any], str | None]) -> CheckSpec:
-    from console.core.checks.registry import KINDS, default_name
-
     if isinstance(node, yaml.ScalarNode):
         raise r.error(node, key, f"a check is a mapping like `- exists: PATH`, got '{node.value}'")
     items = r.mapping(node, key)

@@ -39,12 +39,16 @@ class CheckSpec:
         return cls(kind=d["kind"], arg=d["arg"], name=d["name"], severity=d.get("severity", "error"))
 
 
+NOTIFY_EVENTS = ("ended", "failed", "stalled", "blocked")  # what a `notify:` entry's `on:` may name
+MAX_NOTIFY_TIMEOUT = 3600.0  # seconds: the longest a notify command may run
+
+
 @dataclass(frozen=True)
 class NotifySpec:
     """One `notify:` entry: a command run (detached, time-bounded) on some phase events."""
 
     argv: tuple[str, ...]
-    on: tuple[str, ...] = ("ended", "failed", "stalled", "blocked")
+    on: tuple[str, ...] = NOTIFY_EVENTS
     timeout: float = 30.0
 
 

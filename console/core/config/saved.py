@@ -20,7 +20,9 @@ from pathlib import Path
 
 import yaml
 
+from console.core.config.composer import compose, restore
 from console.core.errors import ConfigError
+from pipeline.atomic_io import fsync_dir, write_bytes_atomic
 
 SUFFIX = ".local.yaml"
 MAX_BYTES = 64 * 1024
@@ -63,8 +65,6 @@ def read_saved(config_path: str | os.PathLike[str]) -> Saved:
 
 
 def parse(file: Path, text: str) -> Saved:
-    from console.core.config.loader import _restore, compose
-
     loader, root = compose(file, text)
     loader.dispose()
     if root is None:
@@ -77,7 +77,7 @@ def parse(file: Path, text: str) -> Saved:
         raise ConfigError(file, "expected a mapping with `vars:`", line=line(root))
     out = Saved()
     for kn, vn in root.value:
-        key = _restore(kn.value) if isinstance(kn, yaml.ScalarNode) else "?"
+        key = restore(kn.value) if isinstance(kn, yaml.ScalarNode) else "?"
         if key != "vars":
             raise ConfigError(file, "unknown key; an overrides file holds only `vars:`", line=line(kn), key=key)
         if isinstance(vn, yaml.ScalarNode) and vn.value in ("", "~", "null"):
@@ -87,7 +87,7 @@ def parse(file: Path, text: str) -> Saved:
         if len(vn.value) > MAX_NAMES:
             raise ConfigError(file, f"{len(vn.value)} variables; at most {MAX_NAMES}", line=line(vn), key="vars")
         for n, v in vn.value:
-            name = _restore(n.value) if isinstance(n, yaml.ScalarNode) else ""
+            name = restore(n.value) if isinstance(n, yaml.ScalarNode) else ""
             where = f"vars.{name}" if name else "vars"
             if not VAR_NAME.match(name):
                 raise ConfigError(file, "variable names use letters, digits, _ . - and start with a letter",
@@ -96,7 +96,7 @@ def parse(file: Path, text: str) -> Saved:
                 raise ConfigError(file, "duplicate key", line=line(n), key=where)
             if not isinstance(v, yaml.ScalarNode):
                 raise ConfigError(file, "expected a text value", line=line(v), key=where)
-            value = _restore(v.value)
+            value = restore(v.value)
             if len(value) > MAX_VALUE:
                 raise ConfigError(file, f"the value is {len(value)} characters; at most {MAX_VALUE}",
                                   line=line(v), key=where)
@@ -114,8 +114,6 @@ def render(config_path: str | os.PathLike[str], values: dict[str, str]) -> str:
 def write_saved(config_path: str | os.PathLike[str], values: dict[str, str]) -> Path:
     """Replace the overlay atomically (temp, fsync, rename, fsync the folder; owner-only,
     as values may be private); remove it when nothing is left. Validated before it is written, so it always reads back."""
-    from pipeline.atomic_io import fsync_dir, write_bytes_atomic
-
     file = overlay_path(config_path)
     if not values:
         try:

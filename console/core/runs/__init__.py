@@ -1,5 +1,5 @@
-"""Detached phase runs: run directories, the launcher that owns a run, locks, and the
-manager that starts, stops and describes runs from their files alone."""
+"""Detached phase runs: run directories, locks, and the manager that starts (through the
+launcher program, `python -m console.launcher`), stops and describes runs from their files alone."""
 
 from __future__ import annotations
 

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Literal
 
 import console
+from console.core.checks.context import CheckContext
+from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
 from console.core.errors import PhaseError
 from console.core.interpreter import python_argv
-from console.core.config.secrets import redactor_for
+from console.core.redaction import redactor_for
 from console.core.journal import Journal, private_dir
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock
@@ -33,6 +35,8 @@ RunState = Literal["running", "verifying", "succeeded", "failed", "stopped", "lo
 
 # Where `python -m console...` finds the package, whatever the caller's working directory.
 _PACKAGE_ROOT = Path(console.__file__).resolve().parent.parent
+# The program that owns a run, above the core: started by its name, never imported from here.
+LAUNCHER = "console.launcher"
 # How long a run may go without a pid file before it counts as lost (a slow launcher start).
 _PID_PATIENCE = 30.0
 # How long start_run waits for a run that has ended to release its lock.
@@ -258,7 +262,7 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
         log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "console.core.runs.launcher", str(rd.path), "--lock-fd", str(lock.fd)],
+                [sys.executable, "-m", LAUNCHER, str(rd.path), "--lock-fd", str(lock.fd)],
                 cwd=_PACKAGE_ROOT, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                 start_new_session=True, pass_fds=(lock.fd,), close_fds=True,
             )
@@ -367,9 +371,6 @@ def readiness(config: Config, phase: Phase | str) -> tuple[bool, list[CheckResul
 
 
 def run_ready_checks(config: Config, phase: Phase, ctx=None) -> list[CheckResult]:  # type: ignore[no-untyped-def]
-    from console.core.checks.context import CheckContext
-    from console.core.checks.registry import run_checks
-
     return run_checks(list(phase.ready), ctx or CheckContext(config, phase), timeout=READY_TIMEOUT)
 
 

@@ -1,4 +1,4 @@
-"""The process that owns one run: `python -m console.core.runs.launcher RUN_DIR [--lock-fd N]`.
+"""The process that owns one run: `python -m console.launcher RUN_DIR [--lock-fd N]`.
 
 It lives in its own session, started by `manager.start_run`, so that a phase outlives the
 console or CLI that started it (and the SSH session around them). It holds the phase lock
@@ -22,13 +22,25 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
-from console.core.checks.result import CheckResult
-from console.core.config.secrets import Redactor, redact_results
+from console.core.checks.context import CheckContext
+from console.core.checks.registry import run_checks
+from console.core.checks.result import CheckResult, redact_results
+from console.core.config.loader import load_config
+from console.core.config.model import CheckSpec
+from console.core.journal import Journal
+from console.core.notify import Notifier, ended_notice
+from console.core.provenance import record_phase
+from console.core.redaction import Redactor
 from console.core.runs import procs
+from console.core.runs.manager import run_status
 from console.core.runs.rundir import RUN_DIR_ENV, VERIFYING, ExitInfo, PidInfo, RunDir
+from console.core.snapshot import SnapshotBuilder
+from console.core.stall import StallWatch, stall_after
+from console.core.state import PhaseStatus, derive_states
 from pipeline.events import ENV_VAR as EVENTS_ENV
 
 
@@ -44,37 +56,27 @@ def _redactor(argv: dict[str, Any]) -> Redactor:
 
 def _journal(rd: RunDir, event: str, redactor: Redactor | None = None, **fields: Any) -> None:
     """Journal from the launcher; a full disk must not turn a finished run into a crash."""
-    from console.core.journal import Journal
-
     try:
         Journal(rd.state_dir, redactor).append(event, **fields)
     except OSError as e:
         log(f"could not write the journal {rd.state_dir / 'journal.jsonl'}: {e}")
 
 
-# The three seams to modules written elsewhere; imported lazily so a launcher starts fast
-# and a broken module fails one run's verification, not the launcher. Tests replace them.
+# The three seams to the config, the checks and provenance; tests replace them.
 
 def load_phase_config(argv: dict[str, Any]) -> tuple[Any, Any]:
     """The config as it is now (reloaded from its file with the run's --set overrides) and
     the run's phase in it."""
-    from console.core.config.loader import load_config
-
     # saved={}: the run's overrides already hold the saved ones it started with.
     config = load_config(argv["config_path"], argv.get("overrides") or {}, saved={})
     return config, config.phase(argv["phase"])
 
 
 def run_verify_checks(specs: list[Any], config: Any, phase: Any) -> list[CheckResult]:
-    from console.core.checks.context import CheckContext
-    from console.core.checks.registry import run_checks
-
     return run_checks(specs, CheckContext(config, phase))
 
 
 def record_provenance(config: Any, phase: Any, run_id: str) -> None:
-    from console.core.provenance import record_phase
-
     record_phase(config, phase, run_id)
 
 
@@ -85,8 +87,6 @@ def _failed(name: str, kind: str, message: str) -> CheckResult:
 def finish(rd: RunDir, argv: dict[str, Any], stopping: Callable[[], bool] = lambda: False) -> str:
     """After exit 0: run the phase's verify checks, write verify.json, and record
     provenance when they pass. Returns "passed", "failed" or "none" (no verify checks)."""
-    from console.core.config.model import CheckSpec
-
     redactor = _redactor(argv)
     real = redactor.restore(argv)
     specs = [CheckSpec.from_json(d) for d in real.get("verify") or []]
@@ -152,19 +152,15 @@ def watch_stalls(rd: RunDir, argv: dict[str, Any], started: float, done: threadi
     console that watches too). Never raises: its first error is logged and ends the watch."""
     redactor = _redactor(argv)
     try:
-        from console.core.journal import Journal
-        from console.core.notify import Notifier
-        from console.core.snapshot import SnapshotBuilder
-        from console.core.stall import StallWatch, stall_after
-        from console.core.state import PhaseStatus
-
         config, phase = load_phase_config(redactor.restore(argv))
         after = stall_after(phase)
         if not after:
             return
         journal = Journal(rd.state_dir, redactor)
         watch = StallWatch(journal, Notifier(config, journal))
-        builder = SnapshotBuilder(_OneRun(PhaseStatus(phase=phase, state="running", run=rd, started_at=started)))
+        # With its pid (written before the phase started), as a console reads the run.
+        running = PhaseStatus(phase=phase, state="running", run=rd, started_at=started, pid=os.getpid())
+        builder = SnapshotBuilder(_OneRun(running))
         every = min(STALL_POLL[1], max(STALL_POLL[0], after / 4))
         while not done.wait(every):
             snap = builder.build()
@@ -183,11 +179,6 @@ class _Ended(RunDir):
 def final_status(rd: RunDir, config: Any, phase: Any) -> Any:
     """The PhaseStatus a console derives for this ended run (state done/failed/stopped and
     its reason), by the core's own derivation."""
-    from dataclasses import replace
-
-    from console.core.runs.manager import run_status
-    from console.core.state import derive_states
-
     rs = run_status(_Ended(rd.path))
     return derive_states(replace(config, phases=(phase,)), lambda _id: (rd, rs),
                          lambda _phase: None, lambda _id: None)[0]
@@ -198,9 +189,6 @@ def notify_end(rd: RunDir, argv: dict[str, Any]) -> None:
     A config that no longer loads or a notifier that fails costs the notification only."""
     redactor = _redactor(argv)
     try:
-        from console.core.journal import Journal
-        from console.core.notify import Notifier, ended_notice
-
         config, phase = load_phase_config(redactor.restore(argv))
         notifier = Notifier(config, Journal(rd.state_dir, redactor))
         if not (notifier.specs(rd.phase_id, "ended") or notifier.specs(rd.phase_id, "failed")):
@@ -338,7 +326,7 @@ class Launcher:
 
 
 def main(args: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m console.core.runs.launcher")
+    p = argparse.ArgumentParser(prog="python -m console.launcher")
     p.add_argument("run_dir")
     p.add_argument("--lock-fd", type=int, default=None,
                    help="the phase lock descriptor to hold until the run has ended")

@@ -73,12 +73,3 @@ def _walk(o: Any, f: Any) -> Any:
 def redactor_for(config: Any) -> Redactor:
     """The redactor of a loaded config (the `${env:...}` names it used)."""
     return Redactor(getattr(config, "secret_env", ()) or ())
-
-
-def redact_results(results: list[Any], redactor: Redactor) -> list[Any]:
-    """Check results with messages and evidence redacted (new objects; the inputs are kept)."""
-    if not redactor:
-        return results
-    from console.core.checks.result import CheckResult
-
-    return [CheckResult.from_json(redactor.obj(r.to_json())) for r in results]

@@ -1,0 +1,58 @@
+"""The bounded YAML composer of config-shaped files (the config and the saved-overrides
+file beside it): one place that bounds depth, aliases and tags before PyYAML composes, and
+turns every YAML error into one ConfigError naming the file and line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from console.core.config import bounds
+from console.core.errors import ConfigError
+
+# `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
+# is the natural way to write a config; the braces are swapped for private-use characters
+# before parsing and swapped back in every scalar.
+_REF = re.compile(r"\$\{([^{}\n]*)\}")
+_OPEN, _CLOSE = "\ue000", "\ue001"
+
+
+def protect(text: str) -> str:
+    return _REF.sub(lambda m: "$" + _OPEN + m.group(1) + _CLOSE, text)
+
+
+def restore(value: Any) -> Any:
+    """A scalar as written: the braces `protect` swapped out put back."""
+    if isinstance(value, str):
+        return value.replace(_OPEN, "{").replace(_CLOSE, "}")
+    return value
+
+
+def compose(file: Path, text: str) -> tuple[yaml.SafeLoader, yaml.Node | None]:
+    """The YAML node tree of a config-shaped file, bounded (depth, aliases, tags) before it is
+    composed, and every YAML error as one ConfigError naming the file and line. The caller
+    disposes of the loader once it has read the nodes."""
+    protected = protect(text)
+    loader = yaml.SafeLoader(protected)
+    try:
+        bounds.check(protected)
+        return loader, loader.get_single_node()
+    except bounds.BoundsError as e:
+        loader.dispose()
+        raise ConfigError(file, str(e), line=e.line, key=restore(e.key) or None) from None
+    except RecursionError:
+        loader.dispose()
+        raise ConfigError(file, f"nested too deeply (more than {bounds.MAX_DEPTH} levels)") from None
+    except yaml.MarkedYAMLError as e:
+        loader.dispose()
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        problem = e.problem or "invalid YAML"
+        raise ConfigError(file, f"YAML syntax error: {problem}" + (f" ({e.context})" if e.context else ""),
+                          line=line) from None
+    except yaml.YAMLError as e:
+        loader.dispose()
+        raise ConfigError(file, f"YAML syntax error: {e}") from None
