@@ -59,8 +59,10 @@ def fresh_venv(root: Path, wheel: Path) -> Path:
     checkout there (a .pth import hook) stays inactive."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
+    # a checkout on PYTHONPATH has an egg-info that passes for an installed eagle3-console
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                           "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=240)
+                           "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=240, env=clean)
     assert done.returncode == 0, done.stdout + done.stderr
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True, timeout=60).stdout.strip()
