@@ -8,11 +8,16 @@ import os
 import pty
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from textual.app import App, ComposeResult
 from textual.message import Message
-from ui_harness import wait_for
+from textual.screen import Screen
+from textual.worker import WorkerState
+from ui_harness import Notices, wait_for
+
+from console.core.errors import Eagle3Error
 
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, VolumeSample
@@ -23,6 +28,7 @@ from console.core.snapshot import SpaceNeed
 from console.ui.pollers import Poller
 from console.ui.theming import load_themes
 from console.ui.watchdog import TtyWatchdog
+from console.ui.worker_notices import WorkerNotices
 
 
 class Tick(Message):
@@ -147,3 +153,32 @@ def test_stylesheet_uses_theme_variables_only() -> None:
         for word in prop.split():
             assert word.startswith("$") or word in ("solid", "heavy", "round", "none", "transparent", "bold") \
                 or word.endswith("%"), f"literal colour in console.tcss: {prop}"
+
+
+class Failing(WorkerNotices, Screen[None]):
+    QUIET_WORKER_GROUPS = frozenset({"background"})
+
+    def on_mount(self) -> None:
+        self.started = []
+        for name, group, error in (("check prep", "checks", OSError("disk gone")),
+                                   ("stop train", "stop", Eagle3Error("train was not running")),
+                                   ("pre-flight gated", "background", RuntimeError("quiet"))):
+            self.started.append(self.run_worker(partial(_raise, error), name=name, group=group, thread=True, exit_on_error=False))
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+async def test_a_failed_worker_is_one_notice_never_a_traceback_and_the_console_stays_up() -> None:
+    notices = Notices()
+    app = App[None]()
+    async with app.run_test(size=(80, 24), message_hook=notices.hook) as pilot:
+        screen = Failing()
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: all(w.state is WorkerState.ERROR for w in screen.started)
+                       and len(notices.posted) >= 2, what="three failed workers, two notices")
+        await pilot.pause()
+        assert sorted(notices.posted) == [("error", "check prep failed: OSError: disk gone"),
+                                          ("error", "train was not running")]
+        assert app.is_running and app.return_code is None
