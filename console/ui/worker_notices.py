@@ -8,6 +8,9 @@ traceback, and never a dead console."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from textual.worker import Worker, WorkerState
 
 from console.core.errors import Eagle3Error
@@ -31,10 +34,10 @@ class WorkerNotices:
     own check shows)."""
 
     QUIET_WORKER_GROUPS: frozenset[str] = frozenset()
+    notify: Callable[..., Any]  # the Screen's (or App's) own
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
         if event.state is not WorkerState.ERROR or worker.group in self.QUIET_WORKER_GROUPS:
             return
-        self.notify(failure_text(worker.name, worker.error),  # type: ignore[attr-defined]
-                    severity="error", timeout=NOTICE_TIMEOUT)
+        self.notify(failure_text(worker.name, worker.error), severity="error", timeout=NOTICE_TIMEOUT)

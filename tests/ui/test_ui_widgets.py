@@ -20,10 +20,11 @@ from ui_harness import Notices, wait_for
 from console.core.errors import Eagle3Error
 
 from console.core.telemetry.history import DiskForecast
-from console.core.telemetry.samples import DiskReading, VolumeSample
+from console.core.telemetry.samples import DiskReading, ShmReading, VolumeSample
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.log_view import LogView
 from console.ui.logfeed import LogFeed, clean
+from console.ui.messages import LogLines, ShmUpdated
 from console.core.snapshot import SpaceNeed
 from console.ui.pollers import Poller
 from console.ui.theming import load_themes
@@ -182,3 +183,30 @@ async def test_a_failed_worker_is_one_notice_never_a_traceback_and_the_console_s
         assert sorted(notices.posted) == [("error", "check prep failed: OSError: disk gone"),
                                           ("error", "train was not running")]
         assert app.is_running and app.return_code is None
+
+
+class Panels(App[None]):
+    """Records what reaches its handlers, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handled: list[object] = []
+
+    def on_shm_updated(self, msg: ShmUpdated) -> None:
+        self.handled.append(msg.reading.t)
+
+    def on_log_lines(self, msg: LogLines) -> None:
+        self.handled.append(msg.lines[0])
+
+
+async def test_a_burst_of_panel_readings_draws_only_the_latest_but_every_log_line_lands() -> None:
+    """A UI loop busy for a few seconds must not replay each stale 1 Hz reading afterwards;
+    log lines each add something, so none is dropped."""
+    app = Panels()
+    async with app.run_test() as pilot:
+        for t in range(5):  # queued in one go, before the loop handles any
+            app.post_message(ShmUpdated(ShmReading(float(t), total=10, used=t, free=10 - t)))
+        for n in range(3):
+            app.post_message(LogLines("log", [f"line {n}"], "", reset=False, path=None))
+        await wait_for(pilot, lambda: "line 2" in app.handled, what="the burst handled")
+    assert app.handled == [4.0, "line 0", "line 1", "line 2"]
