@@ -22,6 +22,7 @@ from console.core.errors import Eagle3Error
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, ShmReading, VolumeSample
 from console.ui.components.disk_panel import DiskPanel
+from console.ui.components.journal_view import JournalView
 from console.ui.components.log_view import LogView
 from console.ui.logfeed import LogFeed, clean
 from console.ui.messages import LogLines, ShmUpdated
@@ -210,3 +211,22 @@ async def test_a_burst_of_panel_readings_draws_only_the_latest_but_every_log_lin
             app.post_message(LogLines("log", [f"line {n}"], "", reset=False, path=None))
         await wait_for(pilot, lambda: "line 2" in app.handled, what="the burst handled")
     assert app.handled == [4.0, "line 0", "line 1", "line 2"]
+
+
+async def test_the_journal_stays_where_the_operator_scrolled_until_a_new_record_comes() -> None:
+    view = JournalView()
+    app = Host(view)
+    records = [{"t": 1_750_000_000.0 + i, "event": "checks", "phase": "prep", "summary": f"record {i}"}
+               for i in range(60)]
+    async with app.run_test(size=(80, 12)) as pilot:
+        view.show(records)
+        await wait_for(pilot, lambda: view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y,
+                       what="the end of the records")
+        view.scroll_home(animate=False)
+        await wait_for(pilot, lambda: view.scroll_y == 0, what="scrolled to the top")
+        view.show(list(records))  # the next poll reads the same records
+        await pilot.pause()
+        assert view.scroll_y == 0
+        view.show(records + [{"t": 1_750_000_100.0, "event": "stop", "phase": "prep", "summary": "new"}])
+        await wait_for(pilot, lambda: view.scroll_y == view.max_scroll_y > 0, what="the new record in view")
+        assert "new" in str(view.query_one("#journal-body").render())
