@@ -151,6 +151,9 @@ def test_blocked_dialog(snap_compare, snap_project) -> None:  # type: ignore[no-
         await wait_for(pilot, lambda: not main.flow.starting, what="the start's outcome handled")
         await _laid_out(pilot)
         pilot.app.clear_notifications()
+        # The main screen under the dialog keeps its "starting…" toast until it expires (3 s):
+        # wait for that, or a loaded machine (slower than 3 s here) draws another screen.
+        await wait_for(pilot, lambda: not any(s.query("Toast") for s in pilot.app.screen_stack), what="no toast left")
         await pilot.pause()
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()
