@@ -1,8 +1,14 @@
 """Typed messages the thread workers post to the UI. Each carries plain data already
-computed off the UI loop, so a handler only stores it and refreshes a widget."""
+computed off the UI loop, so a handler only stores it and refreshes a widget.
+
+A panel's reading says everything the panel shows, so a newer one makes an older one
+still queued worthless: those readings set `can_replace`, and a burst (a UI loop that
+was busy for a few seconds) collapses into the latest. Log lines and check results
+each add something, so every one of them is handled."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
@@ -13,56 +19,60 @@ from console.core.telemetry.history import VolumeForecast
 from console.core.telemetry.samples import DiskReading, GpuReading, HostReading, ShmReading
 
 
-class GpuUpdated(Message):
-    def __init__(self, reading: GpuReading, owners: dict[int, str]) -> None:
-        super().__init__()
-        self.reading = reading
-        self.owners = owners  # pid -> phase id
+class Reading(Message):
+    """A poller's whole reading of one panel: the latest queued one replaces the older."""
+
+    def can_replace(self, message: Message) -> bool:
+        return type(message) is type(self)
 
 
-class DiskUpdated(Message):
-    def __init__(self, reading: DiskReading, forecasts: dict[str, VolumeForecast],
-                 needs: dict[str, SpaceNeed]) -> None:
-        super().__init__()
-        self.reading = reading
-        self.forecasts = forecasts
-        self.needs = needs
+@dataclass
+class GpuUpdated(Reading):
+    reading: GpuReading
+    owners: dict[int, str]  # pid -> phase id
 
 
-class ShmUpdated(Message):
-    def __init__(self, reading: ShmReading) -> None:
-        super().__init__()
-        self.reading = reading
+@dataclass
+class DiskUpdated(Reading):
+    reading: DiskReading
+    forecasts: dict[str, VolumeForecast]
+    needs: dict[str, SpaceNeed]
 
 
-class HostUpdated(Message):
-    def __init__(self, reading: HostReading) -> None:
-        super().__init__()
-        self.reading = reading
+@dataclass
+class ShmUpdated(Reading):
+    reading: ShmReading
 
 
+@dataclass
+class HostUpdated(Reading):
+    reading: HostReading
+
+
+@dataclass
 class LogLines(Message):
     """New lines of a log. `reset` means a different file (or the first read): replace."""
 
-    def __init__(self, key: str, lines: list[str], partial: str, reset: bool, path: str | None) -> None:
-        super().__init__()
-        self.key = key
-        self.lines = lines
-        self.partial = partial
-        self.reset = reset
-        self.path = path
+    key: str
+    lines: list[str]
+    partial: str
+    reset: bool
+    path: str | None
 
 
+@dataclass
 class ChecksDone(Message):
-    def __init__(self, phase_id: str, results: list[CheckResult], kind: str = "check") -> None:
-        super().__init__()
-        self.phase_id = phase_id
-        self.results = results
-        self.kind = kind  # "check" | "verify" | "preflight" (the quiet background check)
+    phase_id: str
+    results: list[CheckResult]
+    kind: str = "check"  # "check" | "verify" | "preflight" (the quiet background check)
 
 
-class JournalRead(Message):
-    def __init__(self, phase_id: str | None, records: list[dict[str, Any]]) -> None:
-        super().__init__()
-        self.phase_id = phase_id
-        self.records = records
+@dataclass
+class JournalRead(Reading):
+    """The journal's latest records for one phase (None: all phases)."""
+
+    phase_id: str | None
+    records: list[dict[str, Any]]
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, JournalRead) and message.phase_id == self.phase_id

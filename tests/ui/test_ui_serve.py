@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ui_harness import make_app, select, wait_for, write_config
+from ui_harness import Notices, make_app, select, wait_for, write_config
 
 from console.core.project import Project
 from console.ui.serve import SESSION_ENV, ServeError, console_command, parse_address, same_origin
@@ -51,11 +51,12 @@ def test_only_a_page_of_the_servers_own_origin_may_open_a_session() -> None:
 
 async def test_a_read_only_console_refuses_to_act(project) -> None:  # type: ignore[no-untyped-def]
     app = make_app(project, read_only=True)
-    async with app.run_test(size=(100, 30)) as pilot:
+    notices = Notices()
+    async with app.run_test(size=(100, 30), message_hook=notices.hook) as pilot:
         await select(pilot, app, "prep")
         for key in "rcvs":
             await pilot.press(key)
-        await wait_for(pilot, lambda: sum("read-only view" in n.message for n in app._notifications) == 4,
+        await wait_for(pilot, lambda: sum("read-only view" in text for text in notices.texts) == 4,
                        what="four refusals")
         await app.workers.wait_for_complete()
     assert project.run_dir("prep") is None and not project.journal.read(events={"checks", "verify"})

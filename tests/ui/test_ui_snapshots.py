@@ -12,10 +12,12 @@ from ui_harness import FROZEN, T0, AtTime, make_app, stop_all, wait_for, write_c
 
 from console.core.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource
+from console.core.telemetry.history import DiskForecast
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.gpu_panel import GpuPanel
 from console.ui.components.journal_view import JournalView
 from console.ui.components.log_view import LogView
+from console.ui.messages import LogLines
 
 LOG_PATH = "/data/eagle3/state/runs/stream/20260101-000000-abcd/output.log"
 
@@ -62,6 +64,16 @@ async def _laid_out(pilot) -> None:  # type: ignore[no-untyped-def]
                    what="the layout to take the last data")
 
 
+async def _reselect(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-def]
+    """Select another phase and `phase_id` again, as an operator would: its detail redrawn."""
+    main = pilot.app.main_screen()
+    plist = main.query_one("#phases")
+    other = next(s.phase.id for s in main.statuses if s.phase.id != phase_id)
+    for pick in (other, phase_id):
+        plist.select_id(pick)
+        await wait_for(pilot, lambda p=pick: main.selected == p, what=f"{pick} selected")
+
+
 async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
     main = app.main_screen()
@@ -86,9 +98,8 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
         await _quiet(pilot)
         await wait_for(pilot, lambda: log.settled, what="the log's last lines drawn")
         log.set_source(LOG_PATH)
-        st = main.by_id["stream"]
-        st.started_at = T0 + 3000  # the header names when it started: pin it
-        main._show_detail()
+        main.by_id["stream"].started_at = T0 + 3000  # the header names when it started: pin it
+        await _reselect(pilot, "stream")
         main.query_one("#journal", JournalView).show(
             [{"t": T0 + 3000, "event": "run_started", "phase": "stream", "run_id": "20260101-000000-abcd",
               "user": "ops"}], show_phase=False)
@@ -100,11 +111,12 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
     for k in range(1, 61):
         panel.show((busy if k == 60 else gpu).read(t=T0 + k), owners)
     disk = FakeDiskSource(volumes=("/data", "/scratch"))
+    forecast = DiskForecast()
     for k in range(0, 11):
-        main._forecast.update(disk.read(t=T0 + 2 * k))
+        forecast.update(disk.read(t=T0 + 2 * k))
     reading = disk.read(t=T0 + 20)
-    main._forecast.update(reading)
-    main.query_one(DiskPanel).show(reading, {f.path: f for f in main._forecast.forecasts()}, {})
+    forecast.update(reading)
+    main.query_one(DiskPanel).show(reading, {f.path: f for f in forecast.forecasts()}, {})
     await pilot.pause()
     await _laid_out(pilot)
     await pilot.wait_for_scheduled_animations()
@@ -139,6 +151,9 @@ def test_blocked_dialog(snap_compare, snap_project) -> None:  # type: ignore[no-
         await wait_for(pilot, lambda: not main.flow.starting, what="the start's outcome handled")
         await _laid_out(pilot)
         pilot.app.clear_notifications()
+        # The main screen under the dialog keeps its "starting…" toast until it expires (3 s):
+        # wait for that, or a loaded machine (slower than 3 s here) draws another screen.
+        await wait_for(pilot, lambda: not any(s.query("Toast") for s in pilot.app.screen_stack), what="no toast left")
         await pilot.pause()
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()
@@ -184,11 +199,9 @@ def test_log_screen_while_a_phase_runs(snap_compare, snap_project, size: tuple[i
         screen.poller.stop(wait=10)
         await wait_for(pilot, lambda: view.settled, what="the last frame")
         kept = [ln for ln in view.lines if not ln.startswith("[eagle3 ")]  # the launcher's line: times, paths
-        view.clear()
-        view.append(kept)
-        await wait_for(pilot, lambda: view.settled, what="the pinned lines drawn")
-        screen.path = LOG_PATH
-        screen._header()
+        screen.post_message(LogLines("pinned", kept, "", reset=True, path=LOG_PATH))
+        await wait_for(pilot, lambda: view.lines == kept and view.settled and screen.path == LOG_PATH,
+                       what="the pinned lines and path drawn")
         pilot.app.clear_notifications()
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()

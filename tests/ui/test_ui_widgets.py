@@ -8,21 +8,29 @@ import os
 import pty
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from textual.app import App, ComposeResult
 from textual.message import Message
-from ui_harness import wait_for
+from textual.screen import Screen
+from textual.worker import WorkerState
+from ui_harness import Notices, wait_for
+
+from console.core.errors import Eagle3Error
 
 from console.core.telemetry.history import DiskForecast
-from console.core.telemetry.samples import DiskReading, VolumeSample
+from console.core.telemetry.samples import DiskReading, ShmReading, VolumeSample
 from console.ui.components.disk_panel import DiskPanel
+from console.ui.components.journal_view import JournalView
 from console.ui.components.log_view import LogView
 from console.ui.logfeed import LogFeed, clean
+from console.ui.messages import LogLines, ShmUpdated
 from console.core.snapshot import SpaceNeed
 from console.ui.pollers import Poller
 from console.ui.theming import load_themes
 from console.ui.watchdog import TtyWatchdog
+from console.ui.worker_notices import WorkerNotices
 
 
 class Tick(Message):
@@ -147,3 +155,78 @@ def test_stylesheet_uses_theme_variables_only() -> None:
         for word in prop.split():
             assert word.startswith("$") or word in ("solid", "heavy", "round", "none", "transparent", "bold") \
                 or word.endswith("%"), f"literal colour in console.tcss: {prop}"
+
+
+class Failing(WorkerNotices, Screen[None]):
+    QUIET_WORKER_GROUPS = frozenset({"background"})
+
+    def on_mount(self) -> None:
+        self.started = []
+        for name, group, error in (("check prep", "checks", OSError("disk gone")),
+                                   ("stop train", "stop", Eagle3Error("train was not running")),
+                                   ("pre-flight gated", "background", RuntimeError("quiet"))):
+            self.started.append(self.run_worker(partial(_raise, error), name=name, group=group, thread=True, exit_on_error=False))
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+async def test_a_failed_worker_is_one_notice_never_a_traceback_and_the_console_stays_up() -> None:
+    notices = Notices()
+    app = App[None]()
+    async with app.run_test(size=(80, 24), message_hook=notices.hook) as pilot:
+        screen = Failing()
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: all(w.state is WorkerState.ERROR for w in screen.started)
+                       and len(notices.posted) >= 2, what="three failed workers, two notices")
+        await pilot.pause()
+        assert sorted(notices.posted) == [("error", "check prep failed: OSError: disk gone"),
+                                          ("error", "train was not running")]
+        assert app.is_running and app.return_code is None
+
+
+class Panels(App[None]):
+    """Records what reaches its handlers, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handled: list[object] = []
+
+    def on_shm_updated(self, msg: ShmUpdated) -> None:
+        self.handled.append(msg.reading.t)
+
+    def on_log_lines(self, msg: LogLines) -> None:
+        self.handled.append(msg.lines[0])
+
+
+async def test_a_burst_of_panel_readings_draws_only_the_latest_but_every_log_line_lands() -> None:
+    """A UI loop busy for a few seconds must not replay each stale 1 Hz reading afterwards;
+    log lines each add something, so none is dropped."""
+    app = Panels()
+    async with app.run_test() as pilot:
+        for t in range(5):  # queued in one go, before the loop handles any
+            app.post_message(ShmUpdated(ShmReading(float(t), total=10, used=t, free=10 - t)))
+        for n in range(3):
+            app.post_message(LogLines("log", [f"line {n}"], "", reset=False, path=None))
+        await wait_for(pilot, lambda: "line 2" in app.handled, what="the burst handled")
+    assert app.handled == [4.0, "line 0", "line 1", "line 2"]
+
+
+async def test_the_journal_stays_where_the_operator_scrolled_until_a_new_record_comes() -> None:
+    view = JournalView()
+    app = Host(view)
+    records = [{"t": 1_750_000_000.0 + i, "event": "checks", "phase": "prep", "summary": f"record {i}"}
+               for i in range(60)]
+    async with app.run_test(size=(80, 12)) as pilot:
+        view.show(records)
+        await wait_for(pilot, lambda: view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y,
+                       what="the end of the records")
+        view.scroll_home(animate=False)
+        await wait_for(pilot, lambda: view.scroll_y == 0, what="scrolled to the top")
+        view.show(list(records))  # the next poll reads the same records
+        await pilot.pause()
+        assert view.scroll_y == 0
+        view.show(records + [{"t": 1_750_000_100.0, "event": "stop", "phase": "prep", "summary": "new"}])
+        await wait_for(pilot, lambda: view.scroll_y == view.max_scroll_y > 0, what="the new record in view")
+        assert "new" in str(view.query_one("#journal-body").render())

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from textual.message import Message
+from textual.notifications import Notify
 
 from console.core.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource, FakeHostSource, FakeShmSource
@@ -116,6 +118,22 @@ async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, wha
             return
         await pilot.pause(0.05)  # wait-ok: poll interval of a deadline loop
     raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
+
+
+class Notices:
+    """The notifications the app was asked to show, as posted (a toast can expire while a
+    loaded machine catches up): pass `hook` as `run_test(message_hook=...)`."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str]] = []  # (severity, message)
+
+    def hook(self, message: Message) -> None:
+        if isinstance(message, Notify):
+            self.posted.append((message.notification.severity, message.notification.message))
+
+    @property
+    def texts(self) -> list[str]:
+        return [text for _, text in self.posted]
 
 
 def state_of(app: ConsoleApp, phase_id: str) -> str | None:

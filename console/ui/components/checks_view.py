@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from textual.binding import Binding
@@ -20,6 +21,7 @@ from console.core.checks.result import CheckResult
 from console.ui.render import check_glyph, cut_left, fit_words, fmt_time, looks_like_epoch
 
 _ORDER = {"fail": 0, "warn": 1, "pass": 2}
+NOT_CHECKED = "not checked yet: press c"
 
 
 def _evidence(key: str, value: Any) -> str:
@@ -124,6 +126,15 @@ def render_results(results: Sequence[CheckResult], evidence_lines: int = 4,
     return Content("\n").join(rows)
 
 
+@dataclass(frozen=True)
+class Shown:
+    """What the view shows: results (None: not run yet, and `hint` says so) under `title`."""
+
+    results: tuple[CheckResult, ...] | None
+    title: str
+    hint: str = NOT_CHECKED
+
+
 class ChecksView(VerticalScroll):
     DEFAULT_CSS = """
     ChecksView { height: 1fr; }
@@ -135,33 +146,35 @@ class ChecksView(VerticalScroll):
                 tooltip="Show or fold the checks that pass"),
     ]
 
-    expanded: reactive[bool] = reactive(False)
+    expanded: reactive[bool] = reactive(False, init=False)
+    shown: reactive[Shown] = reactive(Shown(None, "checks"), init=False)
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.results: list[CheckResult] | None = None
         self.title = "checks"
-        self._hint = "not checked yet: press c"
+
+    @property
+    def results(self) -> tuple[CheckResult, ...] | None:
+        return self.shown.results
 
     def compose(self):  # type: ignore[no-untyped-def]
-        yield Static(Content.styled("not checked yet: press c", "$text-muted"), id="checks-body")
+        yield Static(Content.styled(NOT_CHECKED, "$text-muted"), id="checks-body")
 
-    def show(self, results: list[CheckResult] | None, title: str, hint: str = "not checked yet: press c") -> None:
-        key = (title, hint, None if results is None else
-               tuple((r.name, r.status, r.message, r.overridden, str(r.evidence)) for r in results))
-        if key == getattr(self, "_key", None):
-            return
-        self._key = key
-        self.results = results
-        self._hint = hint
-        self.border_title = title
+    def show(self, results: Sequence[CheckResult] | None, title: str, hint: str = NOT_CHECKED) -> None:
+        self.shown = Shown(None if results is None else tuple(results), title, hint)
+
+    def watch_shown(self, shown: Shown) -> None:
+        self.border_title = shown.title
+        self._draw()
+
+    def watch_expanded(self) -> None:
         self._draw()
 
     def _draw(self) -> None:
         body = self.query_one("#checks-body", Static)
         results = self.results
         if results is None:
-            body.update(Content.styled(self._hint, "$text-muted"))
+            body.update(Content.styled(self.shown.hint, "$text-muted"))
         elif not results:
             body.update(Content.styled("no checks configured", "$text-muted"))
         else:
@@ -173,10 +186,6 @@ class ChecksView(VerticalScroll):
 
     def on_resize(self) -> None:
         if self.results:
-            self._draw()
-
-    def watch_expanded(self) -> None:
-        if self.is_mounted:
             self._draw()
 
     def action_toggle_passing(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.telemetry.history import FILLING_B_PER_S, VolumeForecast
@@ -26,18 +27,26 @@ def _short(n: float | None) -> str:
 class DiskPanel(Widget):
     DEFAULT_CSS = "DiskPanel { height: auto; }"
 
+    # The forecasts and needs come with it and may change while the reading does not.
+    reading: reactive[DiskReading | None] = reactive(None, always_update=True, init=False)
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.reading: DiskReading | None = None
         self.forecasts: dict[str, VolumeForecast] = {}
         self.needs: dict[str, SpaceNeed] = {}
+        self._rows = 1  # the rows laid out: a new reading with as many only repaints
 
     def show(self, reading: DiskReading, forecasts: dict[str, VolumeForecast],
              needs: dict[str, SpaceNeed]) -> None:
-        before = self.get_content_height(None, None, 0)
-        self.reading, self.forecasts, self.needs = reading, forecasts, needs
+        self.forecasts, self.needs = forecasts, needs
+        self.reading = reading
+
+    def watch_reading(self) -> None:
         self.set_class(bool(self.warnings()), "-warning")
-        self.refresh(layout=self.get_content_height(None, None, 0) != before)
+        rows = self.get_content_height(None, None, 0)
+        if rows != self._rows:
+            self._rows = rows
+            self.refresh(layout=True)
 
     def warnings(self) -> list[tuple[str, SpaceNeed, VolumeForecast]]:
         out = []

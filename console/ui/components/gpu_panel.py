@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.telemetry.history import GpuHistory
@@ -15,24 +16,28 @@ from console.ui.render import fit, fmt_pair, sparkline
 HISTORY = 60
 
 
+def _shape(reading: GpuReading | None) -> tuple[object, ...]:
+    return (None,) if reading is None else (reading.error, len(reading.gpus))
+
+
 class GpuPanel(Widget):
     DEFAULT_CSS = "GpuPanel { height: auto; }"
 
+    # Every reading is a sample of the sparkline, even one equal to the last.
+    reading: reactive[GpuReading | None] = reactive(None, always_update=True, init=False)
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.reading: GpuReading | None = None
-        self.owners: dict[int, str] = {}
+        self.owners: dict[int, str] = {}  # pid -> phase id, for the reading being shown
         self.history = GpuHistory(seconds=HISTORY)
 
-    def _shape(self, reading: GpuReading | None) -> tuple[object, ...]:
-        if reading is None:
-            return (None,)
-        return (reading.error, len(reading.gpus))
-
     def show(self, reading: GpuReading, owners: dict[int, str]) -> None:
-        relayout = self._shape(reading) != self._shape(self.reading)
-        self.reading = reading
         self.owners = owners
+        self.reading = reading
+
+    def watch_reading(self, old: GpuReading | None, reading: GpuReading | None) -> None:
+        if reading is None:
+            return
         self.history.add(reading)
         names = {g.name for g in reading.gpus if g.name}
         title = "GPU"
@@ -42,7 +47,8 @@ class GpuPanel(Widget):
                 title += f" · driver {reading.driver}"
         if self.border_title != title:
             self.border_title = title
-        self.refresh(layout=relayout)
+        if _shape(reading) != _shape(old):  # another row count: a layout, not just a repaint
+            self.refresh(layout=True)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         if self.reading is not None and self.reading.error is not None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.telemetry.samples import HostReading
@@ -14,13 +14,10 @@ from console.ui.render import bar, fmt_pair
 class HostPanel(Widget):
     DEFAULT_CSS = "HostPanel { height: 1; }"
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.reading: HostReading | None = None
+    reading: reactive[HostReading | None] = reactive(None)
 
     def show(self, reading: HostReading) -> None:
         self.reading = reading
-        self.refresh()
 
     def render(self) -> Content:
         r = self.reading

@@ -8,6 +8,7 @@ from typing import Any
 
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from console.ui.render import fmt_time
@@ -67,11 +68,21 @@ def render_records(records: Sequence[dict[str, Any]], show_phase: bool = True) -
 
 
 class JournalView(VerticalScroll):
+    """The records shown, newest at the end. The same records read again change nothing:
+    an operator who scrolled up to read stays where they are until a new record comes."""
+
     DEFAULT_CSS = "JournalView { height: 1fr; } JournalView > Static { width: 1fr; }"
+
+    # (records, whether each row names its phase)
+    shown: reactive[tuple[tuple[dict[str, Any], ...], bool] | None] = reactive(None, init=False)
 
     def compose(self):  # type: ignore[no-untyped-def]
         yield Static(Content.styled("reading journal…", "$text-muted"), id="journal-body")
 
     def show(self, records: Sequence[dict[str, Any]], show_phase: bool = True) -> None:
+        self.shown = (tuple(records), show_phase)
+
+    def watch_shown(self, shown: tuple[tuple[dict[str, Any], ...], bool]) -> None:
+        records, show_phase = shown
         self.query_one("#journal-body", Static).update(render_records(records, show_phase))
         self.scroll_end(animate=False)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.telemetry.samples import ShmReading
@@ -14,13 +14,10 @@ from console.ui.render import bar, fit_words, fmt_bytes, fmt_pair
 class ShmPanel(Widget):
     DEFAULT_CSS = "ShmPanel { height: 1; }"
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.reading: ShmReading | None = None
+    reading: reactive[ShmReading | None] = reactive(None)
 
     def show(self, reading: ShmReading) -> None:
         self.reading = reading
-        self.refresh()
 
     def render(self) -> Content:
         r = self.reading

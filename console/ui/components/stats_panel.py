@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.livestats import LiveSnapshot
@@ -23,70 +24,70 @@ def _num(x: float | None) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
 
 
+def stats_lines(s: LiveSnapshot | None, width: int, compact: bool = False) -> list[Content]:
+    """The panel's rows at `width`; `compact` (a short terminal): two, the last metric values inline."""
+    if s is None or is_empty(s):
+        return []
+    out: list[Content] = []
+    if s.done is not None:
+        frac = s.fraction
+        count = f"{_num(s.done)}/{_num(s.total)} {s.unit or ''}".strip()
+        pct = f"{100 * frac:5.1f}%" if frac is not None else ""
+        bar_w = max(6, width - len(count) - len(pct) - 2)
+        out.append(Content.assemble(bar(frac, bar_w, "$success"), " ", (pct, "bold"), " ", count))
+    facts = []
+    if s.rate is not None:
+        facts.append(f"{fmt_rate(s.rate)} {s.unit or 'items'}/s")
+    if s.eta_s is not None:
+        facts.append(f"ETA {fmt_duration(s.eta_s)}")
+    elif s.estimating:
+        facts.append("ETA estimating…")
+    if s.bytes_written is not None:
+        facts.append(f"{fmt_bytes(s.bytes_written)} written")
+    if s.remaining_bytes is not None:
+        facts.append(f"{fmt_bytes(s.remaining_bytes)} to go")
+    if s.tokens_per_s is not None:
+        facts.append(f"{fmt_rate(s.tokens_per_s)} tok/s")
+    if compact:
+        facts += [f"{name} {values[-1]:.4g}" for name, values in list(s.metrics.items())[:2] if values]
+    if facts:
+        out.append(Content.styled(fit(" · ".join(facts), width), "$text"))
+    if compact:
+        return out
+    for name, values in list(s.metrics.items())[: (3 if width >= 100 else 2)]:
+        last = values[-1] if values else None
+        label = f"{name} {last:.4g}" if last is not None else name
+        label_w = min(24, max(len(label) + 1, 12))
+        out.append(Content.assemble((fit(label, label_w), "$text-muted"),
+                                    (sparkline(values, max(4, width - label_w)), "$accent")))
+    msg = s.last_message
+    if msg is not None and msg.level in ("warning", "error"):
+        out.append(Content.styled(fit(f"{msg.level}: {msg.text}", width),
+                                  "$error" if msg.level == "error" else "$warning"))
+    return out
+
+
 class StatsPanel(Widget):
     DEFAULT_CSS = "StatsPanel { height: auto; }"
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.stats: LiveSnapshot | None = None
-        self.compact = False  # a short terminal: two lines, the last metric values inline
+    stats: reactive[LiveSnapshot | None] = reactive(None, init=False)
+    compact: reactive[bool] = reactive(False, layout=True)  # a short terminal: two lines, metrics inline
 
     def set_compact(self, compact: bool) -> None:
-        if compact != self.compact:
-            self.compact = compact
-            self.refresh(layout=True)
+        self.compact = compact
 
     def show(self, stats: LiveSnapshot | None) -> None:
-        if stats == self.stats:
-            return
-        width = self.content_region.width or self.size.width or 40
-        before = len(self.lines(width))
         self.stats = stats
+
+    def watch_stats(self, old: LiveSnapshot | None, stats: LiveSnapshot | None) -> None:
         self.display = not is_empty(stats)
         # A new rate or count redraws these rows; only a row more or less needs a layout.
-        self.refresh(layout=len(self.lines(width)) != before)
+        width = self.content_region.width or self.size.width or 40
+        if len(stats_lines(old, width, self.compact)) != len(self.lines(width)):
+            self.refresh(layout=True)
 
     def lines(self, width: int) -> list[Content]:
-        s = self.stats
-        if s is None or is_empty(s):
-            return []
-        out: list[Content] = []
-        if s.done is not None:
-            frac = s.fraction
-            count = f"{_num(s.done)}/{_num(s.total)} {s.unit or ''}".strip()
-            pct = f"{100 * frac:5.1f}%" if frac is not None else ""
-            bar_w = max(6, width - len(count) - len(pct) - 2)
-            out.append(Content.assemble(bar(frac, bar_w, "$success"), " ", (pct, "bold"), " ", count))
-        facts = []
-        if s.rate is not None:
-            facts.append(f"{fmt_rate(s.rate)} {s.unit or 'items'}/s")
-        if s.eta_s is not None:
-            facts.append(f"ETA {fmt_duration(s.eta_s)}")
-        elif s.estimating:
-            facts.append("ETA estimating…")
-        if s.bytes_written is not None:
-            facts.append(f"{fmt_bytes(s.bytes_written)} written")
-        if s.remaining_bytes is not None:
-            facts.append(f"{fmt_bytes(s.remaining_bytes)} to go")
-        if s.tokens_per_s is not None:
-            facts.append(f"{fmt_rate(s.tokens_per_s)} tok/s")
-        if self.compact:
-            facts += [f"{name} {values[-1]:.4g}" for name, values in list(s.metrics.items())[:2] if values]
-        if facts:
-            out.append(Content.styled(fit(" · ".join(facts), width), "$text"))
-        if self.compact:
-            return out
-        for name, values in list(s.metrics.items())[: (3 if width >= 100 else 2)]:
-            last = values[-1] if values else None
-            label = f"{name} {last:.4g}" if last is not None else name
-            label_w = min(24, max(len(label) + 1, 12))
-            out.append(Content.assemble((fit(label, label_w), "$text-muted"),
-                                        (sparkline(values, max(4, width - label_w)), "$accent")))
-        msg = s.last_message
-        if msg is not None and msg.level in ("warning", "error"):
-            out.append(Content.styled(fit(f"{msg.level}: {msg.text}", width),
-                                      "$error" if msg.level == "error" else "$warning"))
-        return out
+        return stats_lines(self.stats, width, self.compact)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         return max(1, len(self.lines(width)))

@@ -10,12 +10,13 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
-from textual.message import Message
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from console.core.runs import manager
+from console.ui.messages import Reading
 from console.ui.pollers import Poller
 from console.ui.render import fit, fmt_duration, fmt_time
 from console.ui.screens.log_screen import LogScreen
@@ -36,7 +37,7 @@ class RunRow:
 
 
 @dataclass
-class HistoryRead(Message):
+class HistoryRead(Reading):
     rows: list[RunRow]
 
 
@@ -68,11 +69,12 @@ class HistoryScreen(Screen[None]):
         Binding("enter,l", "open_log", "Open log", id="history.log", tooltip="Read the selected run's log"),
     ]
 
+    rows: reactive[list[RunRow]] = reactive(list, init=False)
+
     def __init__(self, project: Any, phase_id: str, interval: float = 2.0) -> None:
         super().__init__()
         self.project = project
         self.phase_id = phase_id
-        self.rows: list[RunRow] = []
         self.poller = Poller(self, f"history-{phase_id}", max(interval, 2.0),
                              lambda: HistoryRead(read_history(project, phase_id)))
 
@@ -90,14 +92,14 @@ class HistoryScreen(Screen[None]):
         self.poller.stop()
 
     def on_history_read(self, msg: HistoryRead) -> None:
-        if msg.rows == self.rows:
-            return
+        self.rows = msg.rows
+
+    def watch_rows(self, rows: list[RunRow]) -> None:
         view = self.query_one(OptionList)
         keep = view.highlighted
-        self.rows = msg.rows
-        view.set_options([Option(self._line(r), id=r.run_id) for r in msg.rows])
-        if self.rows:
-            view.highlighted = min(keep or 0, len(self.rows) - 1)
+        view.set_options([Option(self._line(r), id=r.run_id) for r in rows])
+        if rows:
+            view.highlighted = min(keep or 0, len(rows) - 1)
 
     def _line(self, r: RunRow) -> Content:
         end = r.state if r.exit_code is None else f"{r.state} (exit {r.exit_code})"
