@@ -57,7 +57,7 @@ from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.help_screen import HelpScreen
 from console.ui.screens.journal_screen import JournalScreen
 from console.ui.screens.log_screen import LogScreen
-from console.ui.startflow import StartFlow, StartOutcome
+from console.core.startflow import StartFlow, StartOutcome
 
 LIVE = ("running", "verifying")
 ENDED = ("done", "failed", "stopped", "stale")
