@@ -1,133 +1,170 @@
-"""Starting a phase from the console: checks, then (when needed) the blocked dialog with
-its overrides, the typed confirmation of a destructive phase, and the run itself.
+"""Starting a phase, as data: every way a start can go is a result, and each question a
+result asks (run a done phase again? type the id of a destructive one? override a failing
+check?) turns an answer into the next request. The console answers with dialogs, the CLI
+with its flags or a prompt; neither decides anything else, so both start phases alike.
 
-`Project.start` decides; this module only turns each of its answers (`Blocked`,
-`NeedsConfirmation`, an error, a run dir) into the next dialog or a message, and loops
-back into `Project.start` with what the operator chose. The start runs in a thread worker;
-its outcome comes back to the UI loop as a `StartOutcome` message."""
+The questions come before the checks run: a destructive phase is confirmed first, so its
+checks run (and are journaled) once, not once before the question and again after it.
+`Project.start` still raises on a blocked or unconfirmed start; this module is the one
+place those exceptions become results."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
-from textual.content import Content
-from textual.message import Message
-
+from console.core.checks.result import CheckResult
+from console.core.config.model import Phase
 from console.core.errors import Eagle3Error
-from console.ui.screens.ask_dialog import AskDialog
-from console.ui.screens.blocked_dialog import BlockedDialog
-from console.ui.screens.confirm_dialog import ConfirmDialog
+from console.core.project import Blocked, NeedsConfirmation, Project
+from console.core.runs.rundir import RunDir
+from console.core.state import PhaseStatus
 
 LIVE = ("running", "verifying")
 
 
-@dataclass
-class StartOutcome(Message):
-    """What `Project.start` did: a run dir, or the exception that says what it needs."""
+@dataclass(frozen=True)
+class StartRequest:
+    """A start and the answers given so far: the overrides (check name -> reason), whether
+    the operator typed the id of a destructive phase, and whether a done phase runs again."""
 
     phase_id: str
-    result: Any
-    overrides: dict[str, str]
-    confirmed: bool
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    confirmed: bool = False
+    rerun: bool = False
 
 
-class StartFlow:
-    def __init__(self, screen: Any) -> None:
-        self.screen = screen
-        self.starting: set[str] = set()  # phases whose start (pre-flight, launch) is in flight
+@dataclass(frozen=True)
+class Started:
+    request: StartRequest
+    run: RunDir
+    checks: list[CheckResult] | None  # the pre-flight results the start passed
+
+
+@dataclass(frozen=True)
+class BlockedStart:
+    """Failing checks stop the start; `results` holds every check, `failing` the blocking ones."""
+
+    request: StartRequest
+    results: list[CheckResult]
 
     @property
-    def project(self) -> Any:
-        return self.screen.project
+    def failing(self) -> list[CheckResult]:
+        return [r for r in self.results if r.blocking]
 
-    def begin(self, phase_id: str) -> None:
-        """The `r` key: refuse a live phase, ask before re-running a done one, else start."""
-        st = self.screen.by_id.get(phase_id)
-        if st is not None and st.state in LIVE:
-            self.screen.notify(f"{phase_id} is already {st.state}", severity="warning")
-            return
-        if st is not None and st.state == "done":
-            after = [s.phase.id for s in self.screen.statuses if phase_id in s.phase.needs]
+    def answer(self, overrides: Mapping[str, str] | None) -> StartRequest | None:
+        """Check name -> reason for the checks to override; none: the start ends here."""
+        if not overrides:
+            return None
+        return replace(self.request, overrides={**self.request.overrides, **overrides})
 
-            def again(yes: bool | None) -> None:
-                if yes:
-                    self.start(phase_id, {}, False)
 
-            tail = f" Phases that need it ({', '.join(after)}) become stale." if after else ""
-            self.screen.app.push_screen(AskDialog(
-                f"run {phase_id} again?",
-                Content.assemble((phase_id, "bold"), f" is done.{tail} Run it again?"),
-                yes="Run again"), again)
-            return
-        if st is not None and st.phase.confirm:
-            # Ask before the start, so its checks run (and are journaled) once, not twice.
-            self.screen.run_worker(lambda: self._summary(phase_id), thread=True, group="start",
-                                   exit_on_error=False, name=f"summary:{phase_id}")
-            return
-        self.start(phase_id, {}, False)
+@dataclass(frozen=True)
+class ConfirmationNeeded:
+    """A `confirm: true` phase: the operator reads `summary` (what it runs, deletes and
+    writes) and types the phase id."""
 
-    def _summary(self, phase_id: str) -> None:
-        from console.core.project import NeedsConfirmation
+    request: StartRequest
+    phase: Phase
+    summary: str
 
-        try:
-            result: Any = NeedsConfirmation(self.project.config.phase(phase_id),
-                                            self.project.confirmation_summary(phase_id))
-        except Exception as exc:  # noqa: BLE001 - shown on the UI loop
-            result = exc
-        self.screen.post_message(StartOutcome(phase_id, result, {}, False))
+    def answer(self, confirmed: bool | None) -> StartRequest | None:
+        return replace(self.request, confirmed=True) if confirmed else None
 
-    def start(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
-        self.screen.notify(f"starting {phase_id}: pre-flight checks…", timeout=3)
-        self.starting.add(phase_id)
-        self.screen.starting_changed()
-        self.screen.run_worker(lambda: self._start(phase_id, overrides, confirmed), thread=True,
-                               group="start", exit_on_error=False, name=f"start:{phase_id}")
 
-    def _start(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
-        """(A blocked start sends its `blocked` notification in `Project.start` itself.)"""
-        try:
-            result: Any = self.project.start(phase_id, overrides=overrides or None, confirmed=confirmed)
-        except Exception as exc:  # noqa: BLE001 - every outcome is handled on the UI loop
-            result = exc
-        self.screen.post_message(StartOutcome(phase_id, result, overrides, confirmed))
+@dataclass(frozen=True)
+class RerunNeeded:
+    """The phase is done; running it again makes `dependents` (the phases that need it) stale."""
 
-    def outcome(self, msg: StartOutcome) -> None:
-        from console.core.project import Blocked, NeedsConfirmation
+    request: StartRequest
+    dependents: list[str]
 
-        screen, res = self.screen, msg.result
-        self.starting.discard(msg.phase_id)
-        screen.starting_changed()
-        if getattr(screen.app, "quit_when_started", False):
-            # The operator quit while this start was in flight: it has now landed.
-            if not isinstance(res, Exception):
-                screen.app.still_running = [*screen.app.still_running, msg.phase_id]
-            screen.app.quit_after_starts()
-            return
-        if isinstance(res, Blocked):
-            screen.remember_checks(msg.phase_id, "check", res.results)
+    def answer(self, again: bool | None) -> StartRequest | None:
+        return replace(self.request, rerun=True) if again else None
 
-            def overridden(choice: dict[str, str] | None) -> None:
-                if choice:
-                    self.start(msg.phase_id, {**msg.overrides, **choice}, msg.confirmed)
 
-            screen.app.push_screen(BlockedDialog(msg.phase_id, res.results), overridden)
-        elif isinstance(res, NeedsConfirmation):
-            def confirmed(ok: bool | None) -> None:
-                if ok:
-                    self.start(msg.phase_id, msg.overrides, True)
-                else:
-                    screen.notify(f"{msg.phase_id} not started", timeout=3)
+@dataclass(frozen=True)
+class AlreadyLive:
+    """The phase is running or verifying: nothing to start."""
 
-            screen.app.push_screen(ConfirmDialog(msg.phase_id, res.summary), confirmed)
-        elif isinstance(res, Eagle3Error):
-            screen.notify(str(res), severity="error", timeout=15)
-        elif isinstance(res, Exception):
-            screen.notify(f"could not start {msg.phase_id}: {type(res).__name__}: {res}", severity="error",
-                          timeout=15)
-        else:
-            screen.notify(f"{msg.phase_id} started", severity="information", timeout=4)
-            seen = self.project.last_checks.get(msg.phase_id)
-            if seen is not None:  # the pre-flight results the start passed on
-                screen.remember_checks(msg.phase_id, "check", seen)
-            screen.started(msg.phase_id)
+    request: StartRequest
+    status: PhaseStatus
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The core said no in an operator's words (an unknown override, a reason left empty, a
+    run another console launched meanwhile...)."""
+
+    request: StartRequest
+    message: str
+
+
+Question = RerunNeeded | ConfirmationNeeded | BlockedStart
+StartResult = Started | BlockedStart | ConfirmationNeeded | RerunNeeded | AlreadyLive | Refused
+
+
+def ask(project: Project, request: StartRequest, status: PhaseStatus | None = None) -> StartResult | None:
+    """The questions asked before any check runs, or None when the checks may run. Reads
+    the phase's status unless given one; a confirmation reads the sizes of what the phase
+    deletes and writes. Both do I/O: call it off a UI loop."""
+    phase = project.config.phase(request.phase_id)
+    st = status if status is not None else project.status(phase.id)
+    if st.state in LIVE:
+        return AlreadyLive(request, st)
+    if st.state == "done" and not request.rerun:
+        return RerunNeeded(request, [ph.id for ph in project.config.phases if phase.id in ph.needs])
+    if phase.confirm and not request.confirmed:
+        return ConfirmationNeeded(request, phase, project.confirmation_summary(phase.id))
+    return None
+
+
+def attempt(project: Project, request: StartRequest) -> Started | BlockedStart | Refused:
+    """The checks, then the detached run. Errors that are not an operator's business (a
+    state dir on a full disk, a bug) propagate: the caller turns them into its one line."""
+    try:
+        run = project.start(request.phase_id, overrides=dict(request.overrides) or None,
+                            confirmed=request.confirmed)
+    except Blocked as exc:
+        return BlockedStart(request, exc.results)
+    except NeedsConfirmation as exc:  # a request built without `ask`
+        return Refused(request, str(exc))
+    except Eagle3Error as exc:
+        return Refused(request, str(exc))
+    return Started(request, run, project.last_checks.get(request.phase_id))
+
+
+def step(project: Project, request: StartRequest) -> StartResult:
+    """One step of the flow: a question, or the start's own outcome."""
+    return ask(project, request) or attempt(project, request)
+
+
+class Answers(Protocol):
+    """How a front end answers the flow's questions; None or False ends the start there."""
+
+    def rerun(self, question: RerunNeeded) -> bool: ...
+
+    def confirm(self, question: ConfirmationNeeded) -> bool: ...
+
+    def override(self, question: BlockedStart) -> Mapping[str, str] | None: ...
+
+
+def answer_of(answers: Answers, question: Question) -> StartRequest | None:
+    if isinstance(question, RerunNeeded):
+        return question.answer(answers.rerun(question))
+    if isinstance(question, ConfirmationNeeded):
+        return question.answer(answers.confirm(question))
+    return question.answer(answers.override(question))
+
+
+def drive(project: Project, request: StartRequest, answers: Answers) -> StartResult:
+    """The flow to its end with answers given on the spot (a command line): the last result,
+    `Started` or the one that ended it."""
+    result = step(project, request)
+    while isinstance(result, (RerunNeeded, ConfirmationNeeded, BlockedStart)):
+        follow = answer_of(answers, result)
+        if follow is None:
+            return result
+        result = step(project, follow)
+    return result
