@@ -15,6 +15,10 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 
+from console.core.telemetry.disk import DiskSource
+from console.core.telemetry.host import HostSource
+from console.core.telemetry.nvml import NvmlGpuSource
+from console.core.telemetry.shm import ShmSource
 from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.main_screen import Intervals, MainScreen
@@ -188,11 +192,6 @@ class ConsoleApp(App[int]):
 
 
 def _default_sources(project: Any) -> dict[str, Any]:
-    from console.core.telemetry.disk import DiskSource
-    from console.core.telemetry.host import HostSource
-    from console.core.telemetry.nvml import NvmlGpuSource
-    from console.core.telemetry.shm import ShmSource
-
     cfg = project.config
     return dict(gpu_source=NvmlGpuSource(), disk_source=DiskSource(list(cfg.volumes)),
                 shm_source=ShmSource(dump=cfg.shm_dump), host_source=HostSource())
