@@ -10,7 +10,7 @@ called from one thread."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from console.core.checks.result import CheckResult
@@ -117,3 +117,26 @@ def disk_outlook(forecast: DiskForecast, reading: DiskReading) -> dict[str, Volu
     """Feeds a disk reading to the forecast; {path: when it fills at the current rate}."""
     forecast.update(reading)
     return {f.path: f for f in forecast.forecasts()}
+
+
+class PreflightSchedule:
+    """Which phases to pre-flight now: those that could start next (ready or blocked), each
+    at most once every `every` seconds (0: never), so the checklist says why one is blocked
+    before anyone presses r."""
+
+    def __init__(self, every: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self._last: dict[str, float] = {}
+
+    def due(self, statuses: Iterable[PhaseStatus]) -> list[str]:
+        if self.every <= 0:
+            return []
+        now = self.clock()
+        out = []
+        for st in statuses:
+            last = self._last.get(st.phase.id)
+            if st.state in ("ready", "blocked") and (last is None or now - last >= self.every):
+                self._last[st.phase.id] = now
+                out.append(st.phase.id)
+        return out

@@ -27,11 +27,13 @@ from textual.widgets import Footer, OptionList, Static
 from console.core.checks.result import CheckResult
 from console.core.errors import Eagle3Error
 from console.core.livestats import LiveSnapshot
+from console.core.project import Project
 from console.core.snapshot import Snapshot
 from console.core.stall import StallAlert
 from console.core.startflow import StartRequest
+from console.core.state import PhaseStatus
 from console.core.telemetry.history import DiskForecast
-from console.core.watch import Look, PhaseWatch, disk_outlook, gpu_owners
+from console.core.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
 from console.ui.components.checks_view import ChecksView
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.gpu_panel import GpuPanel
@@ -61,7 +63,6 @@ from console.ui.screens.log_screen import LogScreen
 from console.ui.startflow import StartFlow, StartOutcome
 
 LIVE = ("running", "verifying")
-ENDED = ("done", "failed", "stopped", "stale")
 DETAIL_LOG_LINES = 1000
 
 
@@ -119,7 +120,7 @@ class MainScreen(Screen[None]):
         Binding("t", "app.next_theme", "Theme", show=False, id="main.theme", tooltip="Switch to the next theme"),
     ]
 
-    def __init__(self, project: Any, *, gpu_source: Any, disk_source: Any, shm_source: Any,
+    def __init__(self, project: Project, *, gpu_source: Any, disk_source: Any, shm_source: Any,
                  host_source: Any, clock: Callable[[], float] = time.time,
                  intervals: Intervals | None = None, read_only: bool = False) -> None:
         super().__init__()
@@ -132,9 +133,9 @@ class MainScreen(Screen[None]):
         self.flow = StartFlow(self)
         self.snapshot: Snapshot | None = None
         self.snapshots_handled = 0
-        self._prechecked: dict[str, float] = {}
-        self.statuses: list[Any] = []
-        self.by_id: dict[str, Any] = {}
+        self.preflights = PreflightSchedule(self.iv.preflight)
+        self.statuses: list[PhaseStatus] = []
+        self.by_id: dict[str, PhaseStatus] = {}
         self.stats: dict[str, LiveSnapshot] = {}
         self.stalled: set[str] = set()
         self.checks: dict[str, list[CheckResult]] = {}  # replaced, never mutated: pollers read it
@@ -284,20 +285,8 @@ class MainScreen(Screen[None]):
         self._select(pick.phase.id)
 
     def _auto_preflight(self) -> None:
-        """Pre-flight the phases that could start next, so the checklist says why one is
-        blocked before anyone presses r. Not journaled: only operator checks are decisions."""
-        every = self.iv.preflight
-        if every <= 0:
-            return
-        now = time.monotonic()
-        for st in self.statuses:
-            pid = st.phase.id
-            if st.state not in ("ready", "blocked"):
-                continue
-            last = self._prechecked.get(pid)
-            if last is not None and now - last < every:
-                continue
-            self._prechecked[pid] = now
+        """Not journaled: only operator checks are decisions."""
+        for pid in self.preflights.due(self.statuses):
             self._preflight(pid)
 
     @work(thread=True, group="preflight", exit_on_error=False)
@@ -308,7 +297,7 @@ class MainScreen(Screen[None]):
             return
         self.post_message(ChecksDone(phase_id, results, "preflight"))
 
-    def _phase_ended(self, st: Any) -> None:
+    def _phase_ended(self, st: PhaseStatus) -> None:
         self.ended.append((st.phase.id, st.state))
         self.app.bell()
         good = st.state == "done"
@@ -390,7 +379,7 @@ class MainScreen(Screen[None]):
         self.query_one(StatsPanel).show(None if is_empty(snap) else snap)
         self._show_checks(st)
 
-    def _show_checks(self, st: Any) -> None:
+    def _show_checks(self, st: PhaseStatus) -> None:
         view = self.query_one(ChecksView)
         shown = self.shown.get(st.phase.id)
         if shown is not None:
@@ -558,5 +547,5 @@ class MainScreen(Screen[None]):
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
 
-    def running(self) -> list[Any]:
+    def running(self) -> list[PhaseStatus]:
         return [s for s in self.statuses if s.state in LIVE]
