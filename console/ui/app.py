@@ -185,7 +185,7 @@ class ConsoleApp(App[int]):
                              ("Verify", main.action_verify), ("Stop", main.action_stop),
                              ("Log of", main.action_log), ("History of", main.action_history)):
                 yield SystemCommand(f"{verb} {pid}", st.phase.title,
-                                    lambda p=pid, f=fn: (main.query_one("#phases").select_id(p), main._select(p), f()),
+                                    lambda p=pid, f=fn: (main.query_one("#phases").select_id(p), setattr(main, "selected", p), f()),
                                     False)
         yield SystemCommand("Screenshot", "Save an SVG of the screen in the current folder",
                             lambda: self.notify(f"saved {self.save_screenshot()}"), False)

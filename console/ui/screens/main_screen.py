@@ -21,6 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 
@@ -101,6 +102,8 @@ def phases_title(name: str, saved: dict[str, str], width: int = 60) -> str:
 
 
 class MainScreen(Screen[None]):
+    selected: var[str | None] = var(None, init=False)  # the phase the detail shows
+
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide"), (160, "-very-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
@@ -140,7 +143,6 @@ class MainScreen(Screen[None]):
         self.stalled: set[str] = set()
         self.checks: dict[str, list[CheckResult]] = {}  # replaced, never mutated: pollers read it
         self.shown: dict[str, tuple[str, list[CheckResult]]] = {}
-        self.selected: str | None = None
         self.ended: list[tuple[str, str]] = []
         self.alerts: list[StallAlert] = []
         self._sessions: dict[int, str] = {}
@@ -267,7 +269,7 @@ class MainScreen(Screen[None]):
         if first:
             self._select_on_attach(plist)
         elif self.selected is None and plist.selected_id is not None:
-            self._select(plist.selected_id)
+            self.selected = plist.selected_id
         for st in look.ended:
             self._phase_ended(st)
         for alert in look.alerts:
@@ -282,7 +284,7 @@ class MainScreen(Screen[None]):
         if pick is None:
             return
         plist.select_id(pick.phase.id)
-        self._select(pick.phase.id)
+        self.selected = pick.phase.id
 
     def _auto_preflight(self) -> None:
         """Not journaled: only operator checks are decisions."""
@@ -336,11 +338,12 @@ class MainScreen(Screen[None]):
             self.query_one("#journal", JournalView).show(msg.records, show_phase=False)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        if event.option.id is not None and event.option.id != self.selected:
-            self._select(event.option.id)
+        if event.option.id is not None:
+            self.selected = event.option.id
 
-    def _select(self, phase_id: str) -> None:
-        self.selected = phase_id
+    def watch_selected(self) -> None:
+        """Another phase picked (in the list, on attach, from the palette): its detail now,
+        its log and journal at the pollers' next look, which this brings forward."""
         self._show_detail()
         self.pollers["log"].poke()
         self.pollers["journal"].poke()
