@@ -120,7 +120,7 @@ def ask(project: Project, request: StartRequest, status: PhaseStatus | None = No
     return None
 
 
-def attempt(project: Project, request: StartRequest) -> Started | BlockedStart | Refused:
+def attempt(project: Project, request: StartRequest) -> Started | BlockedStart | ConfirmationNeeded | Refused:
     """The checks, then the detached run. Errors that are not an operator's business (a
     state dir on a full disk, a bug) propagate: the caller turns them into its one line."""
     try:
@@ -128,8 +128,8 @@ def attempt(project: Project, request: StartRequest) -> Started | BlockedStart |
                             confirmed=request.confirmed)
     except Blocked as exc:
         return BlockedStart(request, exc.results)
-    except NeedsConfirmation as exc:  # a request built without `ask`
-        return Refused(request, str(exc))
+    except NeedsConfirmation as exc:  # a request that skipped `ask`: the question comes after its checks
+        return ConfirmationNeeded(request, exc.phase, exc.summary)
     except Eagle3Error as exc:
         return Refused(request, str(exc))
     return Started(request, run, project.last_checks.get(request.phase_id))

@@ -22,6 +22,7 @@ from console.core.startflow import (
     RerunNeeded,
     Started,
     StartRequest,
+    attempt,
     drive,
     step,
 )
@@ -210,3 +211,12 @@ def test_run_all_walks_in_order_and_halts_where_a_start_is_refused(project: Proj
     steps = list(run_all(project, {}, Scripted(confirm=True), io.StringIO(), timeout=30))
     assert [s.phase.id for s in steps if isinstance(s, Entering)] == ["guarded", "wipe", "held"]
     assert isinstance(steps[-1], AllDone)
+
+
+def test_a_destructive_start_that_skipped_the_questions_still_asks_for_its_id(project: Project) -> None:
+    """`attempt` alone (a console's start with answers already given) never launches an
+    unconfirmed destructive phase: it comes back as the question."""
+    (Path("work") / "old").mkdir()
+    question = attempt(project, StartRequest("wipe"))
+    assert isinstance(question, ConfirmationNeeded) and "deletes:" in question.summary
+    assert project.run_dir("wipe") is None and (Path("work") / "old").exists()
