@@ -5,20 +5,38 @@ phase failed, 2 the config or the arguments are wrong. No traceback reaches the 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import signal
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
+from console.core.checks.subproc import kill_live
+from console.core.config.loader import load_config
 from console.core.config.model import UnknownPhase
+from console.core.config.saved import overlay_path, read_saved, write_saved
 from console.core.durations import format_duration
 from console.core.errors import ConfigError, Eagle3Error
-from console.core.terminal_text import one_line, strip_controls
+from console.core.project import Project
+from console.core.runall import AllDone, Attaching, Entering, Halted, Skipped, run_all, unknown_overrides
+from console.core.snapshot import SnapshotBuilder
+from console.core.startflow import (
+    AlreadyLive,
+    BlockedStart,
+    ConfirmationNeeded,
+    Refused,
+    RerunNeeded,
+    Started,
+    StartRequest,
+    StartResult,
+    drive,
+)
 from console.core.state import signal_name
+from console.core.terminal_text import one_line
+from console.core.waiting import Waited, copy_log, follow, wait
 
 GLYPH = {"pass": "✓", "warn": "!", "fail": "✗"}
 STATE_GLYPH = {
@@ -48,8 +66,6 @@ def _raise_signalled(signum: int, _frame: Any) -> None:
 def _kill_checks() -> None:
     """The check commands still running: they are in sessions of their own, which the
     terminal's signals never reach."""
-    from console.core.checks.subproc import kill_live
-
     kill_live()
 
 
@@ -183,8 +199,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
-    from console.core.project import Project
-
     if args.command == "set":  # before the overlay is applied: a bad one must stay fixable
         return _cmd_set(args, out)
     if args.save:
@@ -205,6 +219,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 # -- console ------------------------------------------------------------------------
 def _cmd_console(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.serve:
+        # Textual and textual-serve load for the console commands only: the others start faster.
         from console.ui.serve import DEFAULT_SESSIONS, ServeError, check_sessions, parse_address, serve
 
         sessions = DEFAULT_SESSIONS if args.serve_sessions is None else args.serve_sessions
@@ -216,7 +231,7 @@ def _cmd_console(project: Any, args: argparse.Namespace, out: TextIO) -> int:
         return serve(project, args.serve, args.set, args.theme, actions=args.serve_actions, sessions=sessions)
     if args.serve_actions or args.serve_sessions is not None:
         raise UsageError("--serve-actions and --serve-sessions go with --serve [HOST:]PORT")
-    from console.ui.app import run_console
+    from console.ui.app import run_console  # Textual, as above
 
     return int(run_console(project, theme=args.theme, mouse=not args.no_mouse, read_only=args.read_only) or 0)
 
@@ -261,8 +276,6 @@ def _fmt_duration(s: float | None) -> str:
 def _cmd_status(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     """Exit codes: 0 no phase is failed (a lost run counts as failed) or stale; 1 otherwise.
     With --watch the figures refresh in place until Ctrl-C, and the code is the last look's."""
-    from console.core.snapshot import SnapshotBuilder
-
     checks = {ph.id: project.check(ph.id, journal=False) for ph in project.config.phases} if args.checks else None
     builder = SnapshotBuilder(project)
     if args.watch is None:
@@ -332,45 +345,6 @@ def _progress_line(live: Any) -> str:
 
 
 # -- logs ---------------------------------------------------------------------------
-def _stream(path: Path, out: TextIO, follow_until: Any = None, offset: int = 0) -> int:
-    """Copy the log from `offset`; with `follow_until` (a callable) keep going until it says stop."""
-    while True:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                while True:
-                    chunk = f.read(1 << 16)
-                    if not chunk:
-                        break
-                    offset += len(chunk)
-                    out.write(strip_controls(chunk.decode("utf-8", errors="replace")))
-        except FileNotFoundError:
-            pass
-        out.flush()
-        if follow_until is None or follow_until():
-            # one last read catches what was written as the phase ended
-            if follow_until is not None:
-                try:
-                    with open(path, "rb") as f:
-                        f.seek(offset)
-                        rest = f.read()
-                        offset += len(rest)
-                        out.write(strip_controls(rest.decode("utf-8", errors="replace")))
-                        out.flush()
-                except FileNotFoundError:
-                    pass
-            return offset
-        time.sleep(0.2)
-
-
-def _follow(rd: Any, out: TextIO) -> None:
-    """Stream a run's log until it ends (verification included); Ctrl-C reaches the caller."""
-    from console.core.runs import manager
-
-    _stream(rd.output_log, out,
-            follow_until=lambda: manager.run_status(rd).state not in ("running", "verifying"))
-
-
 def _cmd_logs(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     project.config.phase(args.phase)
     rd = project.run_dir(args.phase)
@@ -379,11 +353,11 @@ def _cmd_logs(project: Any, args: argparse.Namespace, out: TextIO) -> int:
               file=sys.stderr)
         return EXIT_FAIL
     if not args.follow:
-        _stream(rd.output_log, out)
+        copy_log(rd.output_log, out)
         return EXIT_OK
 
     try:
-        _follow(rd, out)
+        follow(rd, out)
     except KeyboardInterrupt:
         print(f"\n(stopped following; the phase goes on. eagle3 stop {args.config} {args.phase} stops it)",
               file=sys.stderr)
@@ -402,10 +376,6 @@ def _cmd_stop(project: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 # -- set ----------------------------------------------------------------------------
 def _cmd_set(args: argparse.Namespace, out: TextIO) -> int:
-
-    from console.core.config.loader import load_config
-    from console.core.config.saved import overlay_path, read_saved
-
     if args.set:
         raise UsageError("set: give VAR=VALUE as arguments (--set applies to one command only)")
     if not args.assignments and not args.clear:
@@ -427,12 +397,6 @@ def _save_overrides(config_arg: str, assignments: Sequence[str], clear: Sequence
                     what: str = "set") -> None:
     """Write the overlay with `assignments` set and `clear` removed, validated first, and
     journal the change."""
-    import difflib
-
-    from console.core.config.loader import load_config
-    from console.core.config.saved import overlay_path, read_saved, write_saved
-    from console.core.project import Project
-
     base = load_config(config_arg, saved={})  # the config alone: an overlay it rejects stays fixable
     file = overlay_path(base.path)
     current = dict(read_saved(base.path))
@@ -518,136 +482,155 @@ def format_journal_record(r: dict[str, Any]) -> str:
 
 
 # -- run ----------------------------------------------------------------------------
+class _Answers:
+    """The command line's answers to the start flow: what its flags said up front (--rerun,
+    --confirm, --override), else a prompt on a terminal, else a refusal naming the flag a
+    script must give. `code`: the exit code of the question left unanswered."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.code = EXIT_FAIL
+
+    def rerun(self, question: RerunNeeded) -> bool:
+        pid, after = question.request.phase_id, question.dependents
+        tail = f"; phases that need it ({', '.join(after)}) become stale" if after else ""
+        if not sys.stdin.isatty():
+            print(f"eagle3: phase {pid} is done{tail}. To run it again: "
+                  f"eagle3 run {self.args.config} {pid} --rerun", file=sys.stderr)
+            self.code = EXIT_USAGE
+            return False
+        try:
+            answer = input(f"phase {pid} is done{tail}. Run it again? [y/N] ").strip().lower()
+        except EOFError:
+            answer = ""
+        if answer not in ("y", "yes"):
+            print(f"eagle3: {pid} not run", file=sys.stderr)
+            self.code = EXIT_FAIL
+            return False
+        return True
+
+    def confirm(self, question: ConfirmationNeeded) -> bool:
+        pid = question.request.phase_id
+        self.code = EXIT_FAIL
+        if not sys.stdin.isatty():
+            print(f"eagle3: phase {pid} needs confirmation:\n{question.summary}\n"
+                  f"rerun with --confirm {pid} to confirm", file=sys.stderr)
+            return False
+        print(f"phase {pid} needs confirmation:\n{question.summary}", file=sys.stderr)
+        return input(f"type the phase id ({pid}) to go ahead: ").strip() == pid
+
+    def override(self, question: BlockedStart) -> None:
+        self.code = EXIT_FAIL
+        return None  # a command line gives its overrides up front
+
+
 def _cmd_run(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.all == bool(args.phase):
         raise UsageError("run: name one PHASE or give --all")
     if args.override and not args.reason:
         raise UsageError("run: --override needs --reason TEXT (it is recorded in the journal)")
     overrides = {name: args.reason for name in args.override}
+    answers = _Answers(args)
     if args.all:
-        return _run_all(project, args, overrides, out)
-    refused = None if args.rerun else _rerun_refused(project, args.phase, args)
-    if refused is not None:
-        return refused
-    code, _ = _run_one(project, args.phase, args, overrides, out, wait=args.wait)
-    return code
+        return _run_all(project, args, overrides, answers, out)
+    request = StartRequest(args.phase, overrides, confirmed=args.phase in args.confirm, rerun=args.rerun)
+    result = drive(project, request, answers)
+    code = _report_start(result, answers, out)
+    if code != EXIT_OK or not args.wait or not isinstance(result, Started):
+        return code
+    return _wait(project, project.config.phase(args.phase), result.run, out, args)
 
 
-def _rerun_refused(project: Any, phase_id: str, args: argparse.Namespace) -> int | None:
-    """A done phase runs again only when asked to, as the console asks: on a terminal the
-    operator answers (no: exit 1); without one (a script, cron) `--rerun` says it (exit 2).
-    None: go ahead."""
-    project.config.phase(phase_id)
-    if project.status(phase_id).state != "done":
-        return None
-    after = [ph.id for ph in project.config.phases if phase_id in ph.needs]
-    tail = f"; phases that need it ({', '.join(after)}) become stale" if after else ""
-    if not sys.stdin.isatty():
-        print(f"eagle3: phase {phase_id} is done{tail}. To run it again: "
-              f"eagle3 run {args.config} {phase_id} --rerun", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        answer = input(f"phase {phase_id} is done{tail}. Run it again? [y/N] ").strip().lower()
-    except EOFError:
-        answer = ""
-    if answer not in ("y", "yes"):
-        print(f"eagle3: {phase_id} not run", file=sys.stderr)
-        return EXIT_FAIL
-    return None
-
-
-def _confirm(project: Any, phase_id: str, args: argparse.Namespace, summary: str) -> bool:
-    if phase_id in args.confirm:
-        return True
-    if not sys.stdin.isatty():
-        print(f"eagle3: phase {phase_id} needs confirmation:\n{summary}\n"
-              f"rerun with --confirm {phase_id} to confirm", file=sys.stderr)
-        return False
-    print(f"phase {phase_id} needs confirmation:\n{summary}", file=sys.stderr)
-    typed = input(f"type the phase id ({phase_id}) to go ahead: ").strip()
-    return typed == phase_id
-
-
-def _run_one(project: Any, phase_id: str, args: argparse.Namespace, overrides: dict[str, str],
-             out: TextIO, wait: bool) -> tuple[int, Any]:
-    from console.core.project import Blocked, NeedsConfirmation
-
-    phase = project.config.phase(phase_id)
-    mine = overrides
-    if args.all:  # --all spreads overrides over the phases that have a check of that name
-        mine = {k: v for k, v in overrides.items() if k in {c.name for c in phase.checks} | {"needs-done"}}
-    try:
-        rd = project.start(phase_id, overrides=mine)
-    except NeedsConfirmation as e:
-        if not _confirm(project, phase_id, args, e.summary):
-            return EXIT_FAIL, None
-        rd = project.start(phase_id, overrides=mine, confirmed=True)
-    except Blocked as e:
-        _print_results(phase_id, e.results, sys.stderr)
-        print(f"eagle3: {phase_id} is blocked; fix the ✗ checks or override one with "
-              f"--override NAME --reason TEXT", file=sys.stderr)
-        return EXIT_FAIL, None
-    print(f"started {phase_id}: run {rd.run_id} (log: {rd.output_log})", file=out)
-    if not wait:
-        return EXIT_OK, rd
-    return _wait(project, phase, rd, out, args), rd
-
-
-def _wait(project: Any, phase: Any, rd: Any, out: TextIO, args: argparse.Namespace) -> int:
-    if phase.kind == "service":
-        deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline:
-            st = project.status(phase.id)
-            if st.state != "running":
-                _stream(rd.output_log, out)
-                print(f"eagle3: service {phase.id} ended before it became ready ({st.state}: {st.reason})",
-                      file=sys.stderr)
-                return EXIT_FAIL
-            if st.service_ready:
-                print(f"{phase.id} is ready", file=out)
-                return EXIT_OK
-            time.sleep(1.0)
-        print(f"eagle3: service {phase.id} not ready after {args.timeout:.0f}s; it keeps running", file=sys.stderr)
-        return EXIT_FAIL
-
-    try:
-        _follow(rd, out)
-    except KeyboardInterrupt:
-        print(f"\n(stopped waiting; {phase.id} goes on. eagle3 stop {args.config} {phase.id} stops it)",
-              file=sys.stderr)
-        raise
-    st = project.status(phase.id)
-    if st.state == "done":
-        print(f"{STATE_GLYPH['done']} {phase.id} done (exit {st.exit_code}, {_fmt_duration(st.duration_s)})", file=out)
+def _report_start(result: StartResult, answers: _Answers, out: TextIO) -> int:
+    pid = result.request.phase_id
+    if isinstance(result, Started):
+        print(f"started {pid}: run {result.run.run_id} (log: {result.run.output_log})", file=out)
         return EXIT_OK
-    if st.verify:
-        _print_results(f"{phase.id} verify", st.verify, sys.stderr)
-    print(f"eagle3: {phase.id} {st.state}: {st.reason}", file=sys.stderr)
+    if isinstance(result, BlockedStart):
+        _print_results(pid, result.results, sys.stderr)
+        print(f"eagle3: {pid} is blocked; fix the ✗ checks or override one with "
+              f"--override NAME --reason TEXT", file=sys.stderr)
+        return EXIT_FAIL
+    if isinstance(result, AlreadyLive):
+        st = result.status
+        print(f"eagle3: phase {pid} is already {st.state}" + (f" (pid {st.pid})" if st.pid else "")
+              + "; stop it first or wait", file=sys.stderr)
+        return EXIT_FAIL
+    if isinstance(result, Refused):
+        print(f"eagle3: {result.message}", file=sys.stderr)
+        return EXIT_FAIL
+    return answers.code  # a question left unanswered said why as it was asked
+
+
+def _report_wait(waited: Waited, args: argparse.Namespace, out: TextIO) -> int:
+    pid, st = waited.phase.id, waited.status
+    if waited.outcome == "ready":
+        print(f"{pid} is ready", file=out)
+        return EXIT_OK
+    if waited.outcome == "done":
+        print(f"{STATE_GLYPH['done']} {pid} done (exit {st.exit_code}, {_fmt_duration(st.duration_s)})", file=out)
+        return EXIT_OK
+    if waited.outcome == "not_ready":
+        print(f"eagle3: service {pid} not ready after {args.timeout:.0f}s; it keeps running", file=sys.stderr)
+    elif waited.phase.kind == "service":
+        print(f"eagle3: service {pid} ended before it became ready ({st.state}: {st.reason})", file=sys.stderr)
+    else:
+        if st.verify:
+            _print_results(f"{pid} verify", st.verify, sys.stderr)
+        print(f"eagle3: {pid} {st.state}: {st.reason}", file=sys.stderr)
     return EXIT_FAIL
 
 
-def _run_all(project: Any, args: argparse.Namespace, overrides: dict[str, str], out: TextIO) -> int:
-    known = {"needs-done"} | {c.name for ph in project.config.phases for c in ph.checks}
-    for name in overrides:
-        if name not in known:
-            raise UsageError(f"run --all: --override {name}: no phase has a check of that name")
-    for phase in project.config.phases:
-        st = project.status(phase.id)
-        if st.state == "done" or (phase.kind == "service" and st.state == "running" and st.service_ready):
-            print(f"{STATE_GLYPH['done']} {phase.id}: {st.state}, skipped", file=out)
-            continue
-        if st.state in ("running", "verifying"):
-            print(f"{phase.id} is already running; waiting for it", file=out)
-            code = _wait(project, phase, st.run, out, args)
-        else:
-            print(f"── {phase.id}: {phase.title}", file=out)
-            code, _ = _run_one(project, phase.id, args, overrides, out, wait=True)
-        if code != EXIT_OK:
-            print(f"eagle3: stopped at {phase.id}; fix it and rerun `eagle3 run {args.config} --all` "
-                  f"to resume from there", file=sys.stderr)
-            return code
-    print("all phases done", file=out)
-    return EXIT_OK
+def _stopped_waiting(phase: Any, args: argparse.Namespace) -> None:
+    if phase.kind != "service":
+        print(f"\n(stopped waiting; {phase.id} goes on. eagle3 stop {args.config} {phase.id} stops it)",
+              file=sys.stderr)
+
+
+def _wait(project: Any, phase: Any, run: Any, out: TextIO, args: argparse.Namespace) -> int:
+    try:
+        waited = wait(project, phase, run, out, args.timeout)
+    except KeyboardInterrupt:
+        _stopped_waiting(phase, args)
+        raise
+    return _report_wait(waited, args, out)
+
+
+def _run_all(project: Any, args: argparse.Namespace, overrides: dict[str, str], answers: _Answers,
+             out: TextIO) -> int:
+    unknown = unknown_overrides(project.config, overrides)
+    if unknown:
+        raise UsageError(f"run --all: --override {unknown[0]}: no phase has a check of that name")
+    code = EXIT_OK
+    waiting = None  # the phase whose run the walk is waiting on
+    try:
+        for step in run_all(project, overrides, answers, out, args.timeout, frozenset(args.confirm)):
+            if isinstance(step, Skipped):
+                print(f"{STATE_GLYPH['done']} {step.status.phase.id}: {step.status.state}, skipped", file=out)
+            elif isinstance(step, Attaching):
+                print(f"{step.phase.id} is already running; waiting for it", file=out)
+                waiting = step.phase
+            elif isinstance(step, Entering):
+                print(f"── {step.phase.id}: {step.phase.title}", file=out)
+            elif isinstance(step, Waited):
+                waiting = None
+                code = _report_wait(step, args, out)
+            elif isinstance(step, Halted):
+                print(f"eagle3: stopped at {step.phase.id}; fix it and rerun `eagle3 run {args.config} --all` "
+                      f"to resume from there", file=sys.stderr)
+                return code
+            elif isinstance(step, AllDone):
+                print("all phases done", file=out)
+                return EXIT_OK
+            else:
+                code = _report_start(step, answers, out)
+                if isinstance(step, Started):
+                    waiting = project.config.phase(step.request.phase_id)
+    except KeyboardInterrupt:
+        if waiting is not None:
+            _stopped_waiting(waiting, args)
+        raise
+    return code
 
 
 if __name__ == "__main__":

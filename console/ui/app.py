@@ -15,6 +15,10 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 
+from console.core.telemetry.disk import DiskSource
+from console.core.telemetry.host import HostSource
+from console.core.telemetry.nvml import NvmlGpuSource
+from console.core.telemetry.shm import ShmSource
 from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.main_screen import Intervals, MainScreen
@@ -181,18 +185,13 @@ class ConsoleApp(App[int]):
                              ("Verify", main.action_verify), ("Stop", main.action_stop),
                              ("Log of", main.action_log), ("History of", main.action_history)):
                 yield SystemCommand(f"{verb} {pid}", st.phase.title,
-                                    lambda p=pid, f=fn: (main.query_one("#phases").select_id(p), main._select(p), f()),
+                                    lambda p=pid, f=fn: (main.query_one("#phases").select_id(p), setattr(main, "selected", p), f()),
                                     False)
         yield SystemCommand("Screenshot", "Save an SVG of the screen in the current folder",
                             lambda: self.notify(f"saved {self.save_screenshot()}"), False)
 
 
 def _default_sources(project: Any) -> dict[str, Any]:
-    from console.core.telemetry.disk import DiskSource
-    from console.core.telemetry.host import HostSource
-    from console.core.telemetry.nvml import NvmlGpuSource
-    from console.core.telemetry.shm import ShmSource
-
     cfg = project.config
     return dict(gpu_source=NvmlGpuSource(), disk_source=DiskSource(list(cfg.volumes)),
                 shm_source=ShmSource(dump=cfg.shm_dump), host_source=HostSource())

@@ -1,133 +1,123 @@
-"""Starting a phase from the console: checks, then (when needed) the blocked dialog with
-its overrides, the typed confirmation of a destructive phase, and the run itself.
+"""The console's answers to the start flow (`console.core.startflow`): a dialog for each
+question (run a done phase again, type a destructive phase's id, override failing checks)
+and a toast for each outcome. The flow itself, what is asked and what an answer leads to,
+is the core's; this module only shows it.
 
-`Project.start` decides; this module only turns each of its answers (`Blocked`,
-`NeedsConfirmation`, an error, a run dir) into the next dialog or a message, and loops
-back into `Project.start` with what the operator chose. The start runs in a thread worker;
-its outcome comes back to the UI loop as a `StartOutcome` message."""
+Each step reads files or runs checks, so it runs in a thread worker; its result comes back
+to the UI loop as a `StartOutcome` message."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.content import Content
 from textual.message import Message
 
-from console.core.errors import Eagle3Error
+from console.core import startflow
+from console.core.startflow import (
+    AlreadyLive,
+    BlockedStart,
+    ConfirmationNeeded,
+    Refused,
+    RerunNeeded,
+    Started,
+    StartRequest,
+    StartResult,
+)
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.confirm_dialog import ConfirmDialog
 
-LIVE = ("running", "verifying")
+if TYPE_CHECKING:
+    from console.ui.screens.main_screen import MainScreen
 
 
 @dataclass
 class StartOutcome(Message):
-    """What `Project.start` did: a run dir, or the exception that says what it needs."""
+    """A step of the flow done in a worker. `launched`: the step ran the checks and the
+    start (else it only asked the questions; None then means there are none left).
+    `error`: what went wrong when the step raised instead."""
 
-    phase_id: str
-    result: Any
-    overrides: dict[str, str]
-    confirmed: bool
+    request: StartRequest
+    result: StartResult | None
+    launched: bool
+    error: str | None = None
 
 
 class StartFlow:
-    def __init__(self, screen: Any) -> None:
+    def __init__(self, screen: MainScreen) -> None:
         self.screen = screen
         self.starting: set[str] = set()  # phases whose start (pre-flight, launch) is in flight
 
-    @property
-    def project(self) -> Any:
-        return self.screen.project
-
     def begin(self, phase_id: str) -> None:
-        """The `r` key: refuse a live phase, ask before re-running a done one, else start."""
-        st = self.screen.by_id.get(phase_id)
-        if st is not None and st.state in LIVE:
-            self.screen.notify(f"{phase_id} is already {st.state}", severity="warning")
-            return
-        if st is not None and st.state == "done":
-            after = [s.phase.id for s in self.screen.statuses if phase_id in s.phase.needs]
+        """The `r` key."""
+        self.ask(StartRequest(phase_id))
 
-            def again(yes: bool | None) -> None:
-                if yes:
-                    self.start(phase_id, {}, False)
+    def ask(self, request: StartRequest) -> None:
+        self.screen.run_worker(lambda: self._step(request, launch=False), thread=True, group="start",
+                               exit_on_error=False, name=f"ask:{request.phase_id}")
 
-            tail = f" Phases that need it ({', '.join(after)}) become stale." if after else ""
-            self.screen.app.push_screen(AskDialog(
-                f"run {phase_id} again?",
-                Content.assemble((phase_id, "bold"), f" is done.{tail} Run it again?"),
-                yes="Run again"), again)
-            return
-        if st is not None and st.phase.confirm:
-            # Ask before the start, so its checks run (and are journaled) once, not twice.
-            self.screen.run_worker(lambda: self._summary(phase_id), thread=True, group="start",
-                                   exit_on_error=False, name=f"summary:{phase_id}")
-            return
-        self.start(phase_id, {}, False)
-
-    def _summary(self, phase_id: str) -> None:
-        from console.core.project import NeedsConfirmation
-
-        try:
-            result: Any = NeedsConfirmation(self.project.config.phase(phase_id),
-                                            self.project.confirmation_summary(phase_id))
-        except Exception as exc:  # noqa: BLE001 - shown on the UI loop
-            result = exc
-        self.screen.post_message(StartOutcome(phase_id, result, {}, False))
-
-    def start(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
-        self.screen.notify(f"starting {phase_id}: pre-flight checks…", timeout=3)
-        self.starting.add(phase_id)
+    def start(self, request: StartRequest) -> None:
+        """The checks and the launch, with the answers `request` carries."""
+        self.screen.notify(f"starting {request.phase_id}: pre-flight checks…", timeout=3)
+        self.starting.add(request.phase_id)
         self.screen.starting_changed()
-        self.screen.run_worker(lambda: self._start(phase_id, overrides, confirmed), thread=True,
-                               group="start", exit_on_error=False, name=f"start:{phase_id}")
+        self.screen.run_worker(lambda: self._step(request, launch=True), thread=True, group="start",
+                               exit_on_error=False, name=f"start:{request.phase_id}")
 
-    def _start(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
+    def _step(self, request: StartRequest, launch: bool) -> None:
         """(A blocked start sends its `blocked` notification in `Project.start` itself.)"""
+        project = self.screen.project
         try:
-            result: Any = self.project.start(phase_id, overrides=overrides or None, confirmed=confirmed)
-        except Exception as exc:  # noqa: BLE001 - every outcome is handled on the UI loop
-            result = exc
-        self.screen.post_message(StartOutcome(phase_id, result, overrides, confirmed))
+            result = startflow.attempt(project, request) if launch else startflow.ask(project, request)
+        except Exception as exc:  # noqa: BLE001 - shown on the UI loop, never a traceback
+            self.screen.post_message(StartOutcome(request, None, launch,
+                                                  f"could not start {request.phase_id}: {type(exc).__name__}: {exc}"))
+            return
+        self.screen.post_message(StartOutcome(request, result, launch))
 
     def outcome(self, msg: StartOutcome) -> None:
-        from console.core.project import Blocked, NeedsConfirmation
-
-        screen, res = self.screen, msg.result
-        self.starting.discard(msg.phase_id)
-        screen.starting_changed()
-        if getattr(screen.app, "quit_when_started", False):
+        screen, res, pid = self.screen, msg.result, msg.request.phase_id
+        if msg.launched:
+            self.starting.discard(pid)
+            screen.starting_changed()
+        app = screen.app
+        if getattr(app, "quit_when_started", False):
             # The operator quit while this start was in flight: it has now landed.
-            if not isinstance(res, Exception):
-                screen.app.still_running = [*screen.app.still_running, msg.phase_id]
-            screen.app.quit_after_starts()
+            if isinstance(res, Started):
+                app.still_running = [*app.still_running, pid]
+            app.quit_after_starts()
             return
-        if isinstance(res, Blocked):
-            screen.remember_checks(msg.phase_id, "check", res.results)
-
-            def overridden(choice: dict[str, str] | None) -> None:
-                if choice:
-                    self.start(msg.phase_id, {**msg.overrides, **choice}, msg.confirmed)
-
-            screen.app.push_screen(BlockedDialog(msg.phase_id, res.results), overridden)
-        elif isinstance(res, NeedsConfirmation):
+        if msg.error is not None:
+            screen.notify(msg.error, severity="error", timeout=15)
+        elif res is None:
+            self.start(msg.request)
+        elif isinstance(res, AlreadyLive):
+            screen.notify(f"{pid} is already {res.status.state}", severity="warning")
+        elif isinstance(res, RerunNeeded):
+            tail = f" Phases that need it ({', '.join(res.dependents)}) become stale." if res.dependents else ""
+            app.push_screen(AskDialog(
+                f"run {pid} again?", Content.assemble((pid, "bold"), f" is done.{tail} Run it again?"),
+                yes="Run again"), lambda yes: self._then(res.answer(yes)))
+        elif isinstance(res, ConfirmationNeeded):
             def confirmed(ok: bool | None) -> None:
-                if ok:
-                    self.start(msg.phase_id, msg.overrides, True)
-                else:
-                    screen.notify(f"{msg.phase_id} not started", timeout=3)
+                if not ok:
+                    screen.notify(f"{pid} not started", timeout=3)
+                self._then(res.answer(ok))
 
-            screen.app.push_screen(ConfirmDialog(msg.phase_id, res.summary), confirmed)
-        elif isinstance(res, Eagle3Error):
-            screen.notify(str(res), severity="error", timeout=15)
-        elif isinstance(res, Exception):
-            screen.notify(f"could not start {msg.phase_id}: {type(res).__name__}: {res}", severity="error",
-                          timeout=15)
+            app.push_screen(ConfirmDialog(pid, res.summary), confirmed)
+        elif isinstance(res, BlockedStart):
+            screen.remember_checks(pid, "check", res.results)
+            app.push_screen(BlockedDialog(pid, res.results), lambda choice: self._then(res.answer(choice)))
+        elif isinstance(res, Refused):
+            screen.notify(res.message, severity="error", timeout=15)
         else:
-            screen.notify(f"{msg.phase_id} started", severity="information", timeout=4)
-            seen = self.project.last_checks.get(msg.phase_id)
-            if seen is not None:  # the pre-flight results the start passed on
-                screen.remember_checks(msg.phase_id, "check", seen)
-            screen.started(msg.phase_id)
+            screen.notify(f"{pid} started", severity="information", timeout=4)
+            if res.checks is not None:  # the pre-flight results the start passed on
+                screen.remember_checks(pid, "check", res.checks)
+            screen.started(pid)
+
+    def _then(self, request: StartRequest | None) -> None:
+        if request is not None:
+            self.ask(request)

@@ -4,14 +4,15 @@ journal).
 
 Every read runs in a poller's thread and returns data: the project snapshot comes from
 `console.core.snapshot` (the same one `eagle3 status --json` prints), and the handlers on
-the UI loop only store it and redraw. Starting a phase (checks, overrides, confirmation)
-lives in `console.ui.startflow`."""
+the UI loop only store it and redraw. What changed between two looks (ended, stalled, lost
+runs) is `console.core.watch`'s; starting a phase is `console.core.startflow`'s, with the
+console's dialogs in `console.ui.startflow`."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from textual import work
@@ -20,18 +21,20 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 
 from console.core.checks.result import CheckResult
 from console.core.errors import Eagle3Error
 from console.core.livestats import LiveSnapshot
-from console.core.notify import Notifier, ended_notice
-from console.core.runs.manager import run_status
-from console.core.snapshot import Snapshot, SnapshotBuilder
-from console.core.stall import StallAlert, StallWatch
+from console.core.project import Project
+from console.core.snapshot import Snapshot
+from console.core.stall import StallAlert
+from console.core.startflow import StartRequest
+from console.core.state import PhaseStatus
 from console.core.telemetry.history import DiskForecast
-from console.core.telemetry.ownership import owner_map
+from console.core.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
 from console.ui.components.checks_view import ChecksView
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.gpu_panel import GpuPanel
@@ -55,24 +58,20 @@ from console.ui.pollers import Poller
 from console.ui.render import fmt_duration, fmt_time, state_glyph, state_style
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.help_screen import HelpScreen
+from console.ui.screens.history_screen import HistoryScreen
 from console.ui.screens.journal_screen import JournalScreen
 from console.ui.screens.log_screen import LogScreen
 from console.ui.startflow import StartFlow, StartOutcome
 
 LIVE = ("running", "verifying")
-ENDED = ("done", "failed", "stopped", "stale")
 DETAIL_LOG_LINES = 1000
 
 
 @dataclass
 class SnapshotUpdated(Message):
-    """A fresh project snapshot, the phases that ended or stalled since the last one, and
-    (on the first one only) the checks each running phase's start passed, from the journal."""
+    """A look at the project, carried from the status poller to the UI loop."""
 
-    snapshot: Snapshot
-    ended: list[Any] = field(default_factory=list)
-    alerts: list[StallAlert] = field(default_factory=list)
-    attach_checks: dict[str, list[CheckResult]] = field(default_factory=dict)
+    look: Look
 
 
 @dataclass
@@ -92,24 +91,6 @@ class Intervals:
         self.preflight = preflight  # re-check ready/blocked phases this often; 0 turns it off
 
 
-def checks_from_journal(journal: Any, phase_id: str, started_at: float | None) -> list[CheckResult] | None:
-    """The pre-flight results the latest start of a phase passed (its last `checks` record
-    before the run started), so a console that attaches later can show them."""
-    try:
-        records = journal.read(phase=phase_id, limit=200, events={"checks"})
-    except Exception:  # noqa: BLE001 - context is a nicety; never block the attach
-        return None
-    for rec in reversed(records):
-        t = rec.get("t")
-        if started_at is not None and isinstance(t, (int, float)) and t > started_at + 5:
-            continue
-        try:
-            return [CheckResult.from_json(r) for r in rec.get("results") or []]
-        except Exception:  # noqa: BLE001
-            return None
-    return None
-
-
 def phases_title(name: str, saved: dict[str, str], width: int = 60) -> str:
     """The config's name and the overrides `eagle3 set` saved, which every command applies:
     an operator sees at a glance that the YAML is not the whole story."""
@@ -121,6 +102,8 @@ def phases_title(name: str, saved: dict[str, str], width: int = 60) -> str:
 
 
 class MainScreen(Screen[None]):
+    selected: var[str | None] = var(None, init=False)  # the phase the detail shows
+
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide"), (160, "-very-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
@@ -140,7 +123,7 @@ class MainScreen(Screen[None]):
         Binding("t", "app.next_theme", "Theme", show=False, id="main.theme", tooltip="Switch to the next theme"),
     ]
 
-    def __init__(self, project: Any, *, gpu_source: Any, disk_source: Any, shm_source: Any,
+    def __init__(self, project: Project, *, gpu_source: Any, disk_source: Any, shm_source: Any,
                  host_source: Any, clock: Callable[[], float] = time.time,
                  intervals: Intervals | None = None, read_only: bool = False) -> None:
         super().__init__()
@@ -149,25 +132,20 @@ class MainScreen(Screen[None]):
         self.sources = {"gpu": gpu_source, "disk": disk_source, "shm": shm_source, "host": host_source}
         self.clock = clock
         self.iv = intervals or Intervals()
-        self.builder = SnapshotBuilder(project, clock=clock)
-        self.notifier = Notifier(project.config, project.journal)
-        self.stall_watch = StallWatch(project.journal, self.notifier)
+        self.watch = PhaseWatch(project, clock=clock)
         self.flow = StartFlow(self)
         self.snapshot: Snapshot | None = None
         self.snapshots_handled = 0
-        self._prechecked: dict[str, float] = {}
-        self.statuses: list[Any] = []
-        self.by_id: dict[str, Any] = {}
+        self.preflights = PreflightSchedule(self.iv.preflight)
+        self.statuses: list[PhaseStatus] = []
+        self.by_id: dict[str, PhaseStatus] = {}
         self.stats: dict[str, LiveSnapshot] = {}
         self.stalled: set[str] = set()
         self.checks: dict[str, list[CheckResult]] = {}  # replaced, never mutated: pollers read it
         self.shown: dict[str, tuple[str, list[CheckResult]]] = {}
-        self.selected: str | None = None
         self.ended: list[tuple[str, str]] = []
         self.alerts: list[StallAlert] = []
         self._sessions: dict[int, str] = {}
-        self._prev_states: dict[str, str] | None = None
-        self._prev_stalled: set[str] = set()
         self._journal_visible = False
         self._forecast = DiskForecast()
         self._header_plain = ""
@@ -233,52 +211,16 @@ class MainScreen(Screen[None]):
 
     # -- reads (poller threads: data in, data out, no DOM) ----------------------------------
     def _read_snapshot(self) -> SnapshotUpdated:
-        snap = self.builder.build(checks=self.checks)
-        # Journals and sends each silence once, whether this console or the run's launcher
-        # (or another console) sees it first; what this console shows is its own (below).
-        self.stall_watch.update(snap.phases, now=snap.t)
-        ended: list[Any] = []
-        alerts: list[StallAlert] = []
-        attach: dict[str, list[CheckResult]] = {}
-        if self._prev_states is None:
-            for pv in snap.phases:
-                if pv.status.state in LIVE and pv.id not in self.checks:
-                    found = checks_from_journal(self.project.journal, pv.id, pv.status.started_at)
-                    if found:
-                        attach[pv.id] = found
-        else:
-            for pv in snap.phases:
-                if self._prev_states.get(pv.id) in LIVE and pv.status.state not in LIVE:
-                    ended.append(pv.status)
-                if pv.stalled and pv.id not in self._prev_stalled and pv.status.run is not None:
-                    alerts.append(StallAlert(pv.id, pv.status.run.run_id, pv.silent_s or 0.0, pv.stall_after))
-        self._prev_states = {pv.id: pv.status.state for pv in snap.phases}
-        self._prev_stalled = {pv.id for pv in snap.phases if pv.stalled}
-        for st in ended:
-            # A run's launcher sends its end; one that died (lost) cannot, so the console does.
-            if st.run is not None and run_status(st.run).state == "lost":
-                event, summary = ended_notice(st)
-                self.notifier.fire(event, st.phase.id, st.state, st.run.run_id, summary)
-        return SnapshotUpdated(snap, ended, alerts, attach)
+        return SnapshotUpdated(self.watch.look(self.checks))
 
     def _read_gpu(self) -> GpuUpdated:
         reading = self.sources["gpu"].read()
-        owner = owner_map(self._sessions)
-        owners: dict[int, str] = {}
-        for g in reading.gpus:
-            for p in g.processes:
-                ph = owner(p.pid)
-                if ph is not None:
-                    owners[p.pid] = ph
-        return GpuUpdated(reading, owners)
+        return GpuUpdated(reading, gpu_owners(reading, self._sessions))
 
     def _read_disk(self) -> DiskUpdated:
         reading = self.sources["disk"].read()
-        self._forecast.update(reading)
-        forecasts = {f.path: f for f in self._forecast.forecasts()}
-        snap = self.snapshot
-        needs = self.builder.space_needs(snap, self._forecast.volume_for) if snap is not None else {}
-        return DiskUpdated(reading, forecasts, needs)
+        forecasts = disk_outlook(self._forecast, reading)
+        return DiskUpdated(reading, forecasts, self.watch.space_needs(self.snapshot, self._forecast))
 
     def _read_shm(self) -> ShmUpdated:
         return ShmUpdated(self.sources["shm"].read())
@@ -313,23 +255,24 @@ class MainScreen(Screen[None]):
     def on_snapshot_updated(self, msg: SnapshotUpdated) -> None:
         self.snapshots_handled += 1
         first = self.snapshot is None
-        snap = self.snapshot = msg.snapshot
+        look = msg.look
+        snap = self.snapshot = look.snapshot
         self.statuses = snap.statuses
         self.by_id = {s.phase.id: s for s in self.statuses}
         self.stats = snap.stats
         self.stalled = {pv.id for pv in snap.phases if pv.stalled}
         self._sessions = snap.sessions()
-        for pid, results in msg.attach_checks.items():
+        for pid, results in look.attach_checks.items():
             self.remember_checks(pid, "check", results, redraw=False)
         plist = self.query_one(PhaseList)
         plist.show(self.statuses, self.stalled, self.flow.starting)
         if first:
             self._select_on_attach(plist)
         elif self.selected is None and plist.selected_id is not None:
-            self._select(plist.selected_id)
-        for st in msg.ended:
+            self.selected = plist.selected_id
+        for st in look.ended:
             self._phase_ended(st)
-        for alert in msg.alerts:
+        for alert in look.alerts:
             self._stalled(alert)
         self._show_detail()
         self._auto_preflight()
@@ -341,23 +284,11 @@ class MainScreen(Screen[None]):
         if pick is None:
             return
         plist.select_id(pick.phase.id)
-        self._select(pick.phase.id)
+        self.selected = pick.phase.id
 
     def _auto_preflight(self) -> None:
-        """Pre-flight the phases that could start next, so the checklist says why one is
-        blocked before anyone presses r. Not journaled: only operator checks are decisions."""
-        every = self.iv.preflight
-        if every <= 0:
-            return
-        now = time.monotonic()
-        for st in self.statuses:
-            pid = st.phase.id
-            if st.state not in ("ready", "blocked"):
-                continue
-            last = self._prechecked.get(pid)
-            if last is not None and now - last < every:
-                continue
-            self._prechecked[pid] = now
+        """Not journaled: only operator checks are decisions."""
+        for pid in self.preflights.due(self.statuses):
             self._preflight(pid)
 
     @work(thread=True, group="preflight", exit_on_error=False)
@@ -368,7 +299,7 @@ class MainScreen(Screen[None]):
             return
         self.post_message(ChecksDone(phase_id, results, "preflight"))
 
-    def _phase_ended(self, st: Any) -> None:
+    def _phase_ended(self, st: PhaseStatus) -> None:
         self.ended.append((st.phase.id, st.state))
         self.app.bell()
         good = st.state == "done"
@@ -407,11 +338,12 @@ class MainScreen(Screen[None]):
             self.query_one("#journal", JournalView).show(msg.records, show_phase=False)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        if event.option.id is not None and event.option.id != self.selected:
-            self._select(event.option.id)
+        if event.option.id is not None:
+            self.selected = event.option.id
 
-    def _select(self, phase_id: str) -> None:
-        self.selected = phase_id
+    def watch_selected(self) -> None:
+        """Another phase picked (in the list, on attach, from the palette): its detail now,
+        its log and journal at the pollers' next look, which this brings forward."""
         self._show_detail()
         self.pollers["log"].poke()
         self.pollers["journal"].poke()
@@ -450,7 +382,7 @@ class MainScreen(Screen[None]):
         self.query_one(StatsPanel).show(None if is_empty(snap) else snap)
         self._show_checks(st)
 
-    def _show_checks(self, st: Any) -> None:
+    def _show_checks(self, st: PhaseStatus) -> None:
         view = self.query_one(ChecksView)
         shown = self.shown.get(st.phase.id)
         if shown is not None:
@@ -547,8 +479,9 @@ class MainScreen(Screen[None]):
             self.flow.begin(pid)
 
     def start_phase(self, phase_id: str, overrides: dict[str, str], confirmed: bool) -> None:
+        """Start with these answers, asking nothing (its checks still run)."""
         if self._acting("run"):
-            self.flow.start(phase_id, overrides, confirmed)
+            self.flow.start(StartRequest(phase_id, overrides, confirmed))
 
     def on_start_outcome(self, msg: StartOutcome) -> None:
         self.flow.outcome(msg)
@@ -609,8 +542,6 @@ class MainScreen(Screen[None]):
 
     def action_history(self) -> None:
         if (pid := self._phase_or_warn()) is not None:
-            from console.ui.screens.history_screen import HistoryScreen
-
             self.app.push_screen(HistoryScreen(self.project, pid, interval=self.iv.log))
 
     def action_journal(self) -> None:
@@ -619,5 +550,5 @@ class MainScreen(Screen[None]):
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
 
-    def running(self) -> list[Any]:
+    def running(self) -> list[PhaseStatus]:
         return [s for s in self.statuses if s.state in LIVE]

@@ -1,0 +1,96 @@
+"""Every phase in order: skip what is done (a service that is up counts), wait for what
+already runs, else start it through the start flow and wait for it; stop at the first
+phase that does not end well, so a rerun resumes there. Each step is yielded as data for
+the caller to word as it happens (the log is copied to `out` meanwhile)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+from console.core.config.model import Config, Phase
+from console.core.project import NEEDS_CHECK, Project
+from console.core.startflow import Answers, Started, StartRequest, StartResult, drive
+from console.core.state import PhaseStatus
+from console.core.waiting import Waited, wait
+
+
+@dataclass(frozen=True)
+class Skipped:
+    status: PhaseStatus
+
+
+@dataclass(frozen=True)
+class Attaching:
+    """The phase already runs (started elsewhere): the walk waits for it."""
+
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class Entering:
+    """The phase is about to start."""
+
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class Halted:
+    """The walk stops at this phase: its start or its run did not end well."""
+
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class AllDone:
+    pass
+
+
+Step = Skipped | Attaching | Entering | StartResult | Waited | Halted | AllDone
+
+
+def unknown_overrides(config: Config, names: Mapping[str, str]) -> list[str]:
+    """The override names no phase has a check of (a typo in a walk over every phase)."""
+    known = {NEEDS_CHECK} | {c.name for ph in config.phases for c in ph.checks}
+    return [n for n in names if n not in known]
+
+
+def overrides_for(phase: Phase, overrides: Mapping[str, str]) -> dict[str, str]:
+    """A walk's overrides spread over the phases that have a check of that name."""
+    mine = {NEEDS_CHECK} | {c.name for c in phase.checks}
+    return {k: v for k, v in overrides.items() if k in mine}
+
+
+def run_all(project: Project, overrides: Mapping[str, str], answers: Answers, out: TextIO,
+            timeout: float, confirmed: frozenset[str] = frozenset()) -> Iterator[Step]:
+    """`confirmed`: the destructive phases already confirmed (by id); `timeout`: seconds a
+    service may take to become ready."""
+    for phase in project.config.phases:
+        st = project.status(phase.id)
+        if st.state == "done" or (phase.kind == "service" and st.state == "running" and st.service_ready):
+            yield Skipped(st)
+            continue
+        if st.state in ("running", "verifying") and st.run is not None:
+            yield Attaching(phase)
+            waited = wait(project, phase, st.run, out, timeout)
+            yield waited
+            if not waited.ok:
+                yield Halted(phase)
+                return
+            continue
+        yield Entering(phase)
+        # rerun: the walk skipped the phase if it were done; it asks nothing of the kind
+        request = StartRequest(phase.id, overrides_for(phase, overrides), confirmed=phase.id in confirmed,
+                               rerun=True)
+        result = drive(project, request, answers)
+        yield result
+        if not isinstance(result, Started):
+            yield Halted(phase)
+            return
+        waited = wait(project, phase, result.run, out, timeout)
+        yield waited
+        if not waited.ok:
+            yield Halted(phase)
+            return
+    yield AllDone()
