@@ -240,7 +240,7 @@ def trained_target_fingerprint(ckpt: Path) -> str | None:
 
 
 def _fingerprint_or_none(target: Path) -> tuple[str | None, str]:
-    from pipeline.target_fingerprint import FingerprintError, target_fingerprint
+    from pipeline.target import FingerprintError, target_fingerprint
 
     try:
         return target_fingerprint(target), ""
@@ -274,7 +274,7 @@ def target_dtype(target: Path) -> str | None:
         for key in ("torch_dtype", "dtype"):
             if c.get(key) in FLOAT_DTYPES:
                 return c[key]
-    from pipeline.target_fingerprint import FingerprintError, weight_files
+    from pipeline.target import FingerprintError, weight_files
 
     try:
         files = [f for f in weight_files(target) if f.suffix == ".safetensors"][:1]

@@ -17,7 +17,7 @@ API for other writers and readers of the store (all but `write_sample` are torch
   (the SGLang client moves a dump through it chunk by chunk); the file and line are the same.
 - `store_lock.StoreLock(out, rank, world_size).acquire()`: one extraction per store;
   raises `StoreInUse` ("store OUT in use by pid N").
-- `pipeline.target_fingerprint.target_fingerprint(model_dir) -> "wfp1:<hex>"`: the
+- `pipeline.target.target_fingerprint(model_dir) -> "wfp1:<hex>"`: the
   target's identity by its weights, as meta.json's `target_fingerprint`.
 - `integrity.verify_store(out, model=None, checksums="sample"|"all"|"none", sample=64)
   -> StoreReport` (`.ok`, `.problems`, `.to_json()`): what `--verify` runs; a trainer

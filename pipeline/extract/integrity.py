@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..checksum import ALGO, file_checksum
-from ..target_fingerprint import FingerprintError, target_fingerprint
+from ..target import FingerprintError, target_fingerprint
 from .errors import BadInput
 from .manifest import manifest_in_order
 from .meta import FORMAT, read_meta

@@ -3,7 +3,7 @@
 A resume that silently appended hidden states of another target or dataset would give a
 drafter training data that disagrees with itself; the identity fields below must match
 exactly, and the first differing one is named in the refusal. The target is identified by
-`target_fingerprint` (pipeline/target_fingerprint.py: its weights' safetensors headers and
+`target_fingerprint` (pipeline/target.py: its weights' safetensors headers and
 sampled blocks), so new weights saved at the same path are refused and the same weights at
 a new path are accepted. `target` (the path), `world_size`, `limit` and the dataset's path
 are informational: a store may be resumed with another number of GPUs, a larger --limit, or
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomicfile import write_json_atomic
-from ..target_fingerprint import FingerprintError, target_fingerprint
+from ..target import FingerprintError, target_fingerprint
 from .errors import BadInput
 from .layout import META
 from pipeline.jsonfile import read_json
