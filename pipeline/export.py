@@ -70,7 +70,6 @@ SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F
 DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 DEFAULT_MODE = 0o644
 MAX_HEADER_BYTES = 100 << 20
-MIN_TARGET_LAYERS = 7
 
 
 class ExportError(Exception):
@@ -90,11 +89,13 @@ def required_keys() -> tuple[str, ...]:
 
 
 def aux_layer_ids(num_layers: int) -> list[int]:
-    """SGLang's ids for the inputs of decoder layers 2, L//2, L-3 (DESIGN.md section 2)."""
-    if num_layers < MIN_TARGET_LAYERS:
-        raise BadInput(f"target has {num_layers} decoder layers; EAGLE-3 needs at least {MIN_TARGET_LAYERS} "
-                       "for three distinct capture layers")
-    return [1, num_layers // 2 - 1, num_layers - 4]
+    """SGLang's ids for the capture layers (pipeline.target.sglang_layer_ids)."""
+    from pipeline.target import TargetError, sglang_layer_ids
+
+    try:
+        return sglang_layer_ids(num_layers)
+    except TargetError as e:
+        raise BadInput(str(e)) from None
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -110,9 +111,9 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def target_text_config(target: Path) -> dict:
-    cfg = _read_json(Path(target) / CONFIG_FILE, "--target must be the target's save_pretrained folder")
-    inner = cfg.get("text_config")
-    return inner if isinstance(inner, dict) else cfg
+    from pipeline.target import read_config, text_config
+
+    return text_config(read_config(target, BadInput, "--target"))
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -268,14 +269,13 @@ def check_target_identity(ckpt: Path, target: Path, warn) -> str | None:
 def target_dtype(target: Path) -> str | None:
     """The target's floating dtype: its config's torch_dtype (transformers 5: dtype), else the
     first floating tensor of its first safetensors file; None when neither says."""
-    cfg = _read_json(Path(target) / CONFIG_FILE, "--target must be the target's save_pretrained folder")
-    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    for c in (inner, cfg):
+    from pipeline.target import FingerprintError, read_config, text_config, weight_files
+
+    cfg = read_config(target, BadInput, "--target")
+    for c in (text_config(cfg), cfg):
         for key in ("torch_dtype", "dtype"):
             if c.get(key) in FLOAT_DTYPES:
                 return c[key]
-    from pipeline.target import FingerprintError, weight_files
-
     try:
         files = [f for f in weight_files(target) if f.suffix == ".safetensors"][:1]
     except FingerprintError:

@@ -71,7 +71,8 @@ from typing import Any
 import torch
 
 from pipeline.atomicfile import write_bytes_atomic
-from pipeline.extract.reserve import format_bytes, parse_size
+from pipeline.events import format_bytes, parse_size
+from pipeline.target import capture_layers
 
 ENV_DIR = "EAGLE3_DUMP_DIR"
 ENV_BUDGET = "EAGLE3_DUMP_BUDGET"
@@ -94,11 +95,6 @@ log = logging.getLogger("eagle3.sglang_dump")
 
 class DumpConfigError(ValueError):
     """A dump setting the server cannot run with; str() names the variable and the fix."""
-
-
-def capture_layers(num_layers: int) -> list[int]:
-    """EAGLE-3's capture layers: the inputs of decoder layers 2, L//2 and L-3."""
-    return [2, num_layers // 2, num_layers - 3]
 
 
 @dataclass(frozen=True)

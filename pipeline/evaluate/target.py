@@ -23,23 +23,15 @@ import torch
 
 from pipeline.extract.errors import ExtractError
 from pipeline.hf_cache import cache_kwarg
-from pipeline.extract.meta import capture_layers
+from pipeline.target import TargetError, capture_layers
 
 from .errors import BadInput
-from pipeline.jsonfile import read_json
 
 
 @dataclass(frozen=True)
 class TargetStep:
     next_ids: torch.Tensor  # [keep] greedy token after each of the last `keep` positions
     aux: torch.Tensor  # [T, 3H] inputs of the capture layers, every position
-
-
-def read_config(model_dir: Path) -> dict:
-    path = Path(model_dir) / "config.json"
-    cfg = read_json(path, f"target {model_dir} has no config.json (--target); point it at a save_pretrained folder",
-                    BadInput)
-    return cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
 
 
 def eos_ids(model: torch.nn.Module) -> set[int]:
@@ -74,7 +66,7 @@ class Target:
         self.num_layers = len(layers)
         try:
             self.capture = capture_layers(self.num_layers)
-        except ExtractError as e:
+        except TargetError as e:
             raise BadInput(str(e)) from None
         self.hidden_size = int(self.model.config.hidden_size)
         self.vocab_size = int(self.model.config.vocab_size)

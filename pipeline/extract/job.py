@@ -22,7 +22,7 @@ from .estimate import read_stats
 from .integrity import RESUME_CHECKSUMS, resume_damage
 from .layout import sample_bytes
 from .manifest import manifest_in_order
-from .meta import TargetInfo, build_meta, capture_layers, ensure_meta
+from .meta import TargetInfo, build_meta, ensure_meta
 from .reserve import DiskGuard
 from .sharding import Shard
 from .store_lock import StoreLock
@@ -87,7 +87,7 @@ class Job:
 
 def prepare(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shard) -> Job:
     options.validate()
-    layers = capture_layers(target.num_layers)
+    layers = target.capture_layers
     out = Path(options.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,7 @@ import torch
 
 from pipeline.atomicfile import write_bytes_atomic
 from pipeline.sglang_dump import ERROR_ROOM, DumpConfig, DumpHook, dump_bytes
+from pipeline.target import read_config, text_config
 
 KEY_PREFIX = "e3-"
 
@@ -85,9 +86,7 @@ def occupancy(folder: Path) -> int:
 
 
 def read_hidden(model_path: str) -> int:
-    cfg = json.loads((Path(model_path) / "config.json").read_text())
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    return int(text["hidden_size"])
+    return int(text_config(read_config(model_path))["hidden_size"])
 
 
 class StandIn:

@@ -22,9 +22,9 @@ from pipeline.sglang_dump import (
     DumpConfigError,
     DumpHook,
     attach,
-    capture_layers,
     server_problems,
 )
+from pipeline.target import capture_layers
 
 H = 8
 
