@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 
 import torch
 
-from pipeline.extract.dumps import ChunkBuffer, DumpFolder, all_finite, request_key
+from pipeline.dump_protocol import request_key
+from pipeline.extract.dumps import ChunkBuffer, DumpFolder, all_finite
 from pipeline.extract.store import Sample, write_parts, write_sample
 from pipeline.sglang_dump import dump_parts
 from pipeline.atomicfile import write_bytes_atomic

@@ -42,7 +42,8 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.events import EventWriter
-from pipeline.extract.dumps import ChunkBuffer, DumpFolder, dump_bytes, request_key
+from pipeline.dump_protocol import dump_size_bound, request_key
+from pipeline.extract.dumps import ChunkBuffer, DumpFolder
 from pipeline.extract.job import ExtractOptions, prepare
 from pipeline.extract.layout import sample_bytes
 from pipeline.extract.meta import TargetInfo
@@ -156,7 +157,7 @@ def client_alone(server: SGLangServer, folder: DumpFolder, target: Path, out: Pa
     their dumps waited for first; then a fresh extraction finds every dump already there (the
     path a resumed run takes) and only checks, streams and deletes. The stand-in is idle
     meanwhile, so on a machine of few cores this shows what the client does with them."""
-    m = max(1, min(args.samples, int(budget * 0.9) // dump_bytes(args.seq, args.hidden)))
+    m = max(1, min(args.samples, int(budget * 0.9) // dump_size_bound(args.seq, args.hidden)))
     lines = data.read_text().splitlines()[:m]
     sub = out / "data-ahead.jsonl"
     sub.write_text("\n".join(lines) + "\n")

@@ -53,7 +53,8 @@ from itertools import chain
 from pathlib import Path
 
 from .dataset import Record
-from .dumps import SERVER_ROOM, BadDump, ChunkBuffer, DumpFile, DumpFolder, dump_bytes, key_index, request_key
+from ..dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
+from .dumps import BadDump, ChunkBuffer, DumpFile, DumpFolder
 from .engine import finalize_or_stop
 from .errors import BadInput, ExtractError, ReserveStop, disk_full, is_disk_full
 from .job import Job
@@ -107,12 +108,12 @@ class SGLangOptions:
         if not 0 < self.request_timeout <= 86400:
             raise BadInput(f"--request-timeout must be between 0 and 86400 seconds, got {self.request_timeout:g}")
         if self.dump_room < 1:
-            raise BadInput(f"--dump-budget must be more than {SERVER_ROOM} bytes, got {self.dump_budget}")
+            raise BadInput(f"--dump-budget must be more than {ERROR_ROOM} bytes, got {self.dump_budget}")
 
     @property
     def dump_room(self) -> int:
-        """What the dumps may take of the budget: the server keeps SERVER_ROOM for .error files."""
-        return self.dump_budget - SERVER_ROOM
+        """What the dumps may take of the budget (the server keeps room for .error files)."""
+        return dump_room(self.dump_budget)
 
 
 def same_model(reported: str, model: Path) -> bool:
@@ -337,7 +338,7 @@ class Extraction:
         """Carry one sample through its attempts, holding its dump's bytes of the budget until
         its dump is deleted (or left for the rerun)."""
         key = request_key(rec.index, rec.input_ids)
-        size = dump_bytes(len(rec.input_ids), self.hidden)
+        size = dump_size_bound(len(rec.input_ids), self.hidden)
         if not self.budget.acquire(size, self.halted):
             return
         try:
@@ -488,7 +489,7 @@ def plan(job: Job, opts: SGLangOptions) -> list[int]:
         if i in job.done:
             continue
         t = job.dataset.lengths[i]
-        need = dump_bytes(t, job.target.hidden_size)
+        need = dump_size_bound(t, job.target.hidden_size)
         if need > opts.dump_room:
             raise BadInput(f"sample {i} has {t} tokens, whose dump takes about {format_bytes(need)}, more than "
                            f"the dump budget of {format_bytes(opts.dump_budget)} (--dump-budget); raise the "

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from pipeline.atomicfile import TEMP_SUFFIX
-from pipeline.extract.dumps import HEADER_ALLOWANCE, BadDump, ChunkBuffer, DumpFolder, request_key
+from pipeline.dump_protocol import HEADER_ALLOWANCE, request_key
+from pipeline.extract.dumps import BadDump, ChunkBuffer, DumpFolder
 from pipeline.extract.layout import relpath
 from pipeline.extract.store import Sample, write_parts, write_sample
 from pipeline.sglang_dump import dump_parts

@@ -16,8 +16,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from pipeline.dump_protocol import ERROR_ROOM
 from pipeline.sglang_dump import (
-    ERROR_ROOM,
     DumpConfig,
     DumpConfigError,
     DumpHook,
