@@ -37,12 +37,12 @@ from pipeline.events import EventWriter  # noqa: E402
 from pipeline.extract import engine  # noqa: E402
 from pipeline.extract.capture import Capturer  # noqa: E402
 from pipeline.extract.job import ExtractOptions, prepare  # noqa: E402
-from pipeline.extract.layout import sample_bytes  # noqa: E402
-from pipeline.extract.manifest import read_manifest  # noqa: E402
-from pipeline.extract.meta import TargetInfo  # noqa: E402
+from pipeline.store.layout import sample_bytes  # noqa: E402
+from pipeline.store.manifest import read_manifest  # noqa: E402
+from pipeline.store.meta import TargetInfo  # noqa: E402
 from pipeline.extract.reserve import volume_of  # noqa: E402
 from pipeline.extract.sharding import Shard  # noqa: E402
-from pipeline.extract import store as store_module  # noqa: E402
+from pipeline.store import sample_file as store_module  # noqa: E402
 from store_bound import store_write  # noqa: E402
 
 SEQ = 2048

@@ -45,8 +45,8 @@ from pipeline.events import EventWriter
 from pipeline.dump_protocol import dump_size_bound, request_key
 from pipeline.extract.dumps import ChunkBuffer, DumpFolder
 from pipeline.extract.job import ExtractOptions, prepare
-from pipeline.extract.layout import sample_bytes
-from pipeline.extract.meta import TargetInfo
+from pipeline.store.layout import sample_bytes
+from pipeline.store.meta import TargetInfo
 from pipeline.extract.reserve import parse_size, volume_of
 from pipeline.extract.sglang_client import Extraction, SGLangOptions, check_server, plan
 from pipeline.extract.sglang_http import SGLangServer

@@ -16,7 +16,7 @@ unreachable or failed --max-failures requests in a row: restart it and rerun to 
 
 --verify checks every sample's size and checksum (with --sample N: N random ones and the
 last N written), that the manifest lists every sample, and with --model that the target's
-weights are those the store was written with (pipeline/extract/integrity.py). --json
+weights are those the store was written with (pipeline/store/integrity.py). --json
 prints StoreReport.to_json(): {"ok", "out", "expected", "samples", "tokens", "bytes",
 "sizes_checked", "checksums_checked", "target_fingerprint", "model_fingerprint",
 "problems", "problem_count"}.
@@ -32,6 +32,7 @@ import threading
 from pathlib import Path
 
 from ..events import EventWriter
+from ..store.errors import StoreError
 from .errors import BadInput, ExtractError, disk_full, is_disk_full
 from .reserve import format_bytes, parse_size
 
@@ -103,7 +104,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .integrity import verify_store
+    from ..store.integrity import verify_store
 
     _need(args, "out")
     if args.sample is not None and args.sample < 1:
@@ -122,7 +123,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _extract(args: argparse.Namespace) -> int:
     _need(args, "model", "data", "out")
     from .job import ExtractOptions, prepare
-    from .meta import TargetInfo
+    from ..store.meta import TargetInfo
     from .sharding import device_for, resolve_shard
 
     try:
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return extract(args)
         return _estimate(args) if args.estimate else _extract(args)
-    except ExtractError as e:
+    except (ExtractError, StoreError) as e:
         print(f"extract: {e}", file=sys.stderr, flush=True)
         return e.exit_code
     except OSError as e:

@@ -39,7 +39,7 @@ from ..dump_protocol import (
     dump_name,
     error_name,
 )
-from .layout import DTYPES
+from ..store.layout import DTYPES
 
 CHUNK_BYTES = 1 << 20
 """Size of the buffer a dump streams through into the store: big enough that the syscalls per

@@ -21,10 +21,10 @@ from .buffers import BufferPool
 from .capture import Capturer, StoppedInForward
 from .errors import ExtractError, ReserveStop, Stopped, disk_full, is_disk_full
 from .job import Job
-from .manifest import ManifestWriter, finalize
+from ..store.manifest import ManifestWriter, finalize
 from .progress import Progress
 from .reserve import format_bytes
-from .store import TORCH_DTYPES
+from ..store.sample_file import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 
 

@@ -19,13 +19,13 @@ from .batching import PlannedBatch, plan_batches
 from .dataset import DatasetIndex, index_dataset
 from .errors import BadInput, ExtractError
 from .estimate import read_stats
-from .integrity import RESUME_CHECKSUMS, resume_damage
-from .layout import sample_bytes
-from .manifest import manifest_in_order
-from .meta import TargetInfo, build_meta, ensure_meta
+from ..store.integrity import RESUME_CHECKSUMS, resume_damage
+from ..store.layout import sample_bytes
+from ..store.manifest import manifest_in_order
+from ..store.meta import TargetInfo, build_meta, ensure_meta
 from .reserve import DiskGuard
 from .sharding import Shard
-from .store_lock import StoreLock
+from ..store.lock import StoreLock
 
 
 @dataclass

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .manifest import manifest_files, parse_entries
+from ..store.manifest import manifest_files, parse_entries
 from .reserve import format_bytes
 
 

@@ -16,8 +16,8 @@ mapped), then the move into the store under one of `--writers` write slots (defa
 states stream from the dump through the slot's reused buffer of CHUNK_BYTES, each chunk checked
 for NaN/Inf, checksummed and written to the store's temp file while it is in cache (one pass
 over memory, no mmap, no munmap), then fsync, rename and the manifest line, through the same
-store.write_parts, manifest and meta as the HF backend (the loss mask comes from the dataset,
-never from the server). The file and manifest line are byte for byte those write_sample makes
+write_parts, manifest and meta (pipeline/store) as the HF backend (the loss mask comes from
+the dataset, never from the server). The file and manifest line are byte for byte those write_sample makes
 of the same sample; a store made by either backend is the same to training. Then the thread
 deletes the dump and gives back its bytes of the budget, which therefore bounds the bytes
 waiting for a write slot. There are `--concurrency` + `--writers` such threads, so the requests
@@ -58,11 +58,11 @@ from .dumps import BadDump, ChunkBuffer, DumpFile, DumpFolder
 from .engine import finalize_or_stop
 from .errors import BadInput, ExtractError, ReserveStop, disk_full, is_disk_full
 from .job import Job
-from .manifest import ManifestWriter
+from ..store.manifest import ManifestWriter
 from .progress import Progress
 from .reserve import format_bytes
 from .sglang_http import ServerError, SGLangServer
-from .store import write_parts
+from ..store.sample_file import write_parts
 
 DTYPE = "bfloat16"
 SERVER_FAILED_EXIT = 4
@@ -518,7 +518,7 @@ def extract(args) -> int:
     """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py; raises
     ExtractError subclasses, returns 0 when this run's work is done."""
     from .job import ExtractOptions, prepare
-    from .meta import TargetInfo
+    from ..store.meta import TargetInfo
     from .reserve import parse_size
     from .sharding import Shard
 

@@ -20,8 +20,8 @@ import torch
 from .batching import PlannedBatch
 from .buffers import BufferPool, HostSlot
 from .errors import ExtractError, disk_full, is_disk_full
-from .manifest import ManifestWriter
-from .store import Sample, write_sample
+from ..store.manifest import ManifestWriter
+from ..store.sample_file import Sample, write_sample
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..extract.manifest import read_manifest
+from ..store.manifest import read_manifest
 from ..target import read_config, text_config
 from .errors import BadInput
 from pipeline.jsonfile import read_json
@@ -67,7 +67,7 @@ class Store:
 def _verify(root: Path, target: Path, meta: dict, checksums: str) -> None:
     """The extractor's own integrity check: manifest complete, sizes, sampled checksums, and
     the target's weight fingerprint against meta's."""
-    from ..extract.integrity import verify_store
+    from ..store.integrity import verify_store
 
     model = target if meta.get("target_fingerprint") else None
     rep = verify_store(root, model=model, checksums=checksums)

@@ -38,7 +38,7 @@ def test_sigkill_at_a_random_point_then_resume_gives_the_uninterrupted_store(
     rng = random.Random(seed)
     out = tmp_path / "store"
     total = len(tiny_data.records)
-    # One writer with a delay before each rename (test hook, pipeline/extract/store.py): files land
+    # One writer with a delay before each rename (test hook, pipeline/store/sample_file.py): files land
     # >= 50 ms apart, so by the 12th the manifest has had a timed flush. Writer count does not
     # change batching, so the store must still equal the reference bit for bit.
     argv = xt.extract_argv(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats), "--writers", "1")
@@ -123,7 +123,7 @@ def test_a_stop_lands_between_decoder_layers_keeps_the_manifest_and_drops_the_ba
     from pipeline.extract.capture import load_target
     from pipeline.extract.errors import Stopped
     from pipeline.extract.job import ExtractOptions, prepare
-    from pipeline.extract.meta import TargetInfo
+    from pipeline.store.meta import TargetInfo
     from pipeline.extract.sharding import resolve_shard
     from pipeline.events import EventWriter
 

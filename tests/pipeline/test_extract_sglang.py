@@ -19,7 +19,7 @@ from standin_sglang import StandIn, states
 from pipeline.events import iter_events
 from pipeline.extract.__main__ import main
 from pipeline.dump_protocol import dump_size_bound, request_key
-from pipeline.extract.manifest import read_manifest
+from pipeline.store.manifest import read_manifest
 
 HIDDEN = 32
 LAYERS = 8
