@@ -33,8 +33,8 @@ from pathlib import Path
 
 from ..events import EventWriter
 from ..store.errors import StoreError
-from .errors import BadInput, ExtractError, disk_full, is_disk_full
-from .reserve import format_bytes, parse_size
+from .errors import BadInput, ExtractError
+from .reserve import disk_full, format_bytes, is_disk_full, parse_size
 
 PROG = "python -m pipeline.extract"
 

@@ -19,11 +19,11 @@ import torch
 from .batching import PlannedBatch
 from .buffers import BufferPool
 from .capture import Capturer, StoppedInForward
-from .errors import ExtractError, ReserveStop, Stopped, disk_full, is_disk_full
+from .errors import ExtractError, ReserveStop, Stopped
 from .job import Job
 from ..store.manifest import ManifestWriter, finalize
 from .progress import Progress
-from .reserve import format_bytes
+from .reserve import disk_full, format_bytes, is_disk_full
 from ..store.sample_file import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 

@@ -56,11 +56,11 @@ from .dataset import Record
 from ..dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
 from .dumps import BadDump, ChunkBuffer, DumpFile, DumpFolder
 from .engine import finalize_or_stop
-from .errors import BadInput, ExtractError, ReserveStop, disk_full, is_disk_full
+from .errors import BadInput, ExtractError, ReserveStop
 from .job import Job
 from ..store.manifest import ManifestWriter
 from .progress import Progress
-from .reserve import format_bytes
+from .reserve import disk_full, format_bytes, is_disk_full
 from .sglang_http import ServerError, SGLangServer
 from ..store.sample_file import write_parts
 

@@ -19,7 +19,8 @@ import torch
 
 from .batching import PlannedBatch
 from .buffers import BufferPool, HostSlot
-from .errors import ExtractError, disk_full, is_disk_full
+from .errors import ExtractError
+from .reserve import disk_full, is_disk_full
 from ..store.manifest import ManifestWriter
 from ..store.sample_file import Sample, write_sample
 
