@@ -36,9 +36,7 @@ import multiprocessing
 import os
 import random
 import shutil
-import signal
 import sys
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -75,19 +73,11 @@ from pipeline.merge_chunks import (
     load_tokenizer,
 )
 from pipeline.process_alive import pid_alive
+from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 
 CHUNK_RECORDS = 256
 CHUNK_CHARS = 16 * 2**20
 """A chunk closes at this many records or characters of content, whichever comes first."""
-
-
-class UsageError(Exception):
-    """Bad arguments or input: exit 2 with this one line."""
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind through every `finally`, so temporary files go with us.
-    A BaseException, so no `except Exception` on the way swallows it."""
 
 
 @dataclass(frozen=True)
@@ -168,11 +158,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def source_policy(args: argparse.Namespace, max_record_bytes: int) -> SourcePolicy:
     if not 0.0 <= args.max_invalid <= 1.0:
-        raise UsageError(f"--max-invalid must be a share between 0 and 1 (0.05 is 5%), got {args.max_invalid}")
+        raise BadInput(f"--max-invalid must be a share between 0 and 1 (0.05 is 5%), got {args.max_invalid}")
     try:
         role_map = parse_role_map(args.role_map)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise BadInput(str(exc)) from None
     return SourcePolicy(
         strict=args.strict,
         max_invalid=args.max_invalid,
@@ -190,27 +180,27 @@ def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> 
         if path.is_dir():
             files = source_files(path)
             if not files:
-                raise UsageError(f"source folder {arg} holds no *.jsonl or *.json files")
+                raise BadInput(f"source folder {arg} holds no *.jsonl or *.json files")
             found += [Source(f.stem, f) for f in files]
         elif path.is_file():
             found.append(Source(path.stem, path))
         else:
-            raise UsageError(f"source {arg} does not exist; pass a .jsonl or .json file or a folder of them")
+            raise BadInput(f"source {arg} does not exist; pass a .jsonl or .json file or a folder of them")
     seen: dict[str, Path] = {}
     for src in found:
         if src.name in seen:
-            raise UsageError(f"two sources are named '{src.name}': {seen[src.name]} and {src.path}; rename one")
+            raise BadInput(f"two sources are named '{src.name}': {seen[src.name]} and {src.path}; rename one")
         seen[src.name] = src.path
     names = ", ".join(seen) or "none"
     for flag, wanted in (("--include", include), ("--exclude", exclude)):
         unknown = [w for w in wanted if w not in seen]
         if unknown:
-            raise UsageError(f"{flag} names unknown source '{unknown[0]}'; the sources are: {names}")
+            raise BadInput(f"{flag} names unknown source '{unknown[0]}'; the sources are: {names}")
     if include:
         found = [s for s in found if s.name in include]
     found = [s for s in found if s.name not in exclude]
     if not found:
-        raise UsageError(f"no sources left after --include/--exclude (sources: {names})")
+        raise BadInput(f"no sources left after --include/--exclude (sources: {names})")
     return found
 
 
@@ -239,16 +229,16 @@ def read_chunks(sources: list[Source], policy: SourcePolicy, reports: dict[str, 
 
 def check_tokenizer(path: str) -> tuple[Any, str]:
     if not Path(path).exists():
-        raise UsageError(f"--tokenizer {path} does not exist; pass the tokenizer or target model folder")
+        raise BadInput(f"--tokenizer {path} does not exist; pass the tokenizer or target model folder")
     try:
         tokenizer = load_tokenizer(path)
     except Exception as exc:  # noqa: BLE001 - any failure to load is the same operator error
-        raise UsageError(f"--tokenizer {path}: cannot load a tokenizer from it ({type(exc).__name__}: {exc})") from None
+        raise BadInput(f"--tokenizer {path}: cannot load a tokenizer from it ({type(exc).__name__}: {exc})") from None
     if not isinstance(getattr(tokenizer, "chat_template", None), str) or not tokenizer.chat_template:
-        raise UsageError(f"--tokenizer {path} has no chat_template; merge renders every record with it")
+        raise BadInput(f"--tokenizer {path} has no chat_template; merge renders every record with it")
     method = default_method(tokenizer)
     if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(f"--tokenizer {path} is a slow tokenizer; loss masks need a fast one (tokenizer.json)")
+        raise BadInput(f"--tokenizer {path} is a slow tokenizer; loss masks need a fast one (tokenizer.json)")
     return tokenizer, method
 
 
@@ -472,23 +462,23 @@ def _report_drops(
 
 def merge(args: argparse.Namespace, events: EventWriter) -> dict:
     if args.max_len < 1:
-        raise UsageError(f"--max-len must be at least 1, got {args.max_len}")
+        raise BadInput(f"--max-len must be at least 1, got {args.max_len}")
     if args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+        raise BadInput(f"--workers must be at least 1, got {args.workers}")
     if args.max_line_bytes is not None and args.max_line_bytes < 2:
-        raise UsageError(f"--max-line-bytes must be at least 2, got {args.max_line_bytes}")
+        raise BadInput(f"--max-line-bytes must be at least 2, got {args.max_line_bytes}")
     if not args.sources:
         trailing = (args.include or args.exclude or [None])[-1]
         hint = ""
         if trailing is not None and Path(trailing).exists():
             hint = f" ('{trailing}' was read as a source name: put sources before --include/--exclude or end them with --)"
-        raise UsageError(f"no SOURCE given{hint}")
+        raise BadInput(f"no SOURCE given{hint}")
     sources = resolve_sources(args.sources, args.include, args.exclude)
     tokenizer, method = check_tokenizer(args.tokenizer)
     out: Path = args.out
     stats_path: Path = args.stats or default_stats_path(out)
     if out.is_dir():
-        raise UsageError(f"--out {out} is a folder; pass a file path such as {out / 'train.jsonl'}")
+        raise BadInput(f"--out {out} is a folder; pass a file path such as {out / 'train.jsonl'}")
     inputs = [Path(a) for a in args.sources] + [Path(args.tokenizer)]
     output_guard.refuse_overlap(out, inputs)
     output_guard.refuse_overlap(stats_path, inputs, "--stats")
@@ -545,7 +535,7 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
             too_long = sum(c.dropped_too_long for c in per_source.values())
             empty = sum(c.dropped_empty_mask for c in per_source.values())
             skipped = sum(r.records - r.usable - r.lines_too_long for r in reports.values())
-            raise UsageError(
+            raise BadInput(
                 f"every sample was dropped ({too_long} too long, {empty} with no assistant tokens, {skipped} "
                 f"skipped or left out by the reader); nothing written to {out}. Raise --max-len or use --on-long truncate"
             )
@@ -616,48 +606,25 @@ def _summary(stats: dict) -> Iterator[str]:
         yield "merge: {:<20} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9}".format(*row)
 
 
-_MAIN_PID = os.getpid()
-
-
-def _on_sigterm(signum, frame) -> None:
-    # A forked tokenizer worker inherits this handler until init_worker resets it: a SIGTERM
-    # in that window ends the worker quietly; only the parent unwinds and cleans up.
-    if os.getpid() != _MAIN_PID:
-        os._exit(128 + signal.SIGTERM)
-    raise Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     started = time.monotonic()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        global _MAIN_PID
-        _MAIN_PID = os.getpid()
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        with EventWriter.from_env() as events:
-            merge(args, events)
-    except (UsageError, RecordError, SourceError, output_guard.BadInput) as exc:
-        print(f"merge: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("merge: interrupted; temporary files removed", file=sys.stderr)
-        return 130
-    except Terminated:
-        print("merge: stopped by SIGTERM; temporary files removed", file=sys.stderr)
-        return 143
-    except MemoryError:
-        print("merge: error: out of memory; lower --max-len or --max-line-bytes, or use fewer --workers", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - the program's edge: one line, no traceback
-        print(f"merge: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    print(f"merge: wrote {args.out} in {time.monotonic() - started:.1f}s", flush=True)
-    return 0
+
+    def body() -> int:
+        try:
+            with EventWriter.from_env() as events:
+                merge(args, events)
+        except RecordError as exc:
+            raise BadInput(str(exc)) from None
+        except MemoryError:
+            raise StageError("out of memory; lower --max-len or --max-line-bytes, or use fewer --workers") from None
+        print(f"merge: wrote {args.out} in {time.monotonic() - started:.1f}s", flush=True)
+        return 0
+
+    # SIGTERM unwinds through merge's `finally`, so its temporary files go with it; a forked
+    # tokenizer worker signalled before init_worker resets the handler ends quietly
+    with on_sigterm():
+        return run_program("merge", body, (SourceError, output_guard.OutputError), stop_note="temporary files removed")
 
 
 if __name__ == "__main__":
