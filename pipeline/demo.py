@@ -8,7 +8,8 @@ exchanged into place (pipeline.output_guard), so an interrupted rebuild never le
 target behind, and a failure leaves no temporary. DIR carries the `.eagle3-writer` marker of
 pipeline.demo: an existing DIR that is not empty and lacks it (a model folder, a home
 directory named by mistake) is refused with exit 2 before anything is touched; a full disk
-exits 3 naming the volume and the bytes needed. Same seed, same
+exits 3 naming the volume and the bytes needed; Ctrl-C exits 130 and SIGTERM 143, leaving no
+temporary (pipeline/program_edge.py). Same seed, same
 bytes: data and tokenizer are seeded and the target trains on one thread with
 deterministic ops.
 """
