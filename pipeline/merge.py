@@ -36,6 +36,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import signal
 import sys
 import time
 from collections import OrderedDict
@@ -643,9 +644,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"merge: wrote {opts.out} in {time.monotonic() - started:.1f}s", flush=True)
         return 0
 
-    # SIGTERM unwinds through merge's `finally`, so its temporary files go with it; a forked
-    # tokenizer worker signalled before init_worker resets the handler ends quietly
-    with on_sigterm():
+    # SIGTERM and Ctrl-C unwind through merge's `finally`, so its temporary files go with it; a
+    # forked tokenizer worker signalled before init_worker resets the handlers ends quietly
+    with on_sigterm(signals=(signal.SIGTERM, signal.SIGINT)):
         return run_program("merge", body, SourceError, stop_note="temporary files removed")
 
 

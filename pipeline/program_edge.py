@@ -110,7 +110,9 @@ def run_program(
         return BUG
 
 
-def _raise_terminated(_signum: int) -> None:
+def _raise_terminated(signum: int) -> None:
+    if signum == signal.SIGINT:  # taken over only for the pid guard: Ctrl-C stays an interrupt
+        raise KeyboardInterrupt
     raise Terminated()
 
 
@@ -158,7 +160,8 @@ def on_sigterm(
     child: Literal["exit", "ignore"] = "exit",
 ) -> Iterator[SigtermGuard]:
     """Handle SIGTERM (and any other of `signals`) for the block: raise `Terminated` by
-    default, or call action(signum). The previous handlers come back after the block.
+    default (KeyboardInterrupt for a SIGINT: a stage that forks lists it for the pid guard),
+    or call action(signum). The previous handlers come back after the block.
     Outside the main thread (a test calling main() from a thread) nothing is installed:
     Python delivers signals to the main thread only."""
     guard = SigtermGuard(action or _raise_terminated, child)

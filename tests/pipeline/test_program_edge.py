@@ -3,9 +3,11 @@ and SIGTERM does what the stage asked for, in the process that owns the handler 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -107,6 +109,31 @@ def test_an_action_can_take_ctrl_c_too():
     assert got == [signal.SIGINT, signal.SIGTERM]
 
 
+def test_ctrl_c_taken_over_for_the_pid_guard_stays_an_interrupt():
+    with pytest.raises(KeyboardInterrupt), on_sigterm(signals=(signal.SIGTERM, signal.SIGINT)):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+
+
+def _interrupt_self() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(1)  # wait-ok: a handler that does not end the process lets it return here
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_a_forked_child_interrupted_before_its_initializer_ends_quietly_with_130(capfd):
+    """Ctrl-C reaches the whole process group: a pool worker forked a moment ago must not
+    print a KeyboardInterrupt traceback of its own."""
+    with on_sigterm(signals=(signal.SIGTERM, signal.SIGINT)):
+        child = multiprocessing.get_context("fork").Process(target=_interrupt_self)
+        child.start()
+        child.join(timeout=60)
+    assert child.exitcode == 130
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
 def test_a_stop_during_a_deferred_write_waits_until_it_is_whole():
     written: list[str] = []
     with pytest.raises(Terminated), on_sigterm() as term:
@@ -129,7 +156,7 @@ def test_a_deferred_block_that_raises_does_not_also_stop():
         assert term.pending == signal.SIGTERM
 
 
-@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork")
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
 def test_a_forked_child_signalled_before_its_initializer_ends_quietly_with_143(capfd):
     with on_sigterm() as term:
         assert exit_code_of_forked_child_signalled_under(term.handle) == 143
@@ -137,7 +164,7 @@ def test_a_forked_child_signalled_before_its_initializer_ends_quietly_with_143(c
     assert "Traceback" not in err and "Terminated" not in err
 
 
-@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork")
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
 def test_a_forked_child_can_be_left_running_and_the_owners_action_is_not_called():
     stop = threading.Event()
     with on_sigterm(lambda signum: stop.set(), child="ignore") as term:
