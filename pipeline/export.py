@@ -32,7 +32,8 @@ target and that its weight fingerprint is the one the drafter was exported for.
 Exit codes: 0 written (--verify: the folder is complete), 2 bad input (a missing or
 misshapen key, a checkpoint for another target, an --out that is not export's own, bad
 arguments), 3 the disk filled (the volume and the bytes needed are named), 1 anything else
-(--verify: the folder has problems, each printed on one line).
+(--verify: the folder has problems, each printed on one line), 130 interrupted, 143 stopped by
+SIGTERM (the temporary folder is removed; pipeline/program_edge.py).
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ import json
 import os
 import struct
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import output_guard
 from pipeline.atomicfile import swap_folder_in  # noqa: F401 - the one folder swap (tests check it is shared)
 from pipeline.events import EventWriter
-from pipeline.program_edge import run_program
+from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 
 PROG = "python -m pipeline.export"
 CONFIG_FILE = "config.json"
@@ -72,14 +74,21 @@ DEFAULT_MODE = 0o644
 MAX_HEADER_BYTES = 100 << 20
 
 
-class ExportError(Exception):
-    """A refusal or failure; str() is the one line an operator reads."""
+class ExportError(StageError):
+    """A failure of the export; str() is the one line an operator reads. Refusals are the
+    edge's BadInput (exit 2)."""
 
-    exit_code = 1
 
+@dataclass(frozen=True)
+class ExportOptions:
+    """What an export was asked for: the command line's flags, checked by `_run`."""
 
-class BadInput(ExportError):
-    exit_code = 2
+    checkpoint: Path | None = None
+    target: Path | None = None
+    out: Path | None = None
+    dtype: str = "target"
+    mode: int = DEFAULT_MODE
+    verify: Path | None = None
 
 
 def required_keys() -> tuple[str, ...]:
@@ -567,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: ExportOptions) -> int:
     if args.verify is not None:
         problems = verify_folder(args.verify, args.target)
         for line in problems:
@@ -588,8 +597,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_program("export", lambda: _run(args), (ExportError, output_guard.OutputError))
+    opts = ExportOptions(**vars(build_parser().parse_args(argv)))
+    # a stop unwinds through the folder swap, which removes its temporary
+    with on_sigterm():
+        return run_program("export", lambda: _run(opts))
 
 
 if __name__ == "__main__":
