@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.extract.errors import ExtractError
+from pipeline.program_edge import StageError
 from pipeline.hf_cache import cache_kwarg
 from pipeline.target import TargetError, capture_layers
 
@@ -59,7 +59,7 @@ class Target:
 
         try:
             self.model = load_target(Path(model_dir), device, dtype)
-        except ExtractError as e:
+        except StageError as e:
             raise BadInput(str(e).replace("--model", "--target")) from None
         self.device = torch.device(device)
         layers = self.model.base_model.layers

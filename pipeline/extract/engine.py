@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -19,11 +20,15 @@ import torch
 from .batching import PlannedBatch
 from .buffers import BufferPool
 from .capture import Capturer, StoppedInForward
-from .errors import ExtractError, ReserveStop, Stopped
+from ..program_edge import StageError
+from .driver import RunResult, finalize_or_stop, stopped
+from .errors import ReserveStop
 from .job import Job
-from ..store.manifest import ManifestWriter, finalize
+from ..store.manifest import ManifestWriter
+from ..events import EventWriter
 from .progress import Progress
 from .reserve import disk_full, format_bytes, is_disk_full
+from .sharding import Shard
 from ..store.sample_file import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 
@@ -36,21 +41,6 @@ class LoadedBatch:
     loss_mask: list[torch.Tensor]
     padded: torch.Tensor  # [B,T] int64, right-padded
     positions: list[int]
-
-
-@dataclass
-class RunResult:
-    samples: int  # written by this process
-    tokens: int
-    bytes: int
-    seconds: float
-    done: int  # whole run, all ranks
-    total: int
-    complete: bool
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 class Loader:
@@ -115,25 +105,16 @@ class Loader:
         self._thread.join()
 
 
-def finalize_or_stop(out, total: int) -> bool:
-    """manifest.finalize, with a full disk as the reserve stop (exit 3) it is."""
-    try:
-        return finalize(out, total)
-    except OSError as e:
-        if is_disk_full(e):
-            raise disk_full(e, "writing the final manifest", out) from None
-        raise
-
-
 def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[str], None] = print,
         stop: threading.Event | None = None, compile: bool | None = None) -> RunResult:
-    """Extract this rank's remaining samples; raises ExtractError subclasses on failure.
+    """Extract this rank's remaining samples; raises StageError subclasses on failure, and
+    Stopped (driver.stopped) once `stop` is set.
     `compile`: torch.compile each decoder layer (None: on CUDA only; see capture.py)."""
     stop = stop or threading.Event()
     opts = job.options
     dtype = next(model.parameters()).dtype
     if TORCH_DTYPES.get(dtype) != job.dtype:
-        raise ExtractError(f"the target is loaded as {dtype}, but the store is {job.dtype}")
+        raise StageError(f"the target is loaded as {dtype}, but the store is {job.dtype}")
     capturer = Capturer(model, job.layers, job.target.num_layers, device, compile=compile, log=log, stop=stop)
     if capturer.compiled:
         log("extract: decoder layers compiled with torch.compile on first use (the first batch takes longer; "
@@ -167,7 +148,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
                 dropped = len(lb.positions)
                 break
             except torch.cuda.OutOfMemoryError:
-                raise ExtractError(
+                raise StageError(
                     f"out of GPU memory on a batch of {len(lb.plan.indices)}x{lb.plan.padded_len} tokens; "
                     f"lower --batch-tokens (now {opts.batch_tokens}) and rerun to resume"
                 ) from None
@@ -191,7 +172,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
             manifest.close()
         except OSError as e:  # a full disk here must not hide the first failure, nor exit 1
             close_error = disk_full(e, "appending to the manifest", job.out) if is_disk_full(e) else \
-                ExtractError(f"closing the manifest {manifest.path} failed: {e}")
+                StageError(f"closing the manifest {manifest.path} failed: {e}")
             failure = failure or close_error
     seconds = time.monotonic() - t0
     progress.tick(force=True)
@@ -205,10 +186,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         tally.refresh()
         cut = (f"; dropped the batch in flight ({dropped} samples, cut short between decoder layers)"
                if dropped else "")
-        raise Stopped(
-            f"stopped by a signal after writing {progress.samples} samples this run; kept {tally.done} of "
-            f"{job.total} samples in the manifest{cut}; rerun the same command to resume"
-        )
+        raise stopped(progress.samples, tally.done, job.total, cut)
     complete = finalize_or_stop(job.out, job.total)
     tally = progress.tally
     tally.refresh()
@@ -216,3 +194,31 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         events.artifact(str(job.out), bytes=tally.bytes, samples=tally.done, tokens=tally.tokens)
     return RunResult(samples=progress.samples, tokens=progress.tokens, bytes=progress.bytes, seconds=seconds,
                      done=tally.done, total=job.total, complete=complete)
+
+
+class HFBackend:
+    """The driver's backend that runs the target in this process (driver.Backend)."""
+
+    def __init__(self, model_dir: Path, device: str, shard: Shard, compile: bool | None = None,
+                 log: Callable[[str], None] = lambda s: print(s, flush=True)) -> None:
+        self.model_dir, self.device, self.shard, self.compile, self.log = Path(model_dir), device, shard, compile, log
+        self.dtype = "bfloat16" if device.startswith("cuda") else "float32"
+
+    def plan(self, job: Job) -> int:
+        return job.rank_todo_samples
+
+    def describe(self, job: Job) -> str:
+        return (f"this process: {job.rank_todo_samples} samples in {len(job.todo)} batches on {self.device} "
+                f"({self.dtype})")
+
+    def run(self, job: Job, stop: threading.Event) -> RunResult:
+        from .capture import load_target
+
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(self.device)
+        torch_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.dtype]
+        model = load_target(self.model_dir, self.device, torch_dtype)
+        return run(job, model, self.device, EventWriter.from_env(), log=self.log, stop=stop, compile=self.compile)
+
+    def close(self) -> None:
+        pass

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import BadInput
+from ..program_edge import BadInput
 from ..store.layout import DTYPES, dtype_name, header
 from ..store.meta import TargetInfo
 from pipeline.jsonfile import read_json

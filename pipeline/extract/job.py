@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .batching import PlannedBatch, plan_batches
 from .dataset import DatasetIndex, index_dataset
-from .errors import BadInput, ExtractError
+from ..program_edge import BadInput, StageError
 from .estimate import read_stats
 from ..store.integrity import RESUME_CHECKSUMS, resume_damage
 from ..store.layout import sample_bytes
@@ -125,7 +125,7 @@ def _prepare_locked(options: ExtractOptions, target: TargetInfo, dtype: str, sha
         mine_set = set(mine)
         damaged = resume_damage(out, [e for e in entries if e["index"] in mine_set], last=RESUME_CHECKSUMS)
     except OSError as e:
-        raise ExtractError(f"cannot read the manifest in {out}: {e}") from None
+        raise StageError(f"cannot read the manifest in {out}: {e}") from None
     for i in damaged:
         done.pop(i, None)
     batches = plan_batches(mine, dataset.lengths, options.batch_tokens, options.window)

@@ -19,7 +19,8 @@ from pathlib import Path
 # One size syntax and one printed form for the whole project (`1.001GB` is the same number
 # in a config check and in --reserve): see pipeline/events.py.
 from ..events import format_bytes, parse_size
-from .errors import BadInput, ReserveStop
+from ..program_edge import BadInput
+from .errors import ReserveStop
 
 __all__ = ["DiskGuard", "disk_full", "format_bytes", "is_disk_full", "parse_size", "volume_of"]
 

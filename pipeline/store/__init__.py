@@ -35,8 +35,8 @@ every finished sample of all ranks at once (manifest.py says how the parts are m
 Only samples in the manifest are finished: a sample file without a manifest line is
 incomplete work that a resume rewrites.
 
-Errors are `errors.StoreError` (exit code 1) and `errors.BadInput` (2: the store on disk or
-the target does not fit the run), whatever stage meets them.
+Errors are the stage edge's (pipeline/program_edge.py): `BadInput` (exit code 2: the store on
+disk or the target does not fit the run) and `StageError` (1), whatever stage meets them.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..checksum import ALGO, file_checksum
 from ..target import FingerprintError, target_fingerprint
-from .errors import BadInput
+from ..program_edge import BadInput
 from .manifest import manifest_in_order
 from .meta import FORMAT, read_meta
 

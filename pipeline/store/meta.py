@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..atomicfile import write_json_atomic
 from ..target import TargetError, capture_layers, read_config, target_fingerprint, text_config
-from .errors import BadInput
+from ..program_edge import BadInput
 from .layout import META
 
 FORMAT = "eagle3-hidden-store/2"

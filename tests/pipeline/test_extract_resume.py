@@ -69,6 +69,32 @@ def test_sigkill_at_a_random_point_then_resume_gives_the_uninterrupted_store(
     _assert_same_store(out, reference_store, xt)
 
 
+def test_ctrl_c_mid_run_exits_130_keeps_the_manifest_and_the_rerun_completes(
+        tmp_path, tiny_target, tiny_data, reference_store, run_extract, xt):
+    out = tmp_path / "store"
+    total = len(tiny_data.records)
+    argv = xt.extract_argv(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats), "--writers", "1")
+    proc = subprocess.Popen(argv, cwd=xt.REPO, env=xt.cli_env(EAGLE3_EXTRACT_WRITE_DELAY="0.05"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while _finished_files(out) < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # wait-ok: poll interval of a deadline loop
+    assert proc.poll() is None, "the run finished before Ctrl-C could land"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 130, err
+    assert "extract: interrupted; rerun the same command to resume" in err and "Traceback" not in err, err
+    from pipeline.store.manifest import read_manifest
+
+    done = set(read_manifest(out))
+    assert len(done) < total
+    resumed = run_extract(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done)} already in the manifest" in resumed.stdout
+    _assert_same_store(out, reference_store, xt)
+
+
 def test_resume_against_another_dataset_or_target_is_refused(tmp_path, tiny_target, tiny_data, reference_store,
                                                              run_extract, xt):
     records = xt.make_records(len(tiny_data.records))
