@@ -32,10 +32,8 @@ import sys
 from pathlib import Path
 
 from ..program_edge import BadInput, run_program
-from .driver import RESUME, drive, need, options_from
+from .driver import PROG, RESUME, drive, need, options_from
 from .reserve import disk_full, format_bytes, is_disk_full
-
-PROG = "python -m pipeline.extract"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,7 +125,7 @@ def _extract(args: argparse.Namespace) -> int:
         import torch
 
         device = device_for(args.device, shard, torch.cuda.is_available(), torch.cuda.device_count())
-    from .engine import HFBackend
+    from .hf_backend import HFBackend
 
     return drive(options, target, HFBackend(args.model, device, shard, compile=False if args.no_compile else None))
 

@@ -12,7 +12,6 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -25,10 +24,8 @@ from .driver import RunResult, finalize_or_stop, stopped
 from .errors import ReserveStop
 from .job import Job
 from ..store.manifest import ManifestWriter
-from ..events import EventWriter
 from .progress import Progress
 from .reserve import disk_full, format_bytes, is_disk_full
-from .sharding import Shard
 from ..store.sample_file import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 
@@ -194,31 +191,3 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         events.artifact(str(job.out), bytes=tally.bytes, samples=tally.done, tokens=tally.tokens)
     return RunResult(samples=progress.samples, tokens=progress.tokens, bytes=progress.bytes, seconds=seconds,
                      done=tally.done, total=job.total, complete=complete)
-
-
-class HFBackend:
-    """The driver's backend that runs the target in this process (driver.Backend)."""
-
-    def __init__(self, model_dir: Path, device: str, shard: Shard, compile: bool | None = None,
-                 log: Callable[[str], None] = lambda s: print(s, flush=True)) -> None:
-        self.model_dir, self.device, self.shard, self.compile, self.log = Path(model_dir), device, shard, compile, log
-        self.dtype = "bfloat16" if device.startswith("cuda") else "float32"
-
-    def plan(self, job: Job) -> int:
-        return job.rank_todo_samples
-
-    def describe(self, job: Job) -> str:
-        return (f"this process: {job.rank_todo_samples} samples in {len(job.todo)} batches on {self.device} "
-                f"({self.dtype})")
-
-    def run(self, job: Job, stop: threading.Event) -> RunResult:
-        from .capture import load_target
-
-        if self.device.startswith("cuda"):
-            torch.cuda.set_device(self.device)
-        torch_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.dtype]
-        model = load_target(self.model_dir, self.device, torch_dtype)
-        return run(job, model, self.device, EventWriter.from_env(), log=self.log, stop=stop, compile=self.compile)
-
-    def close(self) -> None:
-        pass
