@@ -6,8 +6,8 @@ minutes of weight loading.
 
 Resume trusts the manifest, but not blindly: every listed sample of this rank must have its
 file at the manifest's size (one stat each), and the last 64 written must match their xxh3
-checksums (integrity.resume_damage). A sample that fails is dropped from `done`, named in
-`Job.damaged`, and extracted again.
+checksums (pipeline/store/integrity.py, resume_damage). A sample that fails is dropped from
+`done`, named in `Job.damaged`, and extracted again.
 """
 
 from __future__ import annotations
