@@ -85,8 +85,8 @@ def text_config(cfg: dict) -> dict:
 
 def capture_layers(num_layers: int) -> list[int]:
     """EAGLE-3's capture points as HF hidden_states indices: the inputs of decoder layers
-    2, L//2 and L-3 (DESIGN.md section 2). Extraction stores them, evaluation hooks them and
-    the SGLang dump checks the server captures them."""
+    2, L//2 and L-3 (docs/internals.md, "Hidden-state store"). Extraction stores them,
+    evaluation hooks them and the SGLang dump checks the server captures them."""
     if num_layers < MIN_LAYERS:
         raise TargetError(f"target has {num_layers} decoder layers; EAGLE-3 captures layers 2, L//2 and L-3, "
                           f"which are three distinct layers only from {MIN_LAYERS} layers on")

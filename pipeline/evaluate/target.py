@@ -1,9 +1,9 @@
 """The target as the verifier sees it: one forward gives the greedy next token at every
 position, the three captured hidden states (the drafter's input) and nothing else.
 
-Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3], whose inputs are
-what extraction stored (DESIGN.md section 2), so the drafter sees at evaluation exactly
-what it was trained on.
+Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3] (pipeline.target), whose
+inputs are what extraction stored (docs/internals.md, "Hidden-state store"), so the drafter
+sees at evaluation exactly what it was trained on.
 
 With the KV cache (the default) a forward runs only on the tokens the cache does not hold:
 the cache keeps the keys and values, and the captured states, of the last sequence

@@ -3,7 +3,7 @@
 The contract between the stages: extraction (both backends) writes it, training, evaluation
 and the console's checks read it, so it lives beside them rather than inside the extractor.
 
-Store layout (DESIGN.md section 2), as readers (training, checks) see it:
+Store layout (docs/internals.md, "Hidden-state store"), as readers (training, checks) see it:
 
     <out>/meta.json                         format, target (path, informational), target_fingerprint,
                                             layers, hidden size, capture layers, dtype, dataset sha256,
