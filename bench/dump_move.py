@@ -5,7 +5,7 @@ server writes it, untimed) into a store on the disk:
   old:      safetensors load_file (mmap) + all_finite over both states + the ids check +
             write_sample (checksum and os.write over the mapping) + dropping the mapping
             (munmap) + unlink: what the client did until the streamed move;
-  streamed: DumpFolder.open (header and ids, small preads) + store.write_parts fed by
+  streamed: DumpFolder.open (header and ids, small preads) + sample_file.write_parts fed by
             DumpFile.chunks (pread into one reused buffer, NaN/Inf check, checksum, write,
             chunk by chunk) + unlink: what the client does now.
 Both then fsync, fadvise and rename through the same routine. The two alternate, dump by dump,
@@ -33,8 +33,9 @@ sys.path.insert(0, str(REPO))
 
 import torch
 
-from pipeline.extract.dumps import ChunkBuffer, DumpFolder, all_finite, request_key
-from pipeline.extract.store import Sample, write_parts, write_sample
+from pipeline.dump_protocol import request_key
+from pipeline.extract.dumps import ChunkBuffer, DumpFolder, all_finite
+from pipeline.store.sample_file import Sample, write_parts, write_sample
 from pipeline.sglang_dump import dump_parts
 from pipeline.atomic_io import write_bytes_atomic
 

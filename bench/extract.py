@@ -37,12 +37,12 @@ from pipeline.events import EventWriter  # noqa: E402
 from pipeline.extract import engine  # noqa: E402
 from pipeline.extract.capture import Capturer  # noqa: E402
 from pipeline.extract.job import ExtractOptions, prepare  # noqa: E402
-from pipeline.extract.layout import sample_bytes  # noqa: E402
-from pipeline.extract.manifest import read_manifest  # noqa: E402
-from pipeline.extract.meta import TargetInfo, capture_layers  # noqa: E402
+from pipeline.store.layout import sample_bytes  # noqa: E402
+from pipeline.store.manifest import read_manifest  # noqa: E402
+from pipeline.store.meta import TargetInfo  # noqa: E402
 from pipeline.extract.reserve import volume_of  # noqa: E402
 from pipeline.extract.sharding import Shard  # noqa: E402
-from pipeline.extract import store as store_module  # noqa: E402
+from pipeline.store import sample_file as store_module  # noqa: E402
 from store_bound import store_write  # noqa: E402
 
 SEQ = 2048
@@ -163,7 +163,7 @@ def accuracy(model, batch: int = 2) -> None:
     """How far eager and compiled bf16 captures are from the same weights run in fp32:
     relative L2 error per captured state (final, and each capture layer's third of aux)."""
     info = target_info()
-    layers = capture_layers(info.num_layers)
+    layers = info.capture_layers
     h = info.hidden_size
     x = pinned(torch.randint(0, info.vocab_size, (batch, SEQ), dtype=torch.int64,
                              generator=torch.Generator().manual_seed(2)))
@@ -265,7 +265,7 @@ def worker(args) -> None:
     out = Path(args.out)
     model = build_target()
     info = target_info()
-    cap = Capturer(model, capture_layers(info.num_layers), info.num_layers, DEVICE, log=log)
+    cap = Capturer(model, info.capture_layers, info.num_layers, DEVICE, log=log)
     fwd = forward_only(cap, args.batch_tokens, 3, 8)["tokens_per_s"]
     cap.close()
     barrier = out / "barrier"
@@ -332,7 +332,7 @@ def main() -> None:
         shutil.rmtree(out)
         return
     info = target_info()
-    layers = capture_layers(info.num_layers)
+    layers = info.capture_layers
     it = dict(warmup=3, iters=args.iters)
     old = forward_only(HiddenStatesCapture(model, layers), args.batch_tokens, **it)
     log(f"[1] forward-only, output_hidden_states=True (the old capture): {old['tokens_per_s']:,.0f} tokens/s, "

@@ -42,13 +42,14 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.events import EventWriter
+from pipeline.dump_protocol import dump_size_bound, request_key
 from pipeline.extract import dumps as dumps_module
-from pipeline.extract.dumps import ChunkBuffer, DumpFolder, dump_bytes, request_key
+from pipeline.extract.dumps import ChunkBuffer, DumpFolder
 from pipeline.extract.job import ExtractOptions, prepare
-from pipeline.extract.layout import sample_bytes
-from pipeline.extract.meta import TargetInfo
-from pipeline.sizes import parse_size
 from pipeline.extract.reserve import volume_of
+from pipeline.sizes import parse_size
+from pipeline.store.layout import sample_bytes
+from pipeline.store.meta import TargetInfo
 from pipeline.extract.sglang_client import Extraction, SGLangOptions, check_server, plan
 from pipeline.extract.sglang_http import SGLangServer
 from pipeline.extract.sharding import Shard
@@ -158,7 +159,7 @@ def client_alone(server: SGLangServer, folder: DumpFolder, target: Path, out: Pa
     their dumps waited for first; then a fresh extraction finds every dump already there (the
     path a resumed run takes) and only checks, streams and deletes. The stand-in is idle
     meanwhile, so on a machine of few cores this shows what the client does with them."""
-    m = max(1, min(args.samples, int(budget * 0.9) // dump_bytes(args.seq, args.hidden)))
+    m = max(1, min(args.samples, int(budget * 0.9) // dump_size_bound(args.seq, args.hidden)))
     lines = data.read_text().splitlines()[:m]
     sub = out / "data-ahead.jsonl"
     sub.write_text("\n".join(lines) + "\n")

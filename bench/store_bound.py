@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.extract.store import Sample, write_sample
+from pipeline.store.sample_file import Sample, write_sample
 
 
 def store_write(folder: Path, files: int, writers: int, seq: int, hidden: int, vocab: int,

@@ -90,9 +90,9 @@ def zipf_ids(n: int, vocab: int, g: torch.Generator, device: str) -> torch.Tenso
 def build_store(out: Path, target: Path, cfg: dict, samples: int, tokens: int, device: str) -> int:
     """`samples` samples of `tokens` tokens through the extraction's own writer, manifest and meta."""
     from pipeline.atomic_io import write_json_atomic
-    from pipeline.extract.manifest import ManifestWriter, finalize
-    from pipeline.extract.meta import TargetInfo, build_meta
-    from pipeline.extract.store import Sample, write_sample
+    from pipeline.store.manifest import ManifestWriter, finalize
+    from pipeline.store.meta import TargetInfo, build_meta
+    from pipeline.store.sample_file import Sample, write_sample
 
     h = cfg["hidden_size"]
     out.mkdir(parents=True, exist_ok=True)

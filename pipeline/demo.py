@@ -8,7 +8,8 @@ exchanged into place (pipeline.output_guard), so an interrupted rebuild never le
 target behind, and a failure leaves no temporary. DIR carries the `.eagle3-writer` marker of
 pipeline.demo: an existing DIR that is not empty and lacks it (a model folder, a home
 directory named by mistake) is refused with exit 2 before anything is touched; a full disk
-exits 3 naming the volume and the bytes needed. Same seed, same
+exits 3 naming the volume and the bytes needed; Ctrl-C exits 130 and SIGTERM 143, leaving no
+temporary (pipeline/program_edge.py). Same seed, same
 bytes: data and tokenizer are seeded and the target trains on one thread with
 deterministic ops.
 """
@@ -26,6 +27,7 @@ from pipeline import output_guard
 from pipeline.output_guard import swap_folder_in  # noqa: F401 - the one folder swap
 from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
+from pipeline.program_edge import BadInput, on_sigterm, run_program
 
 WRITER = "pipeline.demo"
 
@@ -199,33 +201,23 @@ def _show_sample(model, tokenizer) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.train_steps is not None and args.train_steps < 1:
-        print(f"demo: error: --train-steps must be at least 1, got {args.train_steps}", file=sys.stderr)
-        return 2
-    if args.out.exists() and not args.out.is_dir():
-        print(f"demo: error: --out {args.out} exists and is not a folder; pass a folder path", file=sys.stderr)
-        return 2
-    try:
+
+    def body() -> int:
+        if args.train_steps is not None and args.train_steps < 1:
+            raise BadInput(f"--train-steps must be at least 1, got {args.train_steps}")
+        if args.out.exists() and not args.out.is_dir():
+            raise BadInput(f"--out {args.out} exists and is not a folder; pass a folder path")
         _adopt_legacy(args.out)
         output_guard.refuse_foreign(args.out, WRITER)
-    except output_guard.BadInput as e:
-        print(f"demo: error: {e}", file=sys.stderr)
-        return e.exit_code
-    started = time.monotonic()
-    try:
+        started = time.monotonic()
         with EventWriter.from_env() as events:
             build(args.out, args.seed, args.train_steps, args.quick, events)
-    except KeyboardInterrupt:
-        print("demo: interrupted", file=sys.stderr)
-        return 130
-    except output_guard.OutputError as exc:
-        print(f"demo: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:  # the program's edge: one line, no traceback
-        print(f"demo: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    print(f"demo: done in {time.monotonic() - started:.1f}s -> {args.out}", flush=True)
-    return 0
+        print(f"demo: done in {time.monotonic() - started:.1f}s -> {args.out}", flush=True)
+        return 0
+
+    # a stop unwinds through the folder swap, which removes its temporary
+    with on_sigterm():
+        return run_program("demo", body)
 
 
 if __name__ == "__main__":

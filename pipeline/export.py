@@ -32,7 +32,8 @@ target and that its weight fingerprint is the one the drafter was exported for.
 Exit codes: 0 written (--verify: the folder is complete), 2 bad input (a missing or
 misshapen key, a checkpoint for another target, an --out that is not export's own, bad
 arguments), 3 the disk filled (the volume and the bytes needed are named), 1 anything else
-(--verify: the folder has problems, each printed on one line).
+(--verify: the folder has problems, each printed on one line), 130 interrupted, 143 stopped by
+SIGTERM (the temporary folder is removed; pipeline/program_edge.py).
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ import json
 import os
 import struct
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import output_guard
 from pipeline.output_guard import swap_folder_in  # noqa: F401 - the one folder swap (tests check it is shared)
 from pipeline.events import EventWriter
-from pipeline.program_edge import run_program
+from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 
 PROG = "python -m pipeline.export"
 CONFIG_FILE = "config.json"
@@ -70,17 +72,23 @@ SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F
 DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 DEFAULT_MODE = 0o644
 MAX_HEADER_BYTES = 100 << 20
-MIN_TARGET_LAYERS = 7
 
 
-class ExportError(Exception):
-    """A refusal or failure; str() is the one line an operator reads."""
+class ExportError(StageError):
+    """A failure of the export; str() is the one line an operator reads. Refusals are the
+    edge's BadInput (exit 2)."""
 
-    exit_code = 1
 
+@dataclass(frozen=True)
+class ExportOptions:
+    """What an export was asked for: the command line's flags, checked by `_run`."""
 
-class BadInput(ExportError):
-    exit_code = 2
+    checkpoint: Path | None = None
+    target: Path | None = None
+    out: Path | None = None
+    dtype: str = "target"
+    mode: int = DEFAULT_MODE
+    verify: Path | None = None
 
 
 def required_keys() -> tuple[str, ...]:
@@ -90,11 +98,13 @@ def required_keys() -> tuple[str, ...]:
 
 
 def aux_layer_ids(num_layers: int) -> list[int]:
-    """SGLang's ids for the inputs of decoder layers 2, L//2, L-3 (docs/internals.md, "Drafter checkpoint")."""
-    if num_layers < MIN_TARGET_LAYERS:
-        raise BadInput(f"target has {num_layers} decoder layers; EAGLE-3 needs at least {MIN_TARGET_LAYERS} "
-                       "for three distinct capture layers")
-    return [1, num_layers // 2 - 1, num_layers - 4]
+    """SGLang's ids for the capture layers (pipeline.target.sglang_layer_ids)."""
+    from pipeline.target import TargetError, sglang_layer_ids
+
+    try:
+        return sglang_layer_ids(num_layers)
+    except TargetError as e:
+        raise BadInput(str(e)) from None
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -110,9 +120,9 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def target_text_config(target: Path) -> dict:
-    cfg = _read_json(Path(target) / CONFIG_FILE, "--target must be the target's save_pretrained folder")
-    inner = cfg.get("text_config")
-    return inner if isinstance(inner, dict) else cfg
+    from pipeline.target import read_config, text_config
+
+    return text_config(read_config(target, BadInput, "--target"))
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -240,7 +250,7 @@ def trained_target_fingerprint(ckpt: Path) -> str | None:
 
 
 def _fingerprint_or_none(target: Path) -> tuple[str | None, str]:
-    from pipeline.target_fingerprint import FingerprintError, target_fingerprint
+    from pipeline.target import FingerprintError, target_fingerprint
 
     try:
         return target_fingerprint(target), ""
@@ -268,14 +278,13 @@ def check_target_identity(ckpt: Path, target: Path, warn) -> str | None:
 def target_dtype(target: Path) -> str | None:
     """The target's floating dtype: its config's torch_dtype (transformers 5: dtype), else the
     first floating tensor of its first safetensors file; None when neither says."""
-    cfg = _read_json(Path(target) / CONFIG_FILE, "--target must be the target's save_pretrained folder")
-    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    for c in (inner, cfg):
+    from pipeline.target import FingerprintError, read_config, text_config, weight_files
+
+    cfg = read_config(target, BadInput, "--target")
+    for c in (text_config(cfg), cfg):
         for key in ("torch_dtype", "dtype"):
             if c.get(key) in FLOAT_DTYPES:
                 return c[key]
-    from pipeline.target_fingerprint import FingerprintError, weight_files
-
     try:
         files = [f for f in weight_files(target) if f.suffix == ".safetensors"][:1]
     except FingerprintError:
@@ -567,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: ExportOptions) -> int:
     if args.verify is not None:
         problems = verify_folder(args.verify, args.target)
         for line in problems:
@@ -588,8 +597,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_program("export", lambda: _run(args), (ExportError, output_guard.OutputError))
+    opts = ExportOptions(**vars(build_parser().parse_args(argv)))
+    # a stop unwinds through the folder swap, which removes its temporary
+    with on_sigterm():
+        return run_program("export", lambda: _run(opts))
 
 
 if __name__ == "__main__":

@@ -38,13 +38,12 @@ import random
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,19 +74,33 @@ from pipeline.merge_chunks import (
     load_tokenizer,
 )
 from pipeline.process_alive import pid_alive
+from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 
 CHUNK_RECORDS = 256
 CHUNK_CHARS = 16 * 2**20
 """A chunk closes at this many records or characters of content, whichever comes first."""
 
 
-class UsageError(Exception):
-    """Bad arguments or input: exit 2 with this one line."""
+@dataclass(frozen=True)
+class MergeOptions:
+    """What a merge was asked for: the command line's flags, checked by `merge`."""
 
-
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind through every `finally`, so temporary files go with us.
-    A BaseException, so no `except Exception` on the way swallows it."""
+    tokenizer: str
+    out: Path
+    sources: list[str] = field(default_factory=list)
+    stats: Path | None = None
+    max_len: int = 512
+    on_long: str = "truncate"
+    max_line_bytes: int | None = None
+    seed: int = 0
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    workers: int = 1
+    strict: bool = False
+    max_invalid: float = 0.05
+    role_map: str = format_role_map(DEFAULT_ROLE_MAP)
+    on_assistant_first: str = "keep"
+    same_role: str = "join"
 
 
 @dataclass(frozen=True)
@@ -166,19 +179,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def source_policy(args: argparse.Namespace, max_record_bytes: int) -> SourcePolicy:
-    if not 0.0 <= args.max_invalid <= 1.0:
-        raise UsageError(f"--max-invalid must be a share between 0 and 1 (0.05 is 5%), got {args.max_invalid}")
+def source_policy(opts: MergeOptions, max_record_bytes: int) -> SourcePolicy:
+    if not 0.0 <= opts.max_invalid <= 1.0:
+        raise BadInput(f"--max-invalid must be a share between 0 and 1 (0.05 is 5%), got {opts.max_invalid}")
     try:
-        role_map = parse_role_map(args.role_map)
+        role_map = parse_role_map(opts.role_map)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise BadInput(str(exc)) from None
     return SourcePolicy(
-        strict=args.strict,
-        max_invalid=args.max_invalid,
+        strict=opts.strict,
+        max_invalid=opts.max_invalid,
         role_map=role_map,
-        on_assistant_first=args.on_assistant_first,
-        same_role=args.same_role,
+        on_assistant_first=opts.on_assistant_first,
+        same_role=opts.same_role,
         max_record_bytes=max_record_bytes,
     )
 
@@ -190,27 +203,27 @@ def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> 
         if path.is_dir():
             files = source_files(path)
             if not files:
-                raise UsageError(f"source folder {arg} holds no *.jsonl or *.json files")
+                raise BadInput(f"source folder {arg} holds no *.jsonl or *.json files")
             found += [Source(f.stem, f) for f in files]
         elif path.is_file():
             found.append(Source(path.stem, path))
         else:
-            raise UsageError(f"source {arg} does not exist; pass a .jsonl or .json file or a folder of them")
+            raise BadInput(f"source {arg} does not exist; pass a .jsonl or .json file or a folder of them")
     seen: dict[str, Path] = {}
     for src in found:
         if src.name in seen:
-            raise UsageError(f"two sources are named '{src.name}': {seen[src.name]} and {src.path}; rename one")
+            raise BadInput(f"two sources are named '{src.name}': {seen[src.name]} and {src.path}; rename one")
         seen[src.name] = src.path
     names = ", ".join(seen) or "none"
     for flag, wanted in (("--include", include), ("--exclude", exclude)):
         unknown = [w for w in wanted if w not in seen]
         if unknown:
-            raise UsageError(f"{flag} names unknown source '{unknown[0]}'; the sources are: {names}")
+            raise BadInput(f"{flag} names unknown source '{unknown[0]}'; the sources are: {names}")
     if include:
         found = [s for s in found if s.name in include]
     found = [s for s in found if s.name not in exclude]
     if not found:
-        raise UsageError(f"no sources left after --include/--exclude (sources: {names})")
+        raise BadInput(f"no sources left after --include/--exclude (sources: {names})")
     return found
 
 
@@ -239,16 +252,16 @@ def read_chunks(sources: list[Source], policy: SourcePolicy, reports: dict[str, 
 
 def check_tokenizer(path: str) -> tuple[Any, str]:
     if not Path(path).exists():
-        raise UsageError(f"--tokenizer {path} does not exist; pass the tokenizer or target model folder")
+        raise BadInput(f"--tokenizer {path} does not exist; pass the tokenizer or target model folder")
     try:
         tokenizer = load_tokenizer(path)
     except Exception as exc:  # noqa: BLE001 - any failure to load is the same operator error
-        raise UsageError(f"--tokenizer {path}: cannot load a tokenizer from it ({type(exc).__name__}: {exc})") from None
+        raise BadInput(f"--tokenizer {path}: cannot load a tokenizer from it ({type(exc).__name__}: {exc})") from None
     if not isinstance(getattr(tokenizer, "chat_template", None), str) or not tokenizer.chat_template:
-        raise UsageError(f"--tokenizer {path} has no chat_template; merge renders every record with it")
+        raise BadInput(f"--tokenizer {path} has no chat_template; merge renders every record with it")
     method = default_method(tokenizer)
     if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(f"--tokenizer {path} is a slow tokenizer; loss masks need a fast one (tokenizer.json)")
+        raise BadInput(f"--tokenizer {path} is a slow tokenizer; loss masks need a fast one (tokenizer.json)")
     return tokenizer, method
 
 
@@ -438,7 +451,7 @@ def _report_drops(
     report: SourceReport,
     examples: list[str],
     oversize: list[str],
-    args: argparse.Namespace,
+    opts: MergeOptions,
     bounds: tuple[int, int],
     events: EventWriter,
 ) -> None:
@@ -449,16 +462,16 @@ def _report_drops(
             note += "; raise --max-line-bytes to read them"
         notes.append(note)
     if c.over_char_bound:
-        how = "dropped" if args.on_long == "drop" else "cut to that many characters"
+        how = "dropped" if opts.on_long == "drop" else "cut to that many characters"
         shown = ", ".join(oversize)
         notes.append(
-            f"{c.over_char_bound} samples hold more text than --max-len {args.max_len} tokens could ever keep "
+            f"{c.over_char_bound} samples hold more text than --max-len {opts.max_len} tokens could ever keep "
             f"(over {max_chars} characters): {how} before tokenizing (e.g. {shown})"
         )
     long_dropped = c.dropped_too_long - c.lines_too_long
     if long_dropped:
-        how = "dropped" if args.on_long == "drop" else "dropped (no assistant tokens left after truncation)"
-        notes.append(f"{long_dropped} of {c.read} samples longer than --max-len {args.max_len} {how}")
+        how = "dropped" if opts.on_long == "drop" else "dropped (no assistant tokens left after truncation)"
+        notes.append(f"{long_dropped} of {c.read} samples longer than --max-len {opts.max_len} {how}")
     if c.dropped_empty_mask:
         notes.append(
             f"{c.dropped_empty_mask} samples have no assistant tokens to learn, dropped (e.g. {', '.join(examples)})"
@@ -470,26 +483,26 @@ def _report_drops(
         events.message(f"{name}: {note}", level="warning", source=name)
 
 
-def merge(args: argparse.Namespace, events: EventWriter) -> dict:
-    if args.max_len < 1:
-        raise UsageError(f"--max-len must be at least 1, got {args.max_len}")
-    if args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {args.workers}")
-    if args.max_line_bytes is not None and args.max_line_bytes < 2:
-        raise UsageError(f"--max-line-bytes must be at least 2, got {args.max_line_bytes}")
-    if not args.sources:
-        trailing = (args.include or args.exclude or [None])[-1]
+def merge(opts: MergeOptions, events: EventWriter) -> dict:
+    if opts.max_len < 1:
+        raise BadInput(f"--max-len must be at least 1, got {opts.max_len}")
+    if opts.workers < 1:
+        raise BadInput(f"--workers must be at least 1, got {opts.workers}")
+    if opts.max_line_bytes is not None and opts.max_line_bytes < 2:
+        raise BadInput(f"--max-line-bytes must be at least 2, got {opts.max_line_bytes}")
+    if not opts.sources:
+        trailing = (opts.include or opts.exclude or [None])[-1]
         hint = ""
         if trailing is not None and Path(trailing).exists():
             hint = f" ('{trailing}' was read as a source name: put sources before --include/--exclude or end them with --)"
-        raise UsageError(f"no SOURCE given{hint}")
-    sources = resolve_sources(args.sources, args.include, args.exclude)
-    tokenizer, method = check_tokenizer(args.tokenizer)
-    out: Path = args.out
-    stats_path: Path = args.stats or default_stats_path(out)
+        raise BadInput(f"no SOURCE given{hint}")
+    sources = resolve_sources(opts.sources, opts.include, opts.exclude)
+    tokenizer, method = check_tokenizer(opts.tokenizer)
+    out: Path = opts.out
+    stats_path: Path = opts.stats or default_stats_path(out)
     if out.is_dir():
-        raise UsageError(f"--out {out} is a folder; pass a file path such as {out / 'train.jsonl'}")
-    inputs = [Path(a) for a in args.sources] + [Path(args.tokenizer)]
+        raise BadInput(f"--out {out} is a folder; pass a file path such as {out / 'train.jsonl'}")
+    inputs = [Path(a) for a in opts.sources] + [Path(opts.tokenizer)]
     output_guard.refuse_overlap(out, inputs)
     output_guard.refuse_overlap(stats_path, inputs, "--stats")
     output_guard.refuse_foreign_file(out, stats_path, ("dataset_sha256", "sources"), "merge")
@@ -498,16 +511,16 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
     stale = remove_stale_leftovers(out)
     if stale:
         print(f"merge: removed {len(stale)} leftovers of killed merges ({', '.join(p.name for p in stale[:3])})", flush=True)
-    max_chars = char_bound(tokenizer, args.max_len)
-    max_line = args.max_line_bytes or line_bound(max_chars)
+    max_chars = char_bound(tokenizer, opts.max_len)
+    max_line = opts.max_line_bytes or line_bound(max_chars)
 
-    workers = args.workers
+    workers = opts.workers
     print(
-        f"merge: {len(sources)} source{'s' if len(sources) != 1 else ''} ({', '.join(s.name for s in sources)}), max-len {args.max_len}, "
-        f"on-long {args.on_long}, mask {method}, {workers} worker{'s' if workers != 1 else ''}",
+        f"merge: {len(sources)} source{'s' if len(sources) != 1 else ''} ({', '.join(s.name for s in sources)}), max-len {opts.max_len}, "
+        f"on-long {opts.on_long}, mask {method}, {workers} worker{'s' if workers != 1 else ''}",
         flush=True,
     )
-    policy = source_policy(args, max_line)
+    policy = source_policy(opts, max_line)
     reports = {s.name: SourceReport(s.name) for s in sources}
     progress = _Progress(sources, reports, events)
     events.progress(0, 0, unit="samples", stage="tokenize")
@@ -518,7 +531,7 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
     parts_dir.mkdir()
     try:
         settings = EncodeSettings(
-            args.tokenizer, method, args.max_len, args.on_long, str(parts_dir), max_chars, max_line
+            opts.tokenizer, method, opts.max_len, opts.on_long, str(parts_dir), max_chars, max_line
         )
         results = _run_chunks(read_chunks(sources, policy, reports), settings, tokenizer, workers, progress)
         progress.add(0, final=True)
@@ -538,18 +551,18 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
             c.read = report.records
             c.lines_too_long = report.lines_too_long
             c.dropped_too_long += report.lines_too_long
-            _report_drops(name, c, report, examples[name][:3], oversize[name][:3], args, (max_chars, max_line), events)
+            _report_drops(name, c, report, examples[name][:3], oversize[name][:3], opts, (max_chars, max_line), events)
 
         kept = sum(c.records for c in per_source.values())
         if kept == 0:
             too_long = sum(c.dropped_too_long for c in per_source.values())
             empty = sum(c.dropped_empty_mask for c in per_source.values())
             skipped = sum(r.records - r.usable - r.lines_too_long for r in reports.values())
-            raise UsageError(
+            raise BadInput(
                 f"every sample was dropped ({too_long} too long, {empty} with no assistant tokens, {skipped} "
                 f"skipped or left out by the reader); nothing written to {out}. Raise --max-len or use --on-long truncate"
             )
-        sha = _write_merged(out, _shuffled_entries(results, args.seed), stats_path)
+        sha = _write_merged(out, _shuffled_entries(results, opts.seed), stats_path)
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
 
@@ -557,10 +570,10 @@ def merge(args: argparse.Namespace, events: EventWriter) -> dict:
         "records": kept,
         "tokens": sum(c.tokens for c in per_source.values()),
         "loss_tokens": sum(c.loss_tokens for c in per_source.values()),
-        "max_len": args.max_len,
-        "on_long": args.on_long,
-        "seed": args.seed,
-        "tokenizer": args.tokenizer,
+        "max_len": opts.max_len,
+        "on_long": opts.on_long,
+        "seed": opts.seed,
+        "tokenizer": opts.tokenizer,
         "mask_method": method,
         "char_bound": max_chars,
         "line_bound": max_line,
@@ -616,48 +629,25 @@ def _summary(stats: dict) -> Iterator[str]:
         yield "merge: {:<20} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9}".format(*row)
 
 
-_MAIN_PID = os.getpid()
-
-
-def _on_sigterm(signum, frame) -> None:
-    # A forked tokenizer worker inherits this handler until init_worker resets it: a SIGTERM
-    # in that window ends the worker quietly; only the parent unwinds and cleans up.
-    if os.getpid() != _MAIN_PID:
-        os._exit(128 + signal.SIGTERM)
-    raise Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    opts = MergeOptions(**vars(_parser().parse_args(argv)))
     started = time.monotonic()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        global _MAIN_PID
-        _MAIN_PID = os.getpid()
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        with EventWriter.from_env() as events:
-            merge(args, events)
-    except (UsageError, RecordError, SourceError, output_guard.BadInput) as exc:
-        print(f"merge: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("merge: interrupted; temporary files removed", file=sys.stderr)
-        return 130
-    except Terminated:
-        print("merge: stopped by SIGTERM; temporary files removed", file=sys.stderr)
-        return 143
-    except MemoryError:
-        print("merge: error: out of memory; lower --max-len or --max-line-bytes, or use fewer --workers", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - the program's edge: one line, no traceback
-        print(f"merge: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    print(f"merge: wrote {args.out} in {time.monotonic() - started:.1f}s", flush=True)
-    return 0
+
+    def body() -> int:
+        try:
+            with EventWriter.from_env() as events:
+                merge(opts, events)
+        except RecordError as exc:
+            raise BadInput(str(exc)) from None
+        except MemoryError:
+            raise StageError("out of memory; lower --max-len or --max-line-bytes, or use fewer --workers") from None
+        print(f"merge: wrote {opts.out} in {time.monotonic() - started:.1f}s", flush=True)
+        return 0
+
+    # SIGTERM and Ctrl-C unwind through merge's `finally`, so its temporary files go with it; a
+    # forked tokenizer worker signalled before init_worker resets the handlers ends quietly
+    with on_sigterm(signals=(signal.SIGTERM, signal.SIGINT)):
+        return run_program("merge", body, SourceError, stop_note="temporary files removed")
 
 
 if __name__ == "__main__":

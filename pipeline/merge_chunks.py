@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from pipeline.chat_records import ChatRecord, RecordError
 from pipeline.loss_mask import encode, special_token_ids
+from pipeline.program_edge import leave_stops_to_parent
 
 EXAMPLES_KEPT = 3
 CHAR_MARGIN = 2
@@ -127,11 +127,11 @@ def cut_conversation(messages: list[dict[str, str]], max_chars: int) -> list[dic
 
 def init_worker(settings: EncodeSettings, tokenizer: Any = None, pool_worker: bool = False) -> None:
     """Pool initializer: one tokenizer per process, loaded once. SIGTERM kills a pool
-    worker outright: the parent is the one that cleans up."""
+    worker outright and Ctrl-C leaves it be: the parent is the one that cleans up."""
     global _worker
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if pool_worker:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        leave_stops_to_parent()
     _worker = (tokenizer if tokenizer is not None else load_tokenizer(settings.tokenizer), settings)
 
 

@@ -29,30 +29,13 @@ from pipeline.atomic_io import fsync_dir, write_bytes_atomic
 
 from pipeline.sizes import format_bytes
 from pipeline.process_alive import pid_alive
+from pipeline.program_edge import BadInput, OutOfSpace  # the edge's: a refusal exits 2, a full disk 3
 
 MARKER = ".eagle3-writer"
 MAX_MARKER_BYTES = 4096
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What libraries print instead of raising OSError: safetensors (Rust io::Error), torch's zip writer.
 _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
-
-
-class OutputError(Exception):
-    """A refusal or failure about an output folder; str() is the one line an operator reads."""
-
-    exit_code = 1
-
-
-class BadInput(OutputError):
-    """The --out given cannot be written without destroying something: nothing was touched."""
-
-    exit_code = 2
-
-
-class OutOfSpace(OutputError):
-    """The disk filled while writing; the temporary was removed and the old output kept."""
-
-    exit_code = 3
 
 
 def _real(p: Path) -> Path:

@@ -46,9 +46,11 @@ import argparse
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .extract.reserve import format_bytes, parse_size
+from .program_edge import BadInput, StageError, on_sigterm, run_program
 
 PROG = "python -m pipeline.serve"
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -59,8 +61,24 @@ EXTRACT_FLAGS = ["--disable-radix-cache", "--chunked-prefill-size", "-1",
                  "--cuda-graph-backend-prefill", "disabled", "--cuda-graph-backend-decode", "disabled"]
 
 
-class BadInput(Exception):
-    """An argument that cannot work; str() is the one line the operator reads."""
+@dataclass(frozen=True)
+class ServeOptions:
+    """What the server was asked for: the command line's flags, checked by `build`."""
+
+    mode: str
+    model: str
+    tp: int = 1
+    mem_fraction: float | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    dump_dir: Path | None = None
+    dump_budget: str = "8GB"
+    dump_wait: float | None = None
+    draft: str | None = None
+    num_steps: int = 3
+    topk: int = 1
+    num_draft_tokens: int = 4
+    dry_run: bool = False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +134,7 @@ def _ours(argv: list[str]) -> set[str]:
     return {a for a in argv if a.startswith("--")}
 
 
-def build(args: argparse.Namespace, extra: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+def build(args: ServeOptions, extra: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The server's argv and its whole environment; raises BadInput."""
     model = _model_dir(args.model, "--model")
     if not 1 <= args.tp <= MAX_TP:
@@ -186,29 +204,30 @@ def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(ours)
-    try:
+    args = ServeOptions(**vars(build_parser().parse_args(ours)))
+
+    def body() -> int:
         cmd, env = build(args, extra, dict(os.environ))
-    except BadInput as e:
-        print(f"serve: {e}", file=sys.stderr, flush=True)
-        return 2
-    added = {k: v for k, v in env.items() if os.environ.get(k) != v}
-    removed = sorted(k for k in DUMP_ENV if k in os.environ and k not in env)
-    shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(added.items()))
-    if args.dry_run:
-        if removed:
-            print(f"unset {' '.join(removed)}")
-        print(f"{shown} {shlex.join(cmd)}".strip())
-        return 0
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"serve: binding {args.host}: the server is reachable from other machines", flush=True)
-    print(f"serve: {args.mode} mode: exec {shown} {shlex.join(cmd)}".rstrip(), flush=True)
-    try:
-        os.execvpe(cmd[0], cmd, env)
-    except OSError as e:
-        print(f"serve: cannot start {cmd[0]}: {e.strerror or e}", file=sys.stderr, flush=True)
-        return 1
-    return 1  # not reached
+        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        removed = sorted(k for k in DUMP_ENV if k in os.environ and k not in env)
+        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(added.items()))
+        if args.dry_run:
+            if removed:
+                print(f"unset {' '.join(removed)}")
+            print(f"{shown} {shlex.join(cmd)}".strip())
+            return 0
+        if args.host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"serve: binding {args.host}: the server is reachable from other machines", flush=True)
+        print(f"serve: {args.mode} mode: exec {shown} {shlex.join(cmd)}".rstrip(), flush=True)
+        try:
+            os.execvpe(cmd[0], cmd, env)
+        except OSError as e:
+            raise StageError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
+        return 1  # not reached
+
+    # until the exec, a stop ends serve here; after it the server handles its own signals
+    with on_sigterm():
+        return run_program("serve", body)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ How it is wired (SGLang 0.5.23; docs/sglang.md has the file:line references):
   them: a list of K [N,H] tensors (llama.py, AuxHiddenStateList) or one packed [N,K*H]
   tensor (deepseek_v2.py, AuxHiddenStatePacker), layers in ascending order either way.
 
-Protocol with the client (the lead's dump protocol; pipeline/extract/dumps.py is the client):
+Protocol with the client (names, key format and room rules: pipeline/dump_protocol.py, which
+both sides import; pipeline/extract/dumps.py is the client):
 - Only extend (prefill) batches are looked at, and only requests whose rid starts with "e3-"
   (the client's KEY, `e3-<index>-<16 hex of sha256(int64 LE ids)>`).
 - Per request: `<dir>/<KEY>.safetensors` holding `input_ids [T] int64`, `hidden_state [T,H]`,
@@ -38,8 +39,8 @@ Protocol with the client (the lead's dump protocol; pipeline/extract/dumps.py is
 Decisions the protocol left to this side:
 - Budget: the folder's size is every plain file in it (dumps, temp files, .error files). A dump
   is serialized first, so its exact size is known; it is written only when the folder plus the
-  dump fits the budget less ERROR_ROOM (4 KB kept for .error files), checked and written under
-  an flock on `<dir>/.eagle3-dump.lock`, so several writing processes (data-parallel replicas)
+  dump fits the budget less the protocol's ERROR_ROOM (4 KB kept for .error files), checked and
+  written under an flock on `<dir>/.eagle3-dump.lock`, so several writing processes (data-parallel replicas)
   never overshoot together. An .error is written even when that room is used up (the client
   deletes each one it reads). A dump larger than the whole budget gets an .error at once.
 - Tensor parallelism: every TP rank runs the hook, only TP rank 0 writes (SGLang's
@@ -70,8 +71,10 @@ from typing import Any
 
 import torch
 
+from pipeline import dump_protocol as protocol
 from pipeline.atomic_io import write_bytes_atomic
 from pipeline.sizes import format_bytes, parse_size
+from pipeline.target import capture_layers
 
 ENV_DIR = "EAGLE3_DUMP_DIR"
 ENV_BUDGET = "EAGLE3_DUMP_BUDGET"
@@ -79,14 +82,7 @@ ENV_WAIT = "EAGLE3_DUMP_WAIT"
 DEFAULT_BUDGET = 8 * 10**9
 DEFAULT_WAIT = 120.0
 MAX_WAIT = 3600.0
-KEY_PREFIX = "e3-"
-DUMP_SUFFIX = ".safetensors"
-ERROR_SUFFIX = ".error"
-LOCK_NAME = ".eagle3-dump.lock"
 POLL_SECONDS = 0.05
-ERROR_ROOM = 4096
-"""Bytes of the budget that dumps leave free for .error files (one line, at most ~1 KB each),
-so a refusal can be written without taking the folder over its budget."""
 NUM_CAPTURES = 3
 
 log = logging.getLogger("eagle3.sglang_dump")
@@ -94,11 +90,6 @@ log = logging.getLogger("eagle3.sglang_dump")
 
 class DumpConfigError(ValueError):
     """A dump setting the server cannot run with; str() names the variable and the fix."""
-
-
-def capture_layers(num_layers: int) -> list[int]:
-    """EAGLE-3's capture layers: the inputs of decoder layers 2, L//2 and L-3."""
-    return [2, num_layers // 2, num_layers - 3]
 
 
 @dataclass(frozen=True)
@@ -217,7 +208,7 @@ class DumpHook:
         if not _mode_is(mode, "is_extend") or _mode_is(mode, "is_target_verify") or _mode_is(mode, "is_idle"):
             return
         rids = list(getattr(forward_batch, "rids", None) or [])
-        if not any(isinstance(r, str) and r.startswith(KEY_PREFIX) for r in rids):
+        if not any(protocol.is_ours(r) for r in rids):
             return
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             if not self._warned_capture:
@@ -225,7 +216,7 @@ class DumpHook:
                           "skip the dump hook. Start the server with --cuda-graph-backend-prefill disabled.")
                 self._warned_capture = True
             return
-        keys = [r if isinstance(r, str) and r.startswith(KEY_PREFIX) else None for r in rids]
+        keys = [r if protocol.is_ours(r) else None for r in rids]
         why = None
         lens = _as_list(getattr(forward_batch, "extend_seq_lens_cpu", None),
                         getattr(forward_batch, "extend_seq_lens", None))
@@ -288,7 +279,7 @@ class DumpHook:
         head, buffers = dump_parts(tensors, {"rid": key, "tokens": str(tokens)})
         need = len(head) + sum(b.nbytes for b in buffers)
         budget = self.config.budget
-        room = max(0, budget - ERROR_ROOM)
+        room = protocol.dump_room(budget)
         if need > room:
             self.refuse(key, f"the dump of {tokens} tokens takes {format_bytes(need)}, more than the whole "
                              f"budget {format_bytes(budget)}: raise {ENV_BUDGET}")
@@ -299,7 +290,7 @@ class DumpHook:
                 used = self.folder_bytes()
                 if used + need <= room:
                     try:
-                        write_bytes_atomic(self.config.dir / f"{key}{DUMP_SUFFIX}", [head, *buffers])
+                        write_bytes_atomic(self.config.dir / protocol.dump_name(key), [head, *buffers])
                     except OSError as e:
                         why = f"cannot write the dump into {self.config.dir}: {e.strerror or e}"
                         break
@@ -316,16 +307,16 @@ class DumpHook:
 
     def refuse(self, key: str, reason: str) -> None:
         """`<KEY>.error` with one line of reason, unless the key already has a dump."""
-        if (self.config.dir / f"{key}{DUMP_SUFFIX}").exists():
+        if (self.config.dir / protocol.dump_name(key)).exists():
             log.warning("EAGLE3 dump: %s already has a dump; not writing an error (%s)", key, reason)
             return
-        line = " ".join(reason.split())[:1000]
+        line = " ".join(reason.split())[: protocol.ERROR_LINE_CHARS]
         self.errors += 1
         log.warning("EAGLE3 dump: %s: %s", key, line)
         try:
-            write_bytes_atomic(self.config.dir / f"{key}{ERROR_SUFFIX}", (line + "\n").encode())
+            write_bytes_atomic(self.config.dir / protocol.error_name(key), (line + "\n").encode())
         except OSError as e:
-            log.error("EAGLE3 dump: cannot write %s%s in %s: %s", key, ERROR_SUFFIX, self.config.dir, e)
+            log.error("EAGLE3 dump: cannot write %s in %s: %s", protocol.error_name(key), self.config.dir, e)
 
     def folder_bytes(self) -> int:
         total = 0
@@ -342,7 +333,7 @@ class DumpHook:
         return total
 
     def _locked(self):
-        return _FolderLock(self.config.dir / LOCK_NAME)
+        return _FolderLock(self.config.dir / protocol.LOCK_NAME)
 
 
 class _FolderLock:

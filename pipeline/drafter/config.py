@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.target import text_config
+
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta")
 SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
@@ -21,12 +23,6 @@ MAX_HIDDEN = 65_536
 
 class DrafterConfigError(ValueError):
     """A config dict that cannot describe a drafter; str() names the key and the value."""
-
-
-def text_config(cfg: dict) -> dict:
-    """The language-model part of a target config (multimodal targets nest it)."""
-    inner = cfg.get("text_config")
-    return inner if isinstance(inner, dict) else cfg
 
 
 def _positive_int(cfg: dict, key: str, where: str, bound: int = MAX_VOCAB) -> int:

@@ -8,10 +8,10 @@ targets); `safe_open` reads just the named tensor from the right shard.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-INDEX = "model.safetensors.index.json"
+from pipeline import target as target_files
+
 SINGLE = "model.safetensors"
 EMBED_SUFFIX = "embed_tokens.weight"
 HEAD_SUFFIX = "lm_head.weight"
@@ -22,28 +22,24 @@ class TargetWeightsError(ValueError):
 
 
 def read_config(target: Path) -> dict:
-    path = Path(target) / "config.json"
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TargetWeightsError(f"{path}: missing; --target must be a save_pretrained folder") from None
-    except ValueError as e:
-        raise TargetWeightsError(f"{path}: not valid JSON ({e})") from None
+    """The target's config.json (pipeline.target.read_config), refused as TargetWeightsError."""
+    return target_files.read_config(target, TargetWeightsError, "--target")
 
 
 def weight_map(target: Path) -> dict[str, str]:
-    """Tensor name -> shard file name, from the index or the single file's header."""
+    """Tensor name -> shard file name, from the index (pipeline.target.weight_map) or the
+    single file's header."""
     target = Path(target)
-    index = target / INDEX
-    if index.exists():
-        try:
-            wm = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise TargetWeightsError(f"{index}: no usable 'weight_map' ({e})") from None
-        return {str(k): str(v) for k, v in wm.items()}
+    try:
+        wm = target_files.weight_map(target)
+    except target_files.TargetError as e:
+        raise TargetWeightsError(str(e)) from None
+    if wm is not None:
+        return wm
     single = target / SINGLE
     if not single.exists():
-        raise TargetWeightsError(f"{target}: neither {INDEX} nor {SINGLE}; --target must hold safetensors weights")
+        raise TargetWeightsError(f"{target}: neither {target_files.INDEX} nor {SINGLE}; --target must hold "
+                                 "safetensors weights")
     from safetensors import safe_open
 
     with safe_open(str(single), framework="pt") as f:
@@ -57,7 +53,7 @@ def _find(names: dict[str, str], suffix: str) -> str | None:
 
 
 def _tied(cfg: dict) -> bool:
-    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    inner = target_files.text_config(cfg)
     return bool(cfg.get("tie_word_embeddings", inner.get("tie_word_embeddings", False)))
 
 
@@ -86,7 +82,7 @@ def read_tensor(target: Path, name: str):
         raise TargetWeightsError(f"{target}: no tensor {name!r}")
     path = target / shard
     if not path.exists():
-        raise TargetWeightsError(f"{path}: missing (named by {INDEX} for {name!r})")
+        raise TargetWeightsError(f"{path}: missing (named by {target_files.INDEX} for {name!r})")
     with safe_open(str(path), framework="pt") as f:
         return f.get_tensor(name)
 

@@ -46,22 +46,44 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
-from pipeline.program_edge import run_program
+from pipeline.program_edge import SigtermGuard, Terminated, on_sigterm, run_program
 
-from .errors import BadInput, EvalError
-from .scoring import Arm, Progress, Terminated, emit_metrics
+from .errors import BadInput
+from .scoring import Arm, Progress, emit_metrics
 
 PROG = "python -m pipeline.evaluate"
 MAX_STEPS = 16
 MAX_NEW = 4096
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What an evaluation was asked for: the command line's flags, checked by `_check_args`."""
+
+    drafter: Path | None = None
+    baseline: bool = False
+    no_kv_cache: bool = False
+    target: Path | None = None
+    server: str | None = None
+    prompts: Path | None = None
+    demo_prompts: int | None = None
+    demo_seed: int = 1
+    exclude: Path | None = None
+    num_steps: int = 3
+    limit: int = 32
+    max_new_tokens: int = 64
+    device: str | None = None
+    dtype: str = "fp32"
+    report: Path | None = None
+    concurrency: int = 4
+    timeout: float = 300.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_args(args: argparse.Namespace) -> None:
+def _check_args(args: EvalOptions) -> None:
     if args.prompts is None and args.demo_prompts is None:
         raise BadInput(f"give --prompts FILE or --demo-prompts N; see {PROG} --help")
     if args.server is None and (args.target is None or (args.drafter is None and not args.baseline)):
@@ -119,7 +141,7 @@ def _tokenizer(target: Path | None):
         raise BadInput(f"cannot load the tokenizer of {target} (--target): {str(e).splitlines()[0]}") from None
 
 
-def _prompts(args: argparse.Namespace, max_prompt_len: int):
+def _prompts(args: EvalOptions, max_prompt_len: int):
     from .prompts import demo_prompts, read_file, select, training_prompts
 
     if args.demo_prompts is not None:
@@ -143,11 +165,11 @@ def _say(events: EventWriter, text: str) -> None:
     events.message(text)
 
 
-def _arm_names(args: argparse.Namespace) -> list[str]:
+def _arm_names(args: EvalOptions) -> list[str]:
     return ([str(args.drafter)] if args.drafter is not None else []) + (["the untrained baseline"] if args.baseline else [])
 
 
-def run_local(args: argparse.Namespace, events: EventWriter, progress: Progress) -> dict:
+def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dict:
     import torch
 
     from . import fingerprint
@@ -227,7 +249,7 @@ def run_local(args: argparse.Namespace, events: EventWriter, progress: Progress)
     return report
 
 
-def run_server(args: argparse.Namespace, events: EventWriter) -> dict:
+def run_server(args: EvalOptions, events: EventWriter) -> dict:
     from . import server
 
     chosen = _prompts(args, 1 << 30)
@@ -258,53 +280,35 @@ def _stopped(progress: Progress, events: EventWriter | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    opts = EvalOptions(**vars(build_parser().parse_args(argv)))
     started = time.monotonic()
     progress = Progress()
 
-    writing = {"now": False, "stop": False}  # a stop while the report is written waits for it
-
-    def on_term(_sig, _frame):
-        if writing["now"]:
-            writing["stop"] = True
-            return
-        raise Terminated
-
-    def body() -> int:
-        _check_args(args)
-        on_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, on_term) if on_main else None
+    def body(term: SigtermGuard) -> int:
+        _check_args(opts)
         events = None
         try:
             with EventWriter.from_env() as events:
                 try:
-                    report = run_server(args, events) if args.server else run_local(args, events, progress)
+                    report = run_server(opts, events) if opts.server else run_local(opts, events, progress)
                     report["seconds"] = round(time.monotonic() - started, 2)
-                    if args.report is not None:
-                        args.report.parent.mkdir(parents=True, exist_ok=True)
-                        # a stop lands before the write or after the report is counted, never between:
-                        # blocking SIGTERM in this thread would not do, another thread can take it
-                        writing["now"] = True
-                        try:
-                            write_json_atomic(args.report, report)
+                    if opts.report is not None:
+                        opts.report.parent.mkdir(parents=True, exist_ok=True)
+                        # a stop lands before the write or after the report is counted, never between
+                        with term.deferred():
+                            write_json_atomic(opts.report, report)
                             progress.reported = True
-                            events.artifact(str(args.report), bytes=args.report.stat().st_size)
-                            print(f"evaluate: report -> {args.report}", flush=True)
-                        finally:
-                            writing["now"] = False
-                        if writing["stop"]:
-                            raise Terminated
+                            events.artifact(str(opts.report), bytes=opts.report.stat().st_size)
+                            print(f"evaluate: report -> {opts.report}", flush=True)
                     progress.reported = True
                 except Terminated:
                     return 0 if progress.reported else _stopped(progress, events)
         except Terminated:
             return 0 if progress.reported else _stopped(progress, None)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
         return 0
 
-    return run_program("evaluate", body, EvalError)
+    with on_sigterm() as term:
+        return run_program("evaluate", lambda: body(term))
 
 
 if __name__ == "__main__":

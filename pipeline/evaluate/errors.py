@@ -1,18 +1,15 @@
-"""Failures of an evaluation, each carrying the exit code the console reads (see __main__)."""
+"""Failures of an evaluation, each carrying the exit code the console reads (see __main__).
+Refusals are the stage edge's BadInput (exit 2)."""
 
 from __future__ import annotations
 
+from pipeline.program_edge import BadInput, StageError
 
-class EvalError(Exception):
+__all__ = ["BadInput", "EvalError", "Mismatch"]
+
+
+class EvalError(StageError):
     """A failure whose str() is the one line an operator reads."""
-
-    exit_code = 1
-
-
-class BadInput(EvalError):
-    """The arguments, prompts, drafter folder, target or server do not fit this run."""
-
-    exit_code = 2
 
 
 class Mismatch(EvalError):

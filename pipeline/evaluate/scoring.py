@@ -10,11 +10,6 @@ from pipeline.events import EventWriter
 from .errors import Mismatch
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived (`eagle3 stop`): unwind now, wherever the decode is, and say what
-    was scored. A BaseException, so no library's `except Exception` swallows it."""
-
-
 @dataclass
 class Progress:
     """Where the scoring is, for the line a stop prints."""

@@ -1,9 +1,9 @@
 """The target as the verifier sees it: one forward gives the greedy next token at every
 position, the three captured hidden states (the drafter's input) and nothing else.
 
-Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3], whose inputs are
-what extraction stored (docs/internals.md, "Hidden-state store"), so the drafter sees at evaluation exactly
-what it was trained on.
+Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3] (pipeline.target), whose
+inputs are what extraction stored (docs/internals.md, "Hidden-state store"), so the drafter
+sees at evaluation exactly what it was trained on.
 
 With the KV cache (the default) a forward runs only on the tokens the cache does not hold:
 the cache keeps the keys and values, and the captured states, of the last sequence
@@ -21,25 +21,17 @@ from pathlib import Path
 
 import torch
 
-from pipeline.extract.errors import ExtractError
+from pipeline.program_edge import StageError
 from pipeline.hf_cache import cache_kwarg
-from pipeline.extract.meta import capture_layers
+from pipeline.target import TargetError, capture_layers
 
 from .errors import BadInput
-from pipeline.jsonfile import read_json
 
 
 @dataclass(frozen=True)
 class TargetStep:
     next_ids: torch.Tensor  # [keep] greedy token after each of the last `keep` positions
     aux: torch.Tensor  # [T, 3H] inputs of the capture layers, every position
-
-
-def read_config(model_dir: Path) -> dict:
-    path = Path(model_dir) / "config.json"
-    cfg = read_json(path, f"target {model_dir} has no config.json (--target); point it at a save_pretrained folder",
-                    BadInput)
-    return cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
 
 
 def eos_ids(model: torch.nn.Module) -> set[int]:
@@ -67,14 +59,14 @@ class Target:
 
         try:
             self.model = load_target(Path(model_dir), device, dtype)
-        except ExtractError as e:
+        except StageError as e:
             raise BadInput(str(e).replace("--model", "--target")) from None
         self.device = torch.device(device)
         layers = self.model.base_model.layers
         self.num_layers = len(layers)
         try:
             self.capture = capture_layers(self.num_layers)
-        except ExtractError as e:
+        except TargetError as e:
             raise BadInput(str(e)) from None
         self.hidden_size = int(self.model.config.hidden_size)
         self.vocab_size = int(self.model.config.vocab_size)

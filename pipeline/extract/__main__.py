@@ -12,11 +12,13 @@ Exit codes: 0 done (or this rank's share done; --verify: the store is intact), 2
 disk reserve or a full disk (free space and rerun to resume), 1 anything else (--verify:
 the store has problems, each printed on one line), 4 (--backend sglang) the server is
 unreachable or failed --max-failures requests in a row: restart it and rerun to resume
-(pipeline/extract/sglang_client.py).
+(pipeline/extract/sglang_client.py), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (the
+manifest is kept; rerun to resume). The codes and the `extract: error: ...` line are the
+stage edge's (pipeline/program_edge.py); the run itself is driver.py's, whichever backend.
 
 --verify checks every sample's size and checksum (with --sample N: N random ones and the
 last N written), that the manifest lists every sample, and with --model that the target's
-weights are those the store was written with (pipeline/extract/integrity.py). --json
+weights are those the store was written with (pipeline/store/integrity.py). --json
 prints StoreReport.to_json(): {"ok", "out", "expected", "samples", "tokens", "bytes",
 "sizes_checked", "checksums_checked", "target_fingerprint", "model_fingerprint",
 "problems", "problem_count"}.
@@ -26,16 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
-from ..events import EventWriter
-from .errors import BadInput, ExtractError, disk_full, is_disk_full
-from pipeline.sizes import format_bytes, parse_size
-
-PROG = "python -m pipeline.extract"
+from ..program_edge import BadInput, run_program
+from .driver import PROG, RESUME, drive, need, options_from
+from .reserve import disk_full, is_disk_full
+from ..sizes import format_bytes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,16 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _need(args: argparse.Namespace, *names: str) -> None:
-    missing = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is None]
-    if missing:
-        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
-
-
 def _estimate(args: argparse.Namespace) -> int:
     from .estimate import estimate
 
-    _need(args, "model", "stats")
+    need(args, "model", "stats")
     est = estimate(args.model, args.stats, args.dtype, args.limit, args.data)
     if args.json:
         print(json.dumps(est))
@@ -103,9 +96,9 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .integrity import verify_store
+    from ..store.integrity import verify_store
 
-    _need(args, "out")
+    need(args, "out")
     if args.sample is not None and args.sample < 1:
         raise BadInput(f"--sample must be at least 1, got {args.sample}")
     mode = "all" if args.sample is None else "sample"
@@ -120,102 +113,44 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _extract(args: argparse.Namespace) -> int:
-    _need(args, "model", "data", "out")
-    from .job import ExtractOptions, prepare
-    from .meta import TargetInfo
+    need(args, "model", "data", "out")
+    from ..store.meta import TargetInfo
     from .sharding import device_for, resolve_shard
 
-    try:
-        reserve = parse_size(args.reserve)
-    except ValueError as e:
-        raise BadInput(f"--reserve: {e}") from None
+    options = options_from(args)
     target = TargetInfo.from_dir(args.model)
     shard = resolve_shard(args.rank, args.world_size)
-    options = ExtractOptions(data=args.data, out=args.out, stats=args.stats, batch_tokens=args.batch_tokens,
-                             max_len=args.max_len, writers=args.writers, queue=args.queue, reserve=reserve,
-                             limit=args.limit, window=args.window)
-    options.validate()
     if args.device == "cpu":
         device = "cpu"  # no torch import before the input checks: refusals stay instant
     else:
         import torch
 
         device = device_for(args.device, shard, torch.cuda.is_available(), torch.cuda.device_count())
-    dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    job = prepare(options, target, dtype, shard)
+    from .hf_backend import HFBackend
+
+    return drive(options, target, HFBackend(args.model, device, shard, compile=False if args.no_compile else None))
+
+
+def _body(args: argparse.Namespace) -> int:
     try:
-        return _run(args, job, device, dtype)
-    finally:
-        if job.lock is not None:
-            job.lock.release()
+        if args.verify:
+            return _verify(args)
+        if args.estimate:
+            return _estimate(args)
+        if args.backend == "sglang":
+            from .sglang_client import extract
 
-
-def _run(args: argparse.Namespace, job, device: str, dtype: str) -> int:
-    shard = job.shard
-    events = EventWriter.from_env()
-    for index, why in sorted(job.damaged.items()):
-        print(f"extract: sample {index} fails the resume check and will be extracted again: {why}", flush=True)
-    todo = job.rank_todo_samples
-    tag = f"rank {shard.rank}/{shard.world_size}: " if shard.world_size > 1 else ""
-    print(f"extract: {tag}{job.total} samples in the run, {len(job.done)} already in the manifest; "
-          f"this process: {todo} samples in {len(job.todo)} batches on {device} ({dtype}), "
-          f"capture layers {job.layers}, store {job.out}", flush=True)
-
-    from . import engine
-
-    if todo == 0:
-        complete = engine.finalize_or_stop(job.out, job.total)
-        print(f"extract: {tag}nothing left to do" + ("; store complete" if complete else ""), flush=True)
-        return 0
-
-    import torch
-
-    from .capture import load_target
-
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    torch_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
-    model = load_target(args.model, device, torch_dtype)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    result = engine.run(job, model, device, events, log=lambda s: print(s, flush=True), stop=stop,
-                        compile=False if args.no_compile else None)
-    print(f"extract: {tag}wrote {result.samples} samples, {result.tokens:,} tokens, {format_bytes(result.bytes)} "
-          f"in {result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s)", flush=True)
-    if result.complete:
-        print(f"extract: store complete: {job.out} ({result.done} samples)", flush=True)
-    else:
-        print(f"extract: {tag}share done; {result.done}/{result.total} samples in the store, it completes when "
-              "the other ranks finish", flush=True)
-    return 0
+            return extract(args)
+        return _extract(args)
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full(e, "writing the store", args.out) from None
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.verify:
-            return _verify(args)
-        if args.backend == "sglang" and not args.estimate:
-            from .sglang_client import extract
-
-            return extract(args)
-        return _estimate(args) if args.estimate else _extract(args)
-    except ExtractError as e:
-        print(f"extract: {e}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except OSError as e:
-        if not is_disk_full(e):
-            print(f"extract: failed: {e}", file=sys.stderr, flush=True)
-            return 1
-        stop = disk_full(e, "writing the store", args.out)
-        print(f"extract: {stop}", file=sys.stderr, flush=True)
-        return stop.exit_code
-    except KeyboardInterrupt:
-        print("extract: interrupted; rerun the same command to resume", file=sys.stderr, flush=True)
-        return 1
-    except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
-        print(f"extract: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return 1
+    return run_program("extract", lambda: _body(args), stop_note=RESUME)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 
 from .buffers import HostSlot
-from .errors import BadInput, ExtractError
+from ..program_edge import BadInput, StageError
 
 
 def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -84,7 +84,7 @@ class Capturer:
         blocks = getattr(self.base, "layers", None)
         if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) != num_layers:
             got = "none" if not isinstance(blocks, torch.nn.ModuleList) else len(blocks)
-            raise ExtractError(
+            raise StageError(
                 f"the target's base model has {got} decoder layers in .layers, expected {num_layers}; "
                 "this model class is not supported by the hf backend"
             )
@@ -161,7 +161,7 @@ class Capturer:
         out = self.base(input_ids=x, use_cache=False)
         if self._fired != len(self.layers):
             self._aux = None
-            raise ExtractError(
+            raise StageError(
                 f"the capture hooks saw {self._fired} of the {len(self.layers)} capture layers' inputs; "
                 "this model class is not supported by the hf backend"
             )

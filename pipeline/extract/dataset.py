@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import BadInput
+from ..program_edge import BadInput
 
 
 @dataclass(frozen=True)

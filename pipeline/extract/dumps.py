@@ -5,10 +5,11 @@ The patched server (pipeline/sglang_dump.py) writes one `<KEY>.safetensors` per 
 the dump folder, atomically (`.<KEY>.safetensors.tmp`, then rename), or `<KEY>.error` holding
 one line of reason. KEY is computed by the client from the request alone, so a resumed run
 finds a dump a killed run left behind and a retry never confuses two samples:
-`e3-<index>-<first 16 hex of sha256(input ids as little-endian int64)>`.
+`e3-<index>-<first 16 hex of sha256(input ids as little-endian int64)>`. The names, the key
+and the room rules are pipeline/dump_protocol.py, which the server reads too.
 
 A dump is trusted only once it is read whole. Before anything moves, its safetensors header
-(at most HEADER_ALLOWANCE bytes; tensor names, dtypes, shapes, data offsets that tile the
+(at most the protocol's HEADER_ALLOWANCE bytes; tensor names, dtypes, shapes, data offsets that tile the
 file to its last byte) and its token ids are checked against the request (`DumpFolder.open`,
 a few small preads; nothing is mapped). Its states are then streamed through one reused
 buffer straight into the store (`DumpFile.chunks`), each chunk checked for NaN and Inf on
@@ -19,7 +20,6 @@ removed, the sample retried).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -29,19 +29,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .layout import DTYPES
+from ..dump_protocol import (
+    DUMP_SUFFIX,
+    ERROR_ROOM,
+    ERROR_SUFFIX,
+    HEADER_ALLOWANCE,
+    KEY_PREFIX,
+    LOCK_NAME,
+    dump_name,
+    error_name,
+)
+from ..store.layout import DTYPES
 
-KEY_PREFIX = "e3-"
-DUMP_SUFFIX = ".safetensors"
-ERROR_SUFFIX = ".error"
-ERROR_MAX_BYTES = 4096
-SERVER_ROOM = 4096
-"""Bytes of the budget the server keeps for .error files (pipeline.sglang_dump.ERROR_ROOM):
-dumps may fill the budget less this."""
-HEADER_ALLOWANCE = 1024
-"""Bytes allowed for a dump's safetensors header when sizing it before it exists (the real
-header of three tensors plus metadata is about 300 bytes), and the most a dump's header may
-take: a longer one is refused before it is read."""
 CHUNK_BYTES = 4 << 20
 """Size of the buffer a dump streams through into the store. Each chunk costs a handful of
 calls that let go of the GIL and take it back (read, the finiteness check, the checksum,
@@ -54,11 +53,6 @@ STATES = ("hidden_state", "aux_hidden_state")
 
 class BadDump(Exception):
     """A dump that cannot go into the store; str() names the file and what is wrong."""
-
-
-def request_key(index: int, input_ids: list[int]) -> str:
-    digest = hashlib.sha256(struct.pack(f"<{len(input_ids)}q", *input_ids)).hexdigest()
-    return f"{KEY_PREFIX}{index}-{digest[:16]}"
 
 
 _SIGN_BOUNDS = {
@@ -223,39 +217,22 @@ def check_dump(path: Path, fd: int, input_ids: list[int], hidden: int, dtype: st
     return DumpFile(path, fd, dtype, want, states)
 
 
-def _is_lock(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".lock")  # the server's writer lock, always empty
-
-
-def key_index(key: str) -> int | None:
-    """The sample index a key names, or None for a name that is not a key."""
-    parts = key.split("-")
-    if len(parts) != 3 or parts[0] + "-" != KEY_PREFIX or not parts[1].isdigit() or len(parts[2]) != 16:
-        return None
-    return int(parts[1])
-
-
-def dump_bytes(tokens: int, hidden: int, dtype_bytes: int = 2) -> int:
-    """Upper bound of one dump file's size: input_ids, hidden_state and aux_hidden_state."""
-    return HEADER_ALLOWANCE + tokens * (8 + 4 * hidden * dtype_bytes)
-
-
 class DumpFolder:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
 
     def dump_path(self, key: str) -> Path:
-        return self.path / f"{key}{DUMP_SUFFIX}"
+        return self.path / dump_name(key)
 
     def error_path(self, key: str) -> Path:
-        return self.path / f"{key}{ERROR_SUFFIX}"
+        return self.path / error_name(key)
 
     def take_error(self, key: str) -> str | None:
         """The reason in `<KEY>.error`, deleting the file; None when there is none."""
         p = self.error_path(key)
         try:
             with open(p, "rb") as f:
-                text = f.read(ERROR_MAX_BYTES).decode("utf-8", "replace").strip()
+                text = f.read(ERROR_ROOM).decode("utf-8", "replace").strip()
         except FileNotFoundError:
             return None
         p.unlink(missing_ok=True)
@@ -272,7 +249,7 @@ class DumpFolder:
             with os.scandir(self.path) as it:
                 for entry in it:
                     try:
-                        if entry.is_file(follow_symlinks=False) and not _is_lock(entry.name):
+                        if entry.is_file(follow_symlinks=False) and entry.name != LOCK_NAME:  # always empty
                             files += 1
                             total += entry.stat(follow_symlinks=False).st_size
                     except OSError:

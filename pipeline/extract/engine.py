@@ -19,12 +19,15 @@ import torch
 from .batching import PlannedBatch
 from .buffers import BufferPool
 from .capture import Capturer, StoppedInForward
-from .errors import ExtractError, ReserveStop, Stopped, disk_full, is_disk_full
+from ..program_edge import StageError
+from .driver import RunResult, finalize_or_stop, stopped
+from .errors import ReserveStop
 from .job import Job
-from .manifest import ManifestWriter, finalize
+from ..store.manifest import ManifestWriter
 from .progress import Progress
-from pipeline.sizes import format_bytes
-from .store import TORCH_DTYPES
+from .reserve import disk_full, is_disk_full
+from ..sizes import format_bytes
+from ..store.sample_file import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 
 
@@ -36,21 +39,6 @@ class LoadedBatch:
     loss_mask: list[torch.Tensor]
     padded: torch.Tensor  # [B,T] int64, right-padded
     positions: list[int]
-
-
-@dataclass
-class RunResult:
-    samples: int  # written by this process
-    tokens: int
-    bytes: int
-    seconds: float
-    done: int  # whole run, all ranks
-    total: int
-    complete: bool
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 class Loader:
@@ -115,25 +103,16 @@ class Loader:
         self._thread.join()
 
 
-def finalize_or_stop(out, total: int) -> bool:
-    """manifest.finalize, with a full disk as the reserve stop (exit 3) it is."""
-    try:
-        return finalize(out, total)
-    except OSError as e:
-        if is_disk_full(e):
-            raise disk_full(e, "writing the final manifest", out) from None
-        raise
-
-
 def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[str], None] = print,
         stop: threading.Event | None = None, compile: bool | None = None) -> RunResult:
-    """Extract this rank's remaining samples; raises ExtractError subclasses on failure.
+    """Extract this rank's remaining samples; raises StageError subclasses on failure, and
+    Stopped (driver.stopped) once `stop` is set.
     `compile`: torch.compile each decoder layer (None: on CUDA only; see capture.py)."""
     stop = stop or threading.Event()
     opts = job.options
     dtype = next(model.parameters()).dtype
     if TORCH_DTYPES.get(dtype) != job.dtype:
-        raise ExtractError(f"the target is loaded as {dtype}, but the store is {job.dtype}")
+        raise StageError(f"the target is loaded as {dtype}, but the store is {job.dtype}")
     capturer = Capturer(model, job.layers, job.target.num_layers, device, compile=compile, log=log, stop=stop)
     if capturer.compiled:
         log("extract: decoder layers compiled with torch.compile on first use (the first batch takes longer; "
@@ -167,7 +146,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
                 dropped = len(lb.positions)
                 break
             except torch.cuda.OutOfMemoryError:
-                raise ExtractError(
+                raise StageError(
                     f"out of GPU memory on a batch of {len(lb.plan.indices)}x{lb.plan.padded_len} tokens; "
                     f"lower --batch-tokens (now {opts.batch_tokens}) and rerun to resume"
                 ) from None
@@ -191,7 +170,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
             manifest.close()
         except OSError as e:  # a full disk here must not hide the first failure, nor exit 1
             close_error = disk_full(e, "appending to the manifest", job.out) if is_disk_full(e) else \
-                ExtractError(f"closing the manifest {manifest.path} failed: {e}")
+                StageError(f"closing the manifest {manifest.path} failed: {e}")
             failure = failure or close_error
     seconds = time.monotonic() - t0
     progress.tick(force=True)
@@ -205,10 +184,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         tally.refresh()
         cut = (f"; dropped the batch in flight ({dropped} samples, cut short between decoder layers)"
                if dropped else "")
-        raise Stopped(
-            f"stopped by a signal after writing {progress.samples} samples this run; kept {tally.done} of "
-            f"{job.total} samples in the manifest{cut}; rerun the same command to resume"
-        )
+        raise stopped(progress.samples, tally.done, job.total, cut)
     complete = finalize_or_stop(job.out, job.total)
     tally = progress.tally
     tally.refresh()

@@ -1,57 +1,19 @@
-"""Failures of an extraction run, each carrying the exit code the console reads.
+"""Extraction's own stops, on the stage edge's classes (pipeline/program_edge.py), which
+carry the exit codes the console reads: 3 for the disk reserve or a full disk, 143 for
+SIGTERM. Every other failure is the edge's BadInput (2) or StageError (1).
 
-The exit code is the contract (0 done, 2 bad input, 3 stopped by the disk reserve or a full
-disk, 1 anything else), so the exception type decides it rather than the place it was raised.
-A write that fails with ENOSPC or EDQUOT anywhere becomes a ReserveStop (`disk_full`).
+A write that fails with ENOSPC or EDQUOT anywhere becomes a ReserveStop (reserve.disk_full).
 """
 
 from __future__ import annotations
 
-import errno
-import os
-from pathlib import Path
-
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+from ..program_edge import OutOfSpace, Terminated
 
 
-class ExtractError(Exception):
-    """A failure whose str() is the one line an operator reads."""
-
-    exit_code = 1
-
-
-class BadInput(ExtractError):
-    """The arguments, dataset, target or an existing store do not fit this run."""
-
-    exit_code = 2
-
-
-class ReserveStop(ExtractError):
+class ReserveStop(OutOfSpace):
     """Free space fell to the reserve; what was written is kept and the run resumes later."""
 
-    exit_code = 3
 
-
-class Stopped(ExtractError):
-    """SIGTERM (eagle3 stop): what is in the manifest is kept, the batch in flight is not."""
-
-    exit_code = 143
-
-
-def is_disk_full(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno in DISK_FULL
-
-
-def disk_full(e: OSError, doing: str, out: Path | str | None) -> ReserveStop:
-    """The exit-3 stop for a write that failed with ENOSPC/EDQUOT, wherever it happened."""
-    where = f" {e.filename}" if e.filename else ""
-    vol = ""
-    if out is not None:
-        from .reserve import volume_of  # late: reserve imports this module
-
-        vol = f" on {volume_of(Path(out))}"
-    return ReserveStop(
-        f"extract stopped: the disk is full ({e.strerror or os.strerror(e.errno)}) while {doing}{where}; the "
-        f"samples listed in the manifest are kept; free space{vol} (or raise --reserve) and rerun the same command "
-        "to resume"
-    )
+class Stopped(Terminated):
+    """SIGTERM (eagle3 stop): what is in the manifest is kept, the unit in flight is not;
+    str() says how far the run got, after `extract: stopped by SIGTERM; `."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import BadInput
-from .layout import DTYPES, dtype_name, header
-from .meta import TargetInfo
+from ..program_edge import BadInput
+from ..store.layout import DTYPES, dtype_name, header
+from ..store.meta import TargetInfo
 from pipeline.jsonfile import read_json
 
 BLOCK_SLACK = 4096  # a file ends part-way through a block

@@ -6,8 +6,8 @@ minutes of weight loading.
 
 Resume trusts the manifest, but not blindly: every listed sample of this rank must have its
 file at the manifest's size (one stat each), and the last 64 written must match their xxh3
-checksums (integrity.resume_damage). A sample that fails is dropped from `done`, named in
-`Job.damaged`, and extracted again.
+checksums (pipeline/store/integrity.py, resume_damage). A sample that fails is dropped from
+`done`, named in `Job.damaged`, and extracted again.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from pathlib import Path
 
 from .batching import PlannedBatch, plan_batches
 from .dataset import DatasetIndex, index_dataset
-from .errors import BadInput, ExtractError
+from ..program_edge import BadInput, StageError
 from .estimate import read_stats
-from .integrity import RESUME_CHECKSUMS, resume_damage
-from .layout import sample_bytes
-from .manifest import manifest_in_order
-from .meta import TargetInfo, build_meta, capture_layers, ensure_meta
+from ..store.integrity import RESUME_CHECKSUMS, resume_damage
+from ..store.layout import sample_bytes
+from ..store.manifest import manifest_in_order
+from ..store.meta import TargetInfo, build_meta, ensure_meta
 from .reserve import DiskGuard
 from .sharding import Shard
-from .store_lock import StoreLock
+from ..store.lock import StoreLock
 
 
 @dataclass
@@ -87,7 +87,7 @@ class Job:
 
 def prepare(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shard) -> Job:
     options.validate()
-    layers = capture_layers(target.num_layers)
+    layers = target.capture_layers
     out = Path(options.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,7 @@ def _prepare_locked(options: ExtractOptions, target: TargetInfo, dtype: str, sha
         mine_set = set(mine)
         damaged = resume_damage(out, [e for e in entries if e["index"] in mine_set], last=RESUME_CHECKSUMS)
     except OSError as e:
-        raise ExtractError(f"cannot read the manifest in {out}: {e}") from None
+        raise StageError(f"cannot read the manifest in {out}: {e}") from None
     for i in damaged:
         done.pop(i, None)
     batches = plan_batches(mine, dataset.lengths, options.batch_tokens, options.window)

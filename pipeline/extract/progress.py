@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .manifest import manifest_files, parse_entries
-from pipeline.sizes import format_bytes
+from ..store.manifest import manifest_files, parse_entries
+from ..sizes import format_bytes
 
 
 class ManifestTally:

@@ -11,18 +11,21 @@ test can hit the reserve after a few samples without filling a real disk.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
 
 # One size syntax and one printed form for the whole project (`1.001GB` is the same number
 # in a config check and in --reserve): see pipeline/events.py.
-from pipeline.sizes import format_bytes, parse_size
-from .errors import BadInput, ReserveStop
+from ..sizes import format_bytes, parse_size
+from ..program_edge import BadInput
+from .errors import ReserveStop
 
-__all__ = ["DiskGuard", "format_bytes", "parse_size", "volume_of"]
+__all__ = ["DiskGuard", "disk_full", "format_bytes", "is_disk_full", "parse_size", "volume_of"]
 
 FAKE_FREE_ENV = "EAGLE3_EXTRACT_FAKE_FREE"
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def volume_of(path: Path) -> str:
@@ -76,3 +79,18 @@ class DiskGuard:
             f"{format_bytes(self.reserve)} (--reserve); free space on {volume_of(self.path)} and rerun "
             f"the same command to resume{progress}"
         )
+
+
+def is_disk_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in DISK_FULL
+
+
+def disk_full(e: OSError, doing: str, out: Path | str | None) -> ReserveStop:
+    """The exit-3 stop for a write that failed with ENOSPC/EDQUOT, wherever it happened."""
+    where = f" {e.filename}" if e.filename else ""
+    vol = f" on {volume_of(Path(out))}" if out is not None else ""
+    return ReserveStop(
+        f"extract stopped: the disk is full ({e.strerror or os.strerror(e.errno)}) while {doing}{where}; the "
+        f"samples listed in the manifest are kept; free space{vol} (or raise --reserve) and rerun the same command "
+        "to resume"
+    )

@@ -16,8 +16,8 @@ mapped), then the move into the store under one of `--writers` write slots (defa
 states stream from the dump through the slot's reused buffer of CHUNK_BYTES, each chunk checked
 for NaN/Inf, checksummed and written to the store's temp file while it is in cache (one pass
 over memory, no mmap, no munmap), then fsync, rename and the manifest line, through the same
-store.write_parts, manifest and meta as the HF backend (the loss mask comes from the dataset,
-never from the server). The file and manifest line are byte for byte those write_sample makes
+write_parts, manifest and meta (pipeline/store) as the HF backend (the loss mask comes from
+the dataset, never from the server). The file and manifest line are byte for byte those write_sample makes
 of the same sample; a store made by either backend is the same to training. Then the thread
 deletes the dump and gives back its bytes of the budget, which therefore bounds the bytes
 waiting for a write slot. There are `--concurrency` + `--writers` such threads, so the requests
@@ -34,10 +34,13 @@ rerunning the same command with a live server resumes. A signal (or a fatal erro
 run without moving the checked dumps still waiting for a write slot: they stay in the folder
 and the rerun uses them.
 
-Exit codes (those of pipeline.extract, plus one): 0 done, 1 other failure (including samples
-that failed every retry while others succeeded), 2 bad input (or a server serving another
-model), 3 stopped by the disk reserve, 4 the server failed (unreachable at start, or
---max-failures failed attempts in a row).
+The run around this (options, the store prepared, resume, SIGTERM, the summary) is the
+driver's (driver.py), shared with the HF backend; `SGLangBackend` is what differs.
+
+Exit codes (pipeline.extract's): 0 done, 1 other failure (including samples that failed
+every retry while others succeeded), 2 bad input (or a server serving another model), 3
+stopped by the disk reserve, 4 the server failed (unreachable at start, or --max-failures
+failed attempts in a row), 130 Ctrl-C, 143 SIGTERM (the checked dumps stay for the rerun).
 """
 
 from __future__ import annotations
@@ -53,27 +56,28 @@ from itertools import chain
 from pathlib import Path
 
 from .dataset import Record
-from .dumps import SERVER_ROOM, BadDump, ChunkBuffer, DumpFile, DumpFolder, dump_bytes, key_index, request_key
-from .engine import finalize_or_stop
-from .errors import BadInput, ExtractError, ReserveStop, disk_full, is_disk_full
+from ..dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
+from .dumps import BadDump, ChunkBuffer, DumpFile, DumpFolder
+from .driver import RunResult, drive, finalize_or_stop, need, options_from, size_flag, stopped
+from ..program_edge import BadInput, PeerDead, StageError
+from .errors import ReserveStop
 from .job import Job
-from .manifest import ManifestWriter
+from ..store.manifest import ManifestWriter
 from .progress import Progress
-from pipeline.sizes import format_bytes
+from .reserve import disk_full, is_disk_full
+from ..sizes import format_bytes
 from .sglang_http import ServerError, SGLangServer
-from .store import write_parts
+from .sharding import Shard
+from ..store.sample_file import write_parts
 
 DTYPE = "bfloat16"
-SERVER_FAILED_EXIT = 4
 MAX_WRITERS = 64
 DUPLICATE = "Duplicate request ID"
 """SGLang's answer to a rid still in flight (managers/tokenizer_manager.py:3835 in 0.5.23)."""
 
 
-class ServerFailed(ExtractError):
+class ServerFailed(PeerDead):
     """The server is unreachable or failed too many requests in a row; rerun to resume."""
-
-    exit_code = SERVER_FAILED_EXIT
 
 
 class AttemptFailed(Exception):
@@ -107,12 +111,12 @@ class SGLangOptions:
         if not 0 < self.request_timeout <= 86400:
             raise BadInput(f"--request-timeout must be between 0 and 86400 seconds, got {self.request_timeout:g}")
         if self.dump_room < 1:
-            raise BadInput(f"--dump-budget must be more than {SERVER_ROOM} bytes, got {self.dump_budget}")
+            raise BadInput(f"--dump-budget must be more than {ERROR_ROOM} bytes, got {self.dump_budget}")
 
     @property
     def dump_room(self) -> int:
-        """What the dumps may take of the budget: the server keeps SERVER_ROOM for .error files."""
-        return self.dump_budget - SERVER_ROOM
+        """What the dumps may take of the budget (the server keeps room for .error files)."""
+        return dump_room(self.dump_budget)
 
 
 def same_model(reported: str, model: Path) -> bool:
@@ -177,20 +181,12 @@ class Latencies:
 
 
 @dataclass
-class SGLangResult:
-    samples: int
-    tokens: int
-    bytes: int
-    seconds: float
-    done: int
-    total: int
-    complete: bool
-    retried: int
-    budget_peak: int
+class SGLangResult(RunResult):
+    retried: int = 0
+    budget_peak: int = 0
 
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+    def notes(self) -> str:
+        return f"; {self.retried} retried attempts; dump budget peak {format_bytes(self.budget_peak)}"
 
 
 class Extraction:
@@ -326,7 +322,7 @@ class Extraction:
             except OSError as e:
                 if is_disk_full(e):
                     raise disk_full(e, f"writing sample {rec.index}", self.job.out) from None
-                raise ExtractError(f"writing sample {rec.index} to {self.job.out} failed: {e}") from None
+                raise StageError(f"writing sample {rec.index} to {self.job.out} failed: {e}") from None
         finally:
             self._slots.put(buf)
         self.progress.note_written(t, entry["bytes"])
@@ -337,7 +333,7 @@ class Extraction:
         """Carry one sample through its attempts, holding its dump's bytes of the budget until
         its dump is deleted (or left for the rerun)."""
         key = request_key(rec.index, rec.input_ids)
-        size = dump_bytes(len(rec.input_ids), self.hidden)
+        size = dump_size_bound(len(rec.input_ids), self.hidden)
         if not self.budget.acquire(size, self.halted):
             return
         try:
@@ -438,7 +434,7 @@ class Extraction:
                 with self._lock:
                     self.fatal = self.fatal or (disk_full(e, "appending to the manifest", job.out)
                                                 if is_disk_full(e) else
-                                                ExtractError(f"closing the manifest {self.manifest.path} failed: {e}"))
+                                                StageError(f"closing the manifest {self.manifest.path} failed: {e}"))
         seconds = time.monotonic() - t0
         self._tick(force=True)
         return self._finish(seconds)
@@ -461,15 +457,15 @@ class Extraction:
             self.events.message(msg, level="error")
             raise ServerFailed(msg)
         if self.stop.is_set():
-            raise ExtractError(f"stopped by a signal after writing {p.samples} samples; "
-                               "rerun the same command to resume")
+            p.tally.refresh()
+            raise stopped(p.samples, p.tally.done, job.total)
         if self.failed:
             first = min(self.failed)
             msg = (f"{len(self.failed)} samples failed {self.opts.retries} attempts each (first: sample {first}: "
                    f"{self.failed[first]}); the other {p.tally.done} of {job.total} are in the store: "
                    "fix the cause and rerun the same command to retry them")
             self.events.message(msg, level="error")
-            raise ExtractError(msg)
+            raise StageError(msg)
         complete = finalize_or_stop(job.out, job.total)
         self.folder.sweep(keep=set())
         tally = p.tally
@@ -488,7 +484,7 @@ def plan(job: Job, opts: SGLangOptions) -> list[int]:
         if i in job.done:
             continue
         t = job.dataset.lengths[i]
-        need = dump_bytes(t, job.target.hidden_size)
+        need = dump_size_bound(t, job.target.hidden_size)
         if need > opts.dump_room:
             raise BadInput(f"sample {i} has {t} tokens, whose dump takes about {format_bytes(need)}, more than "
                            f"the dump budget of {format_bytes(opts.dump_budget)} (--dump-budget); raise the "
@@ -514,80 +510,63 @@ def leftover_keys(job: Job, folder: DumpFolder, todo: list[int]) -> set[str]:
 
 
 def extract(args) -> int:
-    """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py; raises
-    ExtractError subclasses, returns 0 when this run's work is done."""
-    from .job import ExtractOptions, prepare
-    from .meta import TargetInfo
-    from pipeline.sizes import parse_size
-    from .sharding import Shard
+    """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py, run by the
+    driver; raises the stage edge's errors, returns 0 when this run's work is done."""
+    from ..store.meta import TargetInfo
 
-    missing = [f"--{n.replace('_', '-')}" for n in ("model", "data", "out", "server", "dump_dir")
-               if getattr(args, n) is None]
-    if missing:
-        raise BadInput(f"missing {', '.join(missing)} (needed by --backend sglang); "
-                       "see python -m pipeline.extract --help")
-    sizes = {}
-    for flag in ("reserve", "dump_budget"):
-        try:
-            sizes[flag] = parse_size(getattr(args, flag))
-        except ValueError as e:
-            raise BadInput(f"--{flag.replace('_', '-')}: {e}") from None
-    opts = SGLangOptions(server=args.server, dump_dir=args.dump_dir, dump_budget=sizes["dump_budget"],
+    need(args, "model", "data", "out", "server", "dump_dir", why=" (needed by --backend sglang)")
+    opts = SGLangOptions(server=args.server, dump_dir=args.dump_dir, dump_budget=size_flag(args, "dump_budget"),
                          concurrency=args.concurrency, request_timeout=args.request_timeout,
                          max_failures=args.max_failures, retries=args.retries, writers=args.writers)
     opts.validate()
+    options = options_from(args)
     target = TargetInfo.from_dir(args.model)
-    options = ExtractOptions(data=args.data, out=args.out, stats=args.stats, max_len=args.max_len,
-                             reserve=sizes["reserve"], limit=args.limit)
-    options.validate()
     try:
         server = SGLangServer(args.server, timeout=opts.request_timeout)
     except ValueError as e:
         raise BadInput(f"--server: {e}") from None
-    reported = check_server(SGLangServer(args.server, timeout=min(opts.request_timeout, 30.0)), args.model)
-    job = prepare(options, target, DTYPE, Shard(0, 1))
     try:
-        return _run(job, opts, server, reported)
-    finally:
+        reported = check_server(SGLangServer(args.server, timeout=min(opts.request_timeout, 30.0)), args.model)
+    except BaseException:
         server.close()
-        if getattr(job, "lock", None) is not None:
-            job.lock.release()
+        raise
+    return drive(options, target, SGLangBackend(opts, server, reported))
 
 
-def _run(job: Job, opts: SGLangOptions, server: SGLangServer, reported: str) -> int:
-    import signal
+class SGLangBackend:
+    """The driver's backend that has a patched SGLang server compute the states
+    (driver.Backend): one process, the whole run, the store in bf16."""
 
-    from ..events import EventWriter
+    dtype = DTYPE
+    shard = Shard(0, 1)
 
-    for index, why in sorted(getattr(job, "damaged", {}).items()):
-        print(f"extract: sample {index} fails the resume check and will be extracted again: {why}", flush=True)
-    folder = DumpFolder(opts.dump_dir)
-    try:
-        folder.path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BadInput(f"cannot create the dump folder {folder.path} (--dump-dir): {e.strerror}") from None
-    todo = plan(job, opts)
-    swept, swept_bytes = folder.sweep(keep=leftover_keys(job, folder, todo))
-    print(f"extract: {job.total} samples in the run, {len(job.done)} already in the manifest, {len(todo)} to send "
-          f"to {server.url} (serving {reported}), {opts.concurrency} at a time, {opts.writers} store writers; "
-          f"dump folder {folder.path} (budget {format_bytes(opts.dump_budget)}), capture layers {job.layers}, store {job.out}"
-          + (f"; removed {swept} stale dump files ({format_bytes(swept_bytes)})" if swept else ""), flush=True)
-    if not todo:
-        complete = finalize_or_stop(job.out, job.total)
-        print("extract: nothing left to do" + ("; store complete" if complete else ""), flush=True)
-        return 0
-    stop = threading.Event()
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main_thread else None
-    try:
-        events = EventWriter.from_env()
-        result = Extraction(job, opts, server, events, log=lambda s: print(s, flush=True), stop=stop).run(todo)
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
-    print(f"extract: wrote {result.samples} samples, {result.tokens:,} tokens, {format_bytes(result.bytes)} in "
-          f"{result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s); {result.retried} retried attempts; "
-          f"dump budget peak {format_bytes(result.budget_peak)}", flush=True)
-    if result.complete:
-        print(f"extract: store complete: {job.out} ({result.done} samples)", flush=True)
-    return 0
+    def __init__(self, opts: SGLangOptions, server: SGLangServer, reported: str,
+                 log: Callable[[str], None] = lambda s: print(s, flush=True)) -> None:
+        self.opts, self.server, self.reported, self.log = opts, server, reported, log
+        self.folder = DumpFolder(opts.dump_dir)
+        self.todo: list[int] = []
+        self.swept = (0, 0)
+
+    def plan(self, job: Job) -> int:
+        try:
+            self.folder.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"cannot create the dump folder {self.folder.path} (--dump-dir): {e.strerror}") from None
+        self.todo = plan(job, self.opts)
+        self.swept = self.folder.sweep(keep=leftover_keys(job, self.folder, self.todo))
+        return len(self.todo)
+
+    def describe(self, job: Job) -> str:
+        opts, (swept, swept_bytes) = self.opts, self.swept
+        return (f"{len(self.todo)} to send to {self.server.url} (serving {self.reported}), {opts.concurrency} at a "
+                f"time, {opts.writers} store writers; dump folder {self.folder.path} (budget "
+                f"{format_bytes(opts.dump_budget)})"
+                + (f"; removed {swept} stale dump files ({format_bytes(swept_bytes)})" if swept else ""))
+
+    def run(self, job: Job, stop: threading.Event) -> SGLangResult:
+        from ..events import EventWriter
+
+        return Extraction(job, self.opts, self.server, EventWriter.from_env(), log=self.log, stop=stop).run(self.todo)
+
+    def close(self) -> None:
+        self.server.close()

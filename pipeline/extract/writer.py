@@ -19,9 +19,10 @@ import torch
 
 from .batching import PlannedBatch
 from .buffers import BufferPool, HostSlot
-from .errors import ExtractError, disk_full, is_disk_full
-from .manifest import ManifestWriter
-from .store import Sample, write_sample
+from ..program_edge import StageError
+from .reserve import disk_full, is_disk_full
+from ..store.manifest import ManifestWriter
+from ..store.sample_file import Sample, write_sample
 
 
 @dataclass
@@ -94,7 +95,7 @@ class WriterPool:
                 if is_disk_full(e):
                     self._fail(disk_full(e, f"writing sample {batch.plan.indices[p]}", self.out))
                 else:
-                    self._fail(ExtractError(f"writing sample {batch.plan.indices[p]} to {self.out} failed: {e}"))
+                    self._fail(StageError(f"writing sample {batch.plan.indices[p]} to {self.out} failed: {e}"))
             except BaseException as e:  # noqa: BLE001 - handed to the main loop
                 self._fail(e)
             finally:

@@ -25,5 +25,6 @@ sha256 is not the recorded original's is refused (exit 3) with the command that 
 Exit codes: 0 done (or nothing to do; verify: patched), 1 verify: not patched,
 2 bad arguments or a file/module that cannot be found or read, 3 refused: content this patcher
 does not know (another SGLang version, or a file edited by hand) or a backup that is not the
-original, 4 the file, its backup or its lock cannot be written (or the lock stays held 60 s).
+original, 4 the file, its backup or its lock cannot be written (or the lock stays held 60 s),
+130 interrupted, 143 stopped by SIGTERM (pipeline/program_edge.py).
 """

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from pipeline.patch import patcher
-from pipeline.patch.patcher import EXIT_NOT_PATCHED, EXIT_OK, PatchError
+from pipeline.patch.patcher import EXIT_NOT_PATCHED, EXIT_OK
+from pipeline.program_edge import on_sigterm, run_program
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--module", help="the model module, e.g. sglang.srt.models.deepseek_v2 "
                                         "(found by this interpreter without importing sglang)")
     args = ap.parse_args(argv)
-    try:
+
+    def body() -> int:
         path = args.file if args.file is not None else patcher.module_file(args.module)
         if args.action == "status":
             print(patcher.status(path).describe(path))
@@ -31,9 +33,10 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK if ok else EXIT_NOT_PATCHED
         print(patcher.apply(path) if args.action == "apply" else patcher.revert(path))
         return EXIT_OK
-    except PatchError as e:
-        print(f"pipeline.patch: {e}", file=sys.stderr)
-        return e.code
+
+    # a stop unwinds through the lock's release and the atomic write's cleanup
+    with on_sigterm():
+        return run_program("patch", body)
 
 
 if __name__ == "__main__":

@@ -25,21 +25,31 @@ from pathlib import Path
 
 from pipeline.atomic_io import write_bytes_atomic
 from pipeline.patch.recipes import RECIPES, Recipe, supported
+from pipeline.program_edge import BadInput, StageError
 
 BACKUP_SUFFIX = ".eagle3-orig"
 LOCK_SUFFIX = ".eagle3-lock"
 LOCK_WAIT_S = 60.0
 MAX_FILE_BYTES = 16 * 2**20  # SGLang's largest model file is ~200 KB
 
-EXIT_OK, EXIT_NOT_PATCHED, EXIT_USAGE, EXIT_REFUSED, EXIT_WRITE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_NOT_PATCHED = 0, 1  # verify's answers; a failure exits with its class's code
 
 
-class PatchError(Exception):
-    """A failure with its exit code; str() is the one line the operator reads."""
+class PatchError(StageError):
+    """A failure of the patcher; str() is the one line the operator reads. Bad arguments and
+    files that cannot be found or read are the edge's BadInput (exit 2)."""
 
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+
+class Refused(PatchError):
+    """Content this patcher does not know, or a backup that is not the original."""
+
+    exit_code = 3
+
+
+class WriteFailed(PatchError):
+    """The file, its backup or its lock cannot be written (or the lock stays held)."""
+
+    exit_code = 4
 
 
 def sha256(data: bytes) -> str:
@@ -99,20 +109,20 @@ def module_file(name: str) -> Path:
     """The source file `import name` would load, found without importing any package of it."""
     parts = name.split(".")
     if not all(p.isidentifier() for p in parts):
-        raise PatchError(f"--module {name!r} is not a dotted module name like sglang.srt.models.llama", EXIT_USAGE)
+        raise BadInput(f"--module {name!r} is not a dotted module name like sglang.srt.models.llama")
     try:
         spec = importlib.util.find_spec(parts[0])
     except (ImportError, ValueError) as e:
-        raise PatchError(f"--module {name}: {e}", EXIT_USAGE) from None
+        raise BadInput(f"--module {name}: {e}") from None
     for i in range(1, len(parts)):
         if spec is None:
             break
         if spec.submodule_search_locations is None:
-            raise PatchError(f"--module {name}: {'.'.join(parts[:i])} is a module, not a package", EXIT_USAGE)
+            raise BadInput(f"--module {name}: {'.'.join(parts[:i])} is a module, not a package")
         spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), list(spec.submodule_search_locations))
     if spec is None or not spec.has_location or not spec.origin or not spec.origin.endswith(".py"):
-        raise PatchError(f"--module {name} cannot be found as a .py file by this Python ({sys.executable}): "
-                         "run the patcher with the SGLang environment's interpreter, or give --file", EXIT_USAGE)
+        raise BadInput(f"--module {name} cannot be found as a .py file by this Python ({sys.executable}): "
+                       "run the patcher with the SGLang environment's interpreter, or give --file")
     return Path(spec.origin)
 
 
@@ -120,15 +130,15 @@ def read(path: Path) -> bytes:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise PatchError(f"{path} is {size} bytes, larger than any SGLang model file "
-                             f"({MAX_FILE_BYTES} bytes at most): is it the right file?", EXIT_REFUSED)
+            raise Refused(f"{path} is {size} bytes, larger than any SGLang model file "
+                          f"({MAX_FILE_BYTES} bytes at most): is it the right file?")
         return path.read_bytes()
     except FileNotFoundError:
-        raise PatchError(f"{path} does not exist", EXIT_USAGE) from None
+        raise BadInput(f"{path} does not exist") from None
     except IsADirectoryError:
-        raise PatchError(f"{path} is a folder; give the model's .py file", EXIT_USAGE) from None
+        raise BadInput(f"{path} is a folder; give the model's .py file") from None
     except OSError as e:
-        raise PatchError(f"cannot read {path}: {e.strerror or e}", EXIT_USAGE) from None
+        raise BadInput(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def backup_path(path: Path) -> Path:
@@ -151,17 +161,22 @@ def file_lock(real: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise PatchError(f"cannot create the lock {lock}: {e.strerror or e}", EXIT_WRITE) from None
+        raise WriteFailed(f"cannot create the lock {lock}: {e.strerror or e}") from None
     try:
         deadline = time.monotonic() + wait_s
+        said = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not said:  # a silent wait of up to a minute reads as a hang
+                    print(f"{real} is being patched by another process; waiting up to {wait_s:.0f} s for {lock}",
+                          file=sys.stderr, flush=True)
+                    said = True
                 if time.monotonic() > deadline:
-                    raise PatchError(f"{real} is being patched by another process (lock {lock} held for "
-                                     f"{wait_s:.0f} s); wait for it and retry", EXIT_WRITE) from None
+                    raise WriteFailed(f"{real} is being patched by another process (lock {lock} held for "
+                                      f"{wait_s:.0f} s); wait for it and retry") from None
                 time.sleep(0.05)
         yield
     finally:
@@ -189,7 +204,7 @@ def _write(path: Path, data: bytes, mode: int | None) -> None:
         if mode is not None:
             os.chmod(path, mode)
     except OSError as e:
-        raise PatchError(f"cannot write {path}: {e.strerror or e}", EXIT_WRITE) from None
+        raise WriteFailed(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _mode(path: Path) -> int:
@@ -209,14 +224,13 @@ def apply(path: Path) -> str:
         state = classify(data)
         backup = backup_path(real)
         if state.kind == "unknown":
-            raise PatchError(f"refusing to patch {shown}: its content (sha256 {sha256(data)[:12]}…) is not an "
-                             f"original this patcher knows, nor its patched form; supported: {supported()}",
-                             EXIT_REFUSED)
+            raise Refused(f"refusing to patch {shown}: its content (sha256 {sha256(data)[:12]}…) is not an "
+                          f"original this patcher knows, nor its patched form; supported: {supported()}")
         problem = _backup_problem(backup, state.recipe)
         if problem:
-            raise PatchError(f"refusing to patch {shown}: its backup {backup} {problem}; {shown} itself is "
-                             f"{state.kind}, so the backup can go: rm {backup} && python -m pipeline.patch apply "
-                             f"--file {path}", EXIT_REFUSED)
+            raise Refused(f"refusing to patch {shown}: its backup {backup} {problem}; {shown} itself is "
+                          f"{state.kind}, so the backup can go: rm {backup} && python -m pipeline.patch apply "
+                          f"--file {path}")
         if state.kind == "patched":
             return f"already patched: {state.recipe.label()} {shown}"
         mode = _mode(real)
@@ -239,14 +253,14 @@ def revert(path: Path) -> str:
         state = classify(data)
         backup = backup_path(real)
         if state.kind == "unknown":
-            raise PatchError(f"refusing to revert {shown}: it is neither a supported original nor exactly its "
-                             f"patched form (edited by hand?){_unknown_hint(real, backup)}", EXIT_REFUSED)
+            raise Refused(f"refusing to revert {shown}: it is neither a supported original nor exactly its "
+                          f"patched form (edited by hand?){_unknown_hint(real, backup)}")
         problem = _backup_problem(backup, state.recipe)
         if problem:
             rebuilt = "the original is rebuilt from the patched text" if state.kind == "patched" else \
                 f"{shown} is already the original"
-            raise PatchError(f"refusing to revert {shown}: its backup {backup} {problem}; {rebuilt}, so the backup "
-                             f"can go: rm {backup} && python -m pipeline.patch revert --file {path}", EXIT_REFUSED)
+            raise Refused(f"refusing to revert {shown}: its backup {backup} {problem}; {rebuilt}, so the backup "
+                          f"can go: rm {backup} && python -m pipeline.patch revert --file {path}")
         if state.kind == "original":
             _drop_backup(backup, data)
             return f"already original: {state.recipe.label()} {shown}"
@@ -278,4 +292,4 @@ def _drop_backup(backup: Path, original: bytes) -> None:
     except FileNotFoundError:
         pass
     except OSError as e:
-        raise PatchError(f"cannot remove the backup {backup}: {e.strerror or e}", EXIT_WRITE) from None
+        raise WriteFailed(f"cannot remove the backup {backup}: {e.strerror or e}") from None

@@ -79,7 +79,7 @@ def _is_bad_input(e: Exception) -> bool:
     """Refusals raised by the modules training reads through (drafter, store, target weights)."""
     from ..drafter.config import DrafterConfigError
     from ..drafter.target_head import TargetWeightsError
-    from ..extract.errors import BadInput as StoreInput
+    from ..program_edge import BadInput as StoreInput
 
     return isinstance(e, (DrafterConfigError, TargetWeightsError, StoreInput))
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ..extract.manifest import read_manifest
+from ..store.manifest import read_manifest
+from ..target import read_config, text_config
 from .errors import BadInput
 from pipeline.jsonfile import read_json
 
@@ -63,14 +64,10 @@ class Store:
         }
 
 
-def _text_config(cfg: dict) -> dict:
-    return cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
-
-
 def _verify(root: Path, target: Path, meta: dict, checksums: str) -> None:
     """The extractor's own integrity check: manifest complete, sizes, sampled checksums, and
     the target's weight fingerprint against meta's."""
-    from ..extract.integrity import verify_store
+    from ..store.integrity import verify_store
 
     model = target if meta.get("target_fingerprint") else None
     rep = verify_store(root, model=model, checksums=checksums)
@@ -86,8 +83,7 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
     meta_path = root / "meta.json"
     meta = read_json(meta_path, f"{meta_path}: missing; {root} is not a finished hidden-state store", BadInput)
     cfg_path = target / "config.json"
-    cfg = _text_config(read_json(cfg_path, f"{cfg_path}: missing; --target must be the target's save_pretrained "
-                                           "folder", BadInput))
+    cfg = text_config(read_config(target, BadInput, "--target"))
     for mkey, ckey in SHAPE_KEYS.items():
         if meta.get(mkey) != cfg.get(ckey):
             raise BadInput(f"{meta_path}: {mkey} is {meta.get(mkey)!r} but {cfg_path} has {ckey} "

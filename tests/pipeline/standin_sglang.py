@@ -47,9 +47,9 @@ from typing import Self
 import torch
 
 from pipeline.atomic_io import write_bytes_atomic
-from pipeline.sglang_dump import ERROR_ROOM, DumpConfig, DumpHook, dump_bytes
-
-KEY_PREFIX = "e3-"
+from pipeline.dump_protocol import KEY_PREFIX, dump_room
+from pipeline.sglang_dump import DumpConfig, DumpHook, dump_bytes
+from pipeline.target import read_config, text_config
 
 
 def states(input_ids: list[int], hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,9 +85,7 @@ def occupancy(folder: Path) -> int:
 
 
 def read_hidden(model_path: str) -> int:
-    cfg = json.loads((Path(model_path) / "config.json").read_text())
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    return int(text["hidden_size"])
+    return int(text_config(read_config(model_path))["hidden_size"])
 
 
 class StandIn:
@@ -186,7 +184,7 @@ class StandIn:
         deadline = time.monotonic() + self.wait
         while True:
             with self._room:
-                if occupancy(folder) + need <= self.budget - ERROR_ROOM:
+                if occupancy(folder) + need <= dump_room(self.budget):
                     tmp = folder / f".{rid}.safetensors.tmp"
                     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     try:

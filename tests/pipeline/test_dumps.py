@@ -1,5 +1,5 @@
 """The SGLang client's move of one dump into the store (pipeline/extract/dumps.py and
-store.write_parts): a dump is checked by its header and token ids without being mapped, its
+sample_file.write_parts): a dump is checked by its header and token ids without being mapped, its
 states stream through a small reused buffer into the store, and the store file is the very
 file the HF backend's write_sample makes of the same sample. A bad dump, found up front or
 in its last chunk, is refused with the file's name and leaves nothing in the store."""
@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from pipeline.atomic_io import TEMP_SUFFIX
-from pipeline.extract.dumps import HEADER_ALLOWANCE, BadDump, ChunkBuffer, DumpFolder, request_key
-from pipeline.extract.layout import relpath
-from pipeline.extract.store import Sample, write_parts, write_sample
+from pipeline.dump_protocol import HEADER_ALLOWANCE, request_key
+from pipeline.extract.dumps import BadDump, ChunkBuffer, DumpFolder
+from pipeline.store.layout import relpath
+from pipeline.store.sample_file import Sample, write_parts, write_sample
 from pipeline.sglang_dump import dump_parts
 
 T, H = 37, 24  # odd sizes: no chunk boundary falls on a tensor boundary

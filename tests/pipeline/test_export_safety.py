@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pipeline import export, output_guard
-from pipeline.target_fingerprint import target_fingerprint
+from pipeline.target import target_fingerprint
 from pipeline.train import checkpoint
 from tests.pipeline.test_export import LAYERS, make_drafter, make_target
 

@@ -38,7 +38,7 @@ def test_sigkill_at_a_random_point_then_resume_gives_the_uninterrupted_store(
     rng = random.Random(seed)
     out = tmp_path / "store"
     total = len(tiny_data.records)
-    # One writer with a delay before each rename (test hook, pipeline/extract/store.py): files land
+    # One writer with a delay before each rename (test hook, pipeline/store/sample_file.py): files land
     # >= 50 ms apart, so by the 12th the manifest has had a timed flush. Writer count does not
     # change batching, so the store must still equal the reference bit for bit.
     argv = xt.extract_argv(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats), "--writers", "1")
@@ -63,6 +63,32 @@ def test_sigkill_at_a_random_point_then_resume_gives_the_uninterrupted_store(
     with open(out / "manifest.jsonl", "ab") as f:
         f.write(b'{"index": 999, "id": "tor')
 
+    resumed = run_extract(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done)} already in the manifest" in resumed.stdout
+    _assert_same_store(out, reference_store, xt)
+
+
+def test_ctrl_c_mid_run_exits_130_keeps_the_manifest_and_the_rerun_completes(
+        tmp_path, tiny_target, tiny_data, reference_store, run_extract, xt):
+    out = tmp_path / "store"
+    total = len(tiny_data.records)
+    argv = xt.extract_argv(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats), "--writers", "1")
+    proc = subprocess.Popen(argv, cwd=xt.REPO, env=xt.cli_env(EAGLE3_EXTRACT_WRITE_DELAY="0.05"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while _finished_files(out) < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # wait-ok: poll interval of a deadline loop
+    assert proc.poll() is None, "the run finished before Ctrl-C could land"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 130, err
+    assert "extract: interrupted; rerun the same command to resume" in err and "Traceback" not in err, err
+    from pipeline.store.manifest import read_manifest
+
+    done = set(read_manifest(out))
+    assert len(done) < total
     resumed = run_extract(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats))
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(done)} already in the manifest" in resumed.stdout
@@ -123,7 +149,7 @@ def test_a_stop_lands_between_decoder_layers_keeps_the_manifest_and_drops_the_ba
     from pipeline.extract.capture import load_target
     from pipeline.extract.errors import Stopped
     from pipeline.extract.job import ExtractOptions, prepare
-    from pipeline.extract.meta import TargetInfo
+    from pipeline.store.meta import TargetInfo
     from pipeline.extract.sharding import resolve_shard
     from pipeline.events import EventWriter
 

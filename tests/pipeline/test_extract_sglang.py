@@ -18,8 +18,8 @@ from standin_sglang import StandIn, states
 
 from pipeline.events import iter_events
 from pipeline.extract.__main__ import main
-from pipeline.extract.dumps import dump_bytes, request_key
-from pipeline.extract.manifest import read_manifest
+from pipeline.dump_protocol import dump_size_bound, request_key
+from pipeline.store.manifest import read_manifest
 
 HIDDEN = 32
 LAYERS = 8
@@ -131,7 +131,7 @@ def test_a_dump_folder_at_its_budget_throttles_and_loses_nothing(tmp_path, targe
     recs = records(16, seed=7, length=40)
     data = write_data(tmp_path / "train.jsonl", recs)
     dumps, out = tmp_path / "hs", tmp_path / "store"
-    one = dump_bytes(40, HIDDEN)
+    one = dump_size_bound(40, HIDDEN)
     budget = 2 * one + one // 2  # room for two dumps
     with StandIn(target, dumps, budget=budget, wait=10.0, dump_delay=0.01) as server:
         assert run(target, data, out, dumps, server.url, "--dump-budget", str(budget), "--concurrency", "6") == 0
@@ -149,7 +149,7 @@ def test_dumps_waiting_for_a_slow_store_writer_keep_their_budget(tmp_path, targe
     recs = records(12, seed=23, length=40)
     data = write_data(tmp_path / "train.jsonl", recs)
     dumps, out = tmp_path / "hs", tmp_path / "store"
-    one = dump_bytes(40, HIDDEN)
+    one = dump_size_bound(40, HIDDEN)
     budget = 3 * one + one // 2  # room for three dumps
     monkeypatch.setenv("EAGLE3_EXTRACT_WRITE_DELAY", "0.05")  # each store write takes 50 ms more
     with StandIn(target, dumps, budget=budget, wait=0.0) as server:
@@ -343,8 +343,9 @@ def test_sigterm_stops_cleanly_and_a_rerun_completes(tmp_path, target, capsys):
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 1, err
-        assert "stopped by a signal" in err and "rerun the same command to resume" in err and "Traceback" not in err
+        assert proc.returncode == 143, err
+        assert "extract: stopped by SIGTERM; wrote " in err and "rerun the same command to resume" in err, err
+        assert "Traceback" not in err
         kept = len(read_manifest(out))
         assert kept < len(recs)
         assert run(target, data, out, dumps, server.url) == 0

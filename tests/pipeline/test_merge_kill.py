@@ -87,11 +87,11 @@ def test_sigterm_stops_a_merge_and_it_removes_its_own_temporary_files(workload, 
 
 
 @pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork")
-def test_a_worker_terminated_before_its_initializer_ends_quietly(capfd, monkeypatch):
+def test_a_worker_terminated_before_its_initializer_ends_quietly(capfd):
     """A forked worker still carries the parent's SIGTERM handler until init_worker runs:
     a stop in that window must not print a multiprocessing traceback to the operator."""
-    import pipeline.merge as merge
+    from pipeline.program_edge import on_sigterm
 
-    monkeypatch.setattr(merge, "_MAIN_PID", os.getpid())
-    assert exit_code_of_forked_child_signalled_under(merge._on_sigterm) == 143
+    with on_sigterm() as term:  # what merge's main installs
+        assert exit_code_of_forked_child_signalled_under(term.handle) == 143
     assert capfd.readouterr().err == ""

@@ -16,15 +16,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from pipeline.dump_protocol import ERROR_ROOM
 from pipeline.sglang_dump import (
-    ERROR_ROOM,
     DumpConfig,
     DumpConfigError,
     DumpHook,
     attach,
-    capture_layers,
     server_problems,
 )
+from pipeline.target import capture_layers
 
 H = 8
 

@@ -112,7 +112,7 @@ def test_weights_changed_in_place_are_refused_by_name_but_a_moved_target_resumes
 
 
 def test_a_second_extraction_on_a_busy_store_is_refused_with_the_pid(tmp_path, tiny_target, tiny_data, run_extract):
-    from pipeline.extract.store_lock import StoreInUse, StoreLock
+    from pipeline.store.lock import StoreInUse, StoreLock
 
     out = tmp_path / "store"
     out.mkdir()
@@ -135,7 +135,7 @@ def test_the_ranks_of_one_sharded_run_share_a_store():
     import tempfile
     from pathlib import Path
 
-    from pipeline.extract.store_lock import StoreLock
+    from pipeline.store.lock import StoreLock
 
     with tempfile.TemporaryDirectory() as d:
         a = StoreLock(Path(d), rank=0, world_size=2).acquire()

@@ -45,10 +45,10 @@ def _assert_stopped_for_space(code, err):
 
 def test_full_disk_while_writing_a_sample_exits_3_and_the_rerun_completes(
         monkeypatch, capfd, tmp_path, tiny_target, tiny_data, reference_store, run_extract, extract_main):
-    from pipeline.extract import store
+    from pipeline.store import sample_file
 
     out = tmp_path / "store"
-    monkeypatch.setattr(store, "write_all", _enospc)
+    monkeypatch.setattr(sample_file, "write_all", _enospc)
     code, err = extract_main(capfd, tiny_target, tiny_data.path, out)
     _assert_stopped_for_space(code, err)
     assert "writing sample" in err
@@ -61,7 +61,7 @@ def test_full_disk_while_writing_a_sample_exits_3_and_the_rerun_completes(
 
 def test_full_disk_while_appending_to_the_manifest_exits_3(monkeypatch, capfd, tmp_path, tiny_target, tiny_data,
                                                           extract_main):
-    from pipeline.extract.manifest import ManifestWriter
+    from pipeline.store.manifest import ManifestWriter
 
     monkeypatch.setattr(ManifestWriter, "add", _enospc)
     code, err = extract_main(capfd, tiny_target, tiny_data.path, tmp_path / "store")
@@ -70,7 +70,7 @@ def test_full_disk_while_appending_to_the_manifest_exits_3(monkeypatch, capfd, t
 
 def test_full_disk_while_closing_the_manifest_exits_3(monkeypatch, capfd, tmp_path, tiny_target, tiny_data,
                                                      extract_main):
-    from pipeline.extract.manifest import ManifestWriter
+    from pipeline.store.manifest import ManifestWriter
 
     monkeypatch.setattr(ManifestWriter, "close", _enospc)
     code, err = extract_main(capfd, tiny_target, tiny_data.path, tmp_path / "store", "--limit", "3")
@@ -80,7 +80,7 @@ def test_full_disk_while_closing_the_manifest_exits_3(monkeypatch, capfd, tmp_pa
 
 def test_full_disk_while_writing_the_final_manifest_exits_3(monkeypatch, capfd, tmp_path, tiny_target, tiny_data,
                                                            extract_main):
-    from pipeline.extract import manifest
+    from pipeline.store import manifest
 
     monkeypatch.setattr(manifest, "write_bytes_atomic", _enospc)
     code, err = extract_main(capfd, tiny_target, tiny_data.path, tmp_path / "store", "--limit", "3")
@@ -89,7 +89,7 @@ def test_full_disk_while_writing_the_final_manifest_exits_3(monkeypatch, capfd, 
 
 
 def test_full_disk_while_writing_meta_exits_3(monkeypatch, capfd, tmp_path, tiny_target, tiny_data, extract_main):
-    from pipeline.extract import meta
+    from pipeline.store import meta
 
     monkeypatch.setattr(meta, "write_json_atomic", _enospc)
     code, err = extract_main(capfd, tiny_target, tiny_data.path, tmp_path / "store")

@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from .errors import BadInput
+from ..program_edge import BadInput
 
 PATTERN = ".extract.rank*.lock"
 

@@ -2,7 +2,7 @@
 `store_intact` check (through `--verify --json`) and the trainer; `resume_damage` is the
 cheaper look a resume takes before it trusts the manifest. Torch-free.
 
-What the manifest promises for each sample (one JSON line, written by `store.write_sample`):
+What the manifest promises for each sample (one JSON line, written by `sample_file.write_sample`):
 
     {"index": 17, "id": "...", "tokens": 412, "bytes": 13505656,
      "file": "rows_0/17.safetensors", "xxh3": "<16 hex: xxh3_64 of the whole file>"}
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..checksum import ALGO, file_checksum
-from ..target_fingerprint import FingerprintError, target_fingerprint
-from .errors import BadInput
+from ..target import FingerprintError, target_fingerprint
+from ..program_edge import BadInput
 from .manifest import manifest_in_order
 from .meta import FORMAT, read_meta
 

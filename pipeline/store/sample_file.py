@@ -26,7 +26,7 @@ import torch
 
 from ..atomic_io import write_all
 from ..checksum import ALGO, Checksum
-from .errors import ExtractError
+from ..program_edge import StageError
 from .layout import header, relpath, sample_bytes, temp_relpath
 
 WRITE_DELAY_ENV = "EAGLE3_EXTRACT_WRITE_DELAY"
@@ -46,7 +46,7 @@ class Sample:
     aux_hidden_state: torch.Tensor  # [T,3H]
 
 
-class InvalidSample(ExtractError):
+class InvalidSample(StageError):
     pass
 
 

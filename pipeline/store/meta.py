@@ -3,7 +3,7 @@
 A resume that silently appended hidden states of another target or dataset would give a
 drafter training data that disagrees with itself; the identity fields below must match
 exactly, and the first differing one is named in the refusal. The target is identified by
-`target_fingerprint` (pipeline/target_fingerprint.py: its weights' safetensors headers and
+`target_fingerprint` (pipeline/target.py: its weights' safetensors headers and
 sampled blocks), so new weights saved at the same path are refused and the same weights at
 a new path are accepted. `target` (the path), `world_size`, `limit` and the dataset's path
 are informational: a store may be resumed with another number of GPUs, a larger --limit, or
@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
-from ..target_fingerprint import FingerprintError, target_fingerprint
-from .errors import BadInput
+from ..target import TargetError, capture_layers, read_config, target_fingerprint, text_config
+from ..program_edge import BadInput
 from .layout import META
-from pipeline.jsonfile import read_json
 
 FORMAT = "eagle3-hidden-store/2"
 """/2: manifest lines carry an xxh3 checksum and meta.json a target_fingerprint."""
@@ -44,19 +43,25 @@ class TargetInfo:
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> "TargetInfo":
-        cfg_path = Path(model_dir) / "config.json"
-        cfg = read_json(cfg_path, f"target {model_dir} has no config.json (--model); point --model at a "
-                                  "save_pretrained folder", BadInput)
-        info = cls.from_config(cfg, os.path.abspath(model_dir), cfg_path)
+        cfg = read_config(model_dir, BadInput, "--model")
+        info = cls.from_config(cfg, os.path.abspath(model_dir), Path(model_dir) / "config.json")
         try:
             fingerprint = target_fingerprint(model_dir)
-        except FingerprintError as e:
+        except TargetError as e:
             raise BadInput(f"{e} (--model)") from None
         return dataclasses.replace(info, fingerprint=fingerprint)
 
+    @property
+    def capture_layers(self) -> list[int]:
+        """pipeline.target.capture_layers of this target; BadInput when it is too shallow."""
+        try:
+            return capture_layers(self.num_layers)
+        except TargetError as e:
+            raise BadInput(str(e)) from None
+
     @classmethod
     def from_config(cls, cfg: dict, path: str, where: object = "config") -> "TargetInfo":
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        text = text_config(cfg)
         values = {}
         for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
             v = text.get(key)
@@ -72,17 +77,6 @@ class TargetInfo:
         )
 
 
-def capture_layers(num_layers: int) -> list[int]:
-    """EAGLE-3's capture points as HF hidden_states indices: the inputs of decoder layers
-    2, L//2 and L-3 (docs/internals.md, "Hidden-state store")."""
-    if num_layers < 7:
-        raise BadInput(
-            f"target has {num_layers} decoder layers; EAGLE-3 captures layers 2, L//2 and L-3, which are "
-            f"three distinct layers only from 7 layers on"
-        )
-    return [2, num_layers // 2, num_layers - 3]
-
-
 def build_meta(target: TargetInfo, dtype: str, dataset: Path, dataset_sha256: str,
                records: int, max_len: int | None, world_size: int, limit: int | None = None) -> dict:
     return {
@@ -93,7 +87,7 @@ def build_meta(target: TargetInfo, dtype: str, dataset: Path, dataset_sha256: st
         "num_layers": target.num_layers,
         "hidden_size": target.hidden_size,
         "vocab_size": target.vocab_size,
-        "capture_layers": capture_layers(target.num_layers),
+        "capture_layers": target.capture_layers,
         "dtype": dtype,
         "dataset": os.path.abspath(dataset),
         "dataset_sha256": dataset_sha256,

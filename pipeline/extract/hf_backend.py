@@ -1,0 +1,46 @@
+"""The HF backend of the extraction driver: this process loads the target with transformers
+and runs it (engine.py). Torch-free until `run`, so the driver refuses bad input before
+torch is imported."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from .driver import RunResult
+from .job import Job
+from .sharding import Shard
+
+
+class HFBackend:
+    """driver.Backend for the target run in this process, on `device` (bf16 on CUDA, fp32 on CPU)."""
+
+    def __init__(self, model_dir: Path, device: str, shard: Shard, compile: bool | None = None,
+                 log: Callable[[str], None] = lambda s: print(s, flush=True)) -> None:
+        self.model_dir, self.device, self.shard, self.compile, self.log = Path(model_dir), device, shard, compile, log
+        self.dtype = "bfloat16" if device.startswith("cuda") else "float32"
+
+    def plan(self, job: Job) -> int:
+        return job.rank_todo_samples
+
+    def describe(self, job: Job) -> str:
+        return (f"this process: {job.rank_todo_samples} samples in {len(job.todo)} batches on {self.device} "
+                f"({self.dtype})")
+
+    def run(self, job: Job, stop: threading.Event) -> RunResult:
+        import torch
+
+        from ..events import EventWriter
+        from . import engine
+        from .capture import load_target
+
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(self.device)
+        torch_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.dtype]
+        model = load_target(self.model_dir, self.device, torch_dtype)
+        return engine.run(job, model, self.device, EventWriter.from_env(), log=self.log, stop=stop,
+                          compile=self.compile)
+
+    def close(self) -> None:
+        """Nothing held: the model goes with the process."""
