@@ -37,7 +37,8 @@ server and its worker processes.
 
 Exit codes (only when it does not exec): 0 --dry-run printed, 2 bad input (a missing model
 or drafter folder, a dump budget larger than the dump volume's free space, a flag this
-program sets repeated after --), 1 the exec itself failed.
+program sets repeated after --), 1 the exec itself failed, 130 interrupted, 143 stopped by SIGTERM
+(pipeline/program_edge.py; after the exec the server's own signal handling applies).
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
-"""Failures of a regenerate run, each carrying the exit code of program_edge's convention."""
+"""Failures of a regenerate run: the stage edge's classes (pipeline/program_edge.py), which
+carry the exit codes, and the one failure that is counted instead of ending the run."""
 
 from __future__ import annotations
 
+from pipeline.program_edge import BadInput, PeerDead, StageError, StoppedShort, Terminated
 
-class RegenError(Exception):
+__all__ = ["BadInput", "Failure", "PeerDead", "RegenError", "StoppedShort", "Terminated"]
+
+
+class RegenError(StageError):
     """A failure whose str() is the one line an operator reads."""
-
-    exit_code = 1
-
-
-class BadInput(RegenError):
-    exit_code = 2
-
-
-class StoppedShort(RegenError):
-    """The disk filled: what was written is kept and a rerun resumes."""
-
-    exit_code = 3
-
-
-class PeerDead(RegenError):
-    """A server stopped answering; what was written is kept and a rerun resumes."""
-
-    exit_code = 4
-
-
-class Terminated(RegenError):
-    exit_code = 143
 
 
 class Failure(Exception):

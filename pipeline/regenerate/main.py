@@ -16,7 +16,6 @@ of them the same command resumes: records already in OUT are kept and not asked 
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -24,17 +23,18 @@ from itertools import islice
 
 from pipeline import output_guard
 from pipeline.events import EventWriter
-from pipeline.program_edge import run_program
+from pipeline.program_edge import on_sigterm, run_program
 
 from . import options as opts_mod
 from . import sources
 from .conversation import Chat, checked, seed_for
-from .errors import BadInput, Failure, RegenError, Terminated
+from .errors import BadInput, Failure
 from .output import Appender, done_ids, repair_tail
 from .sink import Sink
 from .stats import Stats, previous
 
 NAME = "regenerate"
+RESUME = "the records written so far are kept; rerun the same command to resume"
 
 
 def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
@@ -151,16 +151,11 @@ def body(argv: list[str] | None) -> int:
     return 0
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise Terminated("stopped by SIGTERM; the records written so far are kept; rerun the same command to resume")
-
-
 def main(argv: list[str] | None = None) -> int:
-    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        return run_program(NAME, lambda: body(argv), (RegenError, output_guard.OutputError))
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+    # a stop raises Terminated wherever the main thread is; the `finally` above flushes what was
+    # answered and writes the stats, and the Appender never writes a record twice
+    with on_sigterm():
+        return run_program(NAME, lambda: body(argv), stop_note=RESUME)
 
 
 if __name__ == "__main__":

@@ -10,20 +10,22 @@ $EAGLE3_EVENTS (progress in steps, metrics loss, acc_<i>, loss_<i>, tokens_per_s
 val_loss, val_acc_<i>). `--resume` with a larger --steps/--epochs extends a finished run.
 
 Exit codes: 0 finished, 2 bad input (store incomplete or from another target, missing
-files, bad arguments, a checkpoint that does not fit), 3 stopped by SIGTERM/SIGINT after
-writing a checkpoint (rerun with --resume), 1 anything else.
+files, bad arguments, a checkpoint that does not fit), 3 stopped by SIGTERM after writing a
+checkpoint (rerun with --resume), 130 the same after Ctrl-C, 1 anything else.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from .errors import TrainError
+from pipeline.program_edge import BadInput, SigtermGuard, on_sigterm, run_program
+
+from .errors import Stopped
 
 PROG = "python -m pipeline.train"
 
@@ -84,45 +86,48 @@ def _is_bad_input(e: Exception) -> bool:
     return isinstance(e, (DrafterConfigError, TargetWeightsError, StoreInput))
 
 
-def stop_handler(stop: threading.Event):  # noqa: ANN201 - a signal handler
-    """SIGTERM/SIGINT: checkpoint and stop. A DataLoader worker forked before its
-    worker_init_fn ignores these inherits this handler: there it stays silent, so the
-    operator reads the message once, from the process that checkpoints."""
-    main_pid = os.getpid()
+def stop_signals(stop: threading.Event, got: list[int] | None = None) -> AbstractContextManager[SigtermGuard]:
+    """SIGTERM/SIGINT: checkpoint and stop (the loop sees `stop` between steps and between TTT
+    passes). A DataLoader worker forked before its worker_init_fn ignores these inherits this
+    handler: there it stays silent and running (a worker that exited would make torch raise in
+    the main process, maybe mid-checkpoint), so the operator reads the message once, from the
+    process that checkpoints. `got` collects the signals that came."""
 
-    def on_signal(signum: int, _frame: object) -> None:
-        if os.getpid() != main_pid:
-            return
+    def on_signal(signum: int) -> None:
         print(f"train: {signal.Signals(signum).name} received; checkpointing and stopping", flush=True)
+        if got is not None:
+            got.append(signum)
         stop.set()
 
-    return on_signal
+    return on_sigterm(on_signal, signals=(signal.SIGTERM, signal.SIGINT), child="ignore")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stop = threading.Event()
-    on_signal = stop_handler(stop)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
+    got: list[int] = []
+
+    def body() -> int:
         from .loop import Options, run
 
-        opts = Options(**{k: v for k, v in vars(args).items()})
-        summary = run(opts, log=lambda s: print(s, flush=True), stop=stop)
+        opts = Options(**vars(args))
+        try:
+            summary = run(opts, log=lambda s: print(s, flush=True), stop=stop)
+        except Stopped as e:
+            if got and got[0] == signal.SIGINT:  # Ctrl-C: the same checkpoint, the interrupt's exit code
+                raise KeyboardInterrupt(str(e)) from None
+            raise
+        except Exception as e:
+            if _is_bad_input(e):
+                raise BadInput(str(e)) from None
+            raise
         if summary.get("checkpoint"):
             print(f"train: done: {summary['steps']} steps, loss {summary['loss']:.4f}, acc_0 {summary['acc'][0]:.3f}; "
                   f"checkpoint {summary['checkpoint']}", flush=True)
         return 0
-    except TrainError as e:
-        print(f"train: {e}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
-        if _is_bad_input(e):
-            print(f"train: {e}", file=sys.stderr, flush=True)
-            return 2
-        print(f"train: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return 1
+
+    with stop_signals(stop, got):
+        return run_program("train", body)
 
 
 if __name__ == "__main__":

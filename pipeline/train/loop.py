@@ -31,6 +31,7 @@ from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig
 from ..drafter.model import Eagle3Drafter, load_drafter
 from ..events import EventWriter
+from ..program_edge import leave_stops_to_parent
 from . import checkpoint
 from .data import (BatchPlan, StepDataset, collate, count_dataset_tokens, count_loss_tokens, open_store, plan_epoch,
                    read_sample, split_validation)
@@ -170,9 +171,9 @@ def _schedule(lengths: list[int], positions: list[int], plan: BatchPlan, epochs:
 
 
 def _ignore_signals(_worker_id: int) -> None:
-    """DataLoader workers leave SIGTERM/SIGINT to the main process, which checkpoints first."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """DataLoader workers leave SIGTERM/SIGINT to the main process, which checkpoints first
+    (and ends them)."""
+    leave_stops_to_parent(signal.SIG_IGN)
 
 
 def _identity(opts: Options, plan: BatchPlan, store_identity: dict, val: list[int], total: int) -> dict:

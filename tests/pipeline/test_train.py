@@ -215,10 +215,11 @@ def test_a_loader_worker_signalled_before_its_init_stays_silent(capfd):
     a stop in that window must not print a second "checkpointing and stopping" line."""
     import threading
 
-    from pipeline.train.__main__ import stop_handler
+    from pipeline.train.__main__ import stop_signals
 
     stop = threading.Event()
-    assert exit_code_of_forked_child_signalled_under(stop_handler(stop)) == 0
+    with stop_signals(stop) as guard:  # what train's main installs
+        assert exit_code_of_forked_child_signalled_under(guard.handle) == 0
     assert "checkpointing and stopping" not in capfd.readouterr().out
     assert not stop.is_set()
 
