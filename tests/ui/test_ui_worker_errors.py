@@ -8,8 +8,10 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 from ui_harness import FAST, Notices, make_app, select, state_of, wait_for
 
+from console.core import startflow
 from console.core.errors import Eagle3Error
 from console.core.project import Project
+from console.ui.components.phase_list import PhaseList
 from console.ui.screens.main_screen import Intervals
 
 
@@ -102,3 +104,21 @@ async def test_a_failing_background_preflight_shows_nothing_until_the_operator_c
         await pilot.pause()
         assert seen.errors() == ["check gated failed: PermissionError: [Errno 13] Permission denied: 'cfg.yaml'"]
         assert app.is_running and app.return_code is None
+
+
+async def test_a_start_that_fails_is_one_notice_and_the_row_stops_saying_starting(project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The start's worker reports back instead of failing: the flow learns the start is over."""
+    seen = Seen()
+    monkeypatch.setattr(startflow, "attempt", Unreadable())
+    app = make_app(project)
+    async with app.run_test(size=(100, 30), message_hook=seen.hook) as pilot:
+        await select(pilot, app, "prep")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: seen.errors(), what="the failed start's notice")
+        main = app.main_screen()
+        await wait_for(pilot, lambda: not main.flow.starting, what="the start over")
+        await pilot.pause()
+        assert seen.errors() == ["start prep failed: PermissionError: [Errno 13] Permission denied: 'cfg.yaml'"]
+        plist = main.query_one(PhaseList)
+        assert "start…" not in str(plist.get_option_at_index(plist.get_option_index("prep")).prompt)
+        assert seen.failed == [] and app.is_running and state_of(app, "prep") != "running"
