@@ -4,7 +4,10 @@ and a toast for each outcome. The flow itself, what is asked and what an answer 
 is the core's; this module only shows it.
 
 Each step reads files or runs checks, so it runs in a thread worker; its result comes back
-to the UI loop as a `StartOutcome` message."""
+to the UI loop as a `StartOutcome` message. A step that raises comes back the same way,
+not as a failed worker: the flow must still learn that the start is over (the row stops
+saying starting, a quit that waited for it goes ahead). Its notice reads as any failed
+worker's (`console.ui.worker_notices`)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from console.core.startflow import (
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.confirm_dialog import ConfirmDialog
+from console.ui.worker_notices import NOTICE_TIMEOUT, failure_text
 
 if TYPE_CHECKING:
     from console.ui.screens.main_screen import MainScreen
@@ -56,7 +60,7 @@ class StartFlow:
 
     def ask(self, request: StartRequest) -> None:
         self.screen.run_worker(lambda: self._step(request, launch=False), thread=True, group="start",
-                               exit_on_error=False, name=f"ask:{request.phase_id}")
+                               exit_on_error=False, name=f"start {request.phase_id}")
 
     def start(self, request: StartRequest) -> None:
         """The checks and the launch, with the answers `request` carries."""
@@ -64,7 +68,7 @@ class StartFlow:
         self.starting.add(request.phase_id)
         self.screen.starting_changed()
         self.screen.run_worker(lambda: self._step(request, launch=True), thread=True, group="start",
-                               exit_on_error=False, name=f"start:{request.phase_id}")
+                               exit_on_error=False, name=f"start {request.phase_id}")
 
     def _step(self, request: StartRequest, launch: bool) -> None:
         """(A blocked start sends its `blocked` notification in `Project.start` itself.)"""
@@ -72,8 +76,7 @@ class StartFlow:
         try:
             result = startflow.attempt(project, request) if launch else startflow.ask(project, request)
         except Exception as exc:  # noqa: BLE001 - shown on the UI loop, never a traceback
-            self.screen.post_message(StartOutcome(request, None, launch,
-                                                  f"could not start {request.phase_id}: {type(exc).__name__}: {exc}"))
+            self.screen.post_message(StartOutcome(request, None, launch, failure_text(f"start {request.phase_id}", exc)))
             return
         self.screen.post_message(StartOutcome(request, result, launch))
 
@@ -90,7 +93,7 @@ class StartFlow:
             app.quit_after_starts()
             return
         if msg.error is not None:
-            screen.notify(msg.error, severity="error", timeout=15)
+            screen.notify(msg.error, severity="error", timeout=NOTICE_TIMEOUT)
         elif res is None:
             self.start(msg.request)
         elif isinstance(res, AlreadyLive):

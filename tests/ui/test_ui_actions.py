@@ -9,7 +9,7 @@ import os
 import time
 
 from textual.widgets import Input, SelectionList
-from ui_harness import make_app, select, state_of, wait_for
+from ui_harness import Notices, make_app, select, state_of, wait_for
 
 from console.ui.components.checks_view import ChecksView
 from console.ui.components.log_view import LogView
@@ -255,13 +255,15 @@ async def test_two_consoles_do_not_launch_a_phase_twice(project) -> None:  # typ
 
     other = Project.load(project.config.path)
     first, second = make_app(project), make_app(other)
-    async with first.run_test(size=(100, 30)) as p1, second.run_test(size=(100, 30)) as p2:
+    notices = Notices()
+    async with first.run_test(size=(100, 30)) as p1, \
+            second.run_test(size=(100, 30), message_hook=notices.hook) as p2:
         await select(p1, first, "sleeper")
         await select(p2, second, "sleeper")
         await p1.press("r")
         await wait_for(p1, lambda: state_of(first, "sleeper") == "running", what="first started it")
         second.main_screen().start_phase("sleeper", {}, False)
-        await wait_for(p2, lambda: any("already running" in n.message for n in second._notifications),
+        await wait_for(p2, lambda: any("already running" in text for text in notices.texts),
                        what="second refused")
     from console.core.runs.manager import list_runs
 
@@ -341,7 +343,7 @@ async def test_quit_during_a_starts_preflight_asks_and_the_phase_still_starts(tm
             await pilot.press("r")
             plist = app.main_screen().query_one(PhaseList)
             await wait_for(pilot, lambda: "slowstart" in plist.starting, what="the start in flight")
-            row = plist.get_option_at_index(plist._ids.index("slowstart")).prompt
+            row = plist.get_option_at_index(plist.get_option_index("slowstart")).prompt
             assert "start…" in str(row) and "✓" not in str(row)
             await pilot.press("q")
             await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="quit question")

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 from textual.widgets import Button, Footer
-from textual.widgets._toast import Toast, ToastRack
-from ui_harness import FAST, make_app, select, state_of, stop_all, wait_for, write_config
+from ui_harness import FAST, Notices, make_app, select, state_of, stop_all, wait_for, write_config
 
 from console.core.checks.result import CheckResult
 from console.core.project import Project
@@ -33,6 +32,11 @@ def _result(name: str, status: str, **kw) -> CheckResult:  # type: ignore[no-unt
 
 def _text(widget) -> str:  # type: ignore[no-untyped-def]
     return str(widget.render())
+
+
+def _rows(plist: PhaseList) -> list[str]:
+    """The phase list's rows as the operator reads them."""
+    return [str(plist.get_option_at_index(i).prompt) for i in range(plist.option_count)]
 
 
 def test_failing_checks_come_first_and_passing_ones_fold_into_one_line() -> None:
@@ -58,9 +62,9 @@ async def test_80x24_ids_marker_footer_quit_log_path_and_toasts_clear_of_the_log
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await select(pilot, app, "prep")
         main = app.main_screen()
-        rows = main.query_one(PhaseList)._drawn
-        assert [r.plain.split()[1] for r in rows] == ["prep", "train", "gated", "clean", "sleeper", "stream"]
-        assert rows[0].plain.startswith("›") and not rows[1].plain.startswith("›")
+        rows = _rows(main.query_one(PhaseList))
+        assert [r.split()[1] for r in rows] == ["prep", "train", "gated", "clean", "sleeper", "stream"]
+        assert rows[0].startswith("›") and not rows[1].startswith("›")
         footer = main.query_one(Footer)
 
         def quit_key():  # type: ignore[no-untyped-def]
@@ -74,10 +78,10 @@ async def test_80x24_ids_marker_footer_quit_log_path_and_toasts_clear_of_the_log
         assert "following" in log.border_title and "output.log" in log.border_title
         for i in range(4):
             app.notify(f"toast number {i} with a long enough text to wrap over two lines of a toast", timeout=30)
-        await wait_for(pilot, lambda: len(app.screen.query(Toast)) >= 4, what="toasts shown")
+        await wait_for(pilot, lambda: len(app.screen.query("Toast")) >= 4, what="toasts shown")
         await pilot.pause()
-        rack = app.screen.query_one(ToastRack).region  # toasts beyond it scroll, unseen
-        for toast in app.screen.query(Toast):
+        rack = app.screen.query_one("ToastRack").region  # toasts beyond it scroll, unseen
+        for toast in app.screen.query("Toast"):
             seen = toast.region.intersection(rack)
             assert not seen.overlaps(log.region), "a toast covers the log"
             assert not seen.overlaps(main.query_one("#stats").region), "a toast covers the progress line"
@@ -94,14 +98,14 @@ async def test_blocked_dialog_scrolls_so_its_reason_and_buttons_stay_reachable(p
         app.push_screen(BlockedDialog("gated", results))
         await wait_for(pilot, lambda: isinstance(app.screen, BlockedDialog), what="dialog")
         app.notify("a toast while the dialog is open", timeout=30)
-        await wait_for(pilot, lambda: app.screen.query(Toast), what="toast")
+        await wait_for(pilot, lambda: app.screen.query("Toast"), what="toast")
         await pilot.pause()
         dialog = app.screen
         for widget in [*dialog.query(Button), dialog.query_one("#blocked-reason")]:
             r = widget.region
             assert r.height > 0 and r.y >= 0 and r.bottom <= 24, f"{widget} is off screen: {r}"
-            rack = dialog.query_one(ToastRack).region
-            for toast in dialog.query(Toast):
+            rack = dialog.query_one("ToastRack").region
+            for toast in dialog.query("Toast"):
                 assert not toast.region.intersection(rack).overlaps(r), "a toast covers a dialog control"
         assert dialog.query_one("#dialog-scroll").max_scroll_y > 0  # the evidence scrolls instead
 
@@ -149,7 +153,8 @@ def await_done(project: Project, phase_id: str) -> None:
 
 async def test_stop_dialog_never_stops_a_run_that_replaced_the_one_it_asked_about(project) -> None:  # type: ignore[no-untyped-def]
     app = make_app(project)
-    async with app.run_test(size=(100, 30)) as pilot:
+    notices = Notices()
+    async with app.run_test(size=(100, 30), message_hook=notices.hook) as pilot:
         await select(pilot, app, "sleeper")
         await pilot.press("r")
         await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="sleeper running")
@@ -161,9 +166,9 @@ async def test_stop_dialog_never_stops_a_run_that_replaced_the_one_it_asked_abou
         second = project.start("sleeper").run_id
         assert second != first
         await pilot.press("y")
-        await wait_for(pilot, lambda: any("restarted while you were asked" in n.message for n in app._notifications),
+        await wait_for(pilot, lambda: any("restarted while you were asked" in text for text in notices.texts),
                        what="refusal")
-        await app.workers.wait_for_complete()
+        await wait_for(pilot, lambda: all(w.is_finished for w in app.workers if w.group == "stop"), what="stop done")
         assert project.status("sleeper").state == "running" and project.run_dir("sleeper").run_id == second
 
 
@@ -261,8 +266,7 @@ async def test_a_phase_that_goes_silent_is_flagged_rung_journaled_and_notified(t
             await pilot.press("r")
             main = app.main_screen()
             await wait_for(pilot, lambda: "quiet" in main.stalled, timeout=30, what="stall flagged")
-            rows = main.query_one(PhaseList)._drawn
-            assert "⚠ stalled" in rows[0].plain
+            assert "⚠ stalled" in _rows(main.query_one(PhaseList))[0]
             assert "⚠ stalled" in _text(main.query_one("#detail-header"))
             assert bells
             await wait_for(pilot, lambda: alerts.exists() and alerts.read_text(), timeout=30, what="notifier ran")

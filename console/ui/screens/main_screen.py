@@ -6,16 +6,20 @@ Every read runs in a poller's thread and returns data: the project snapshot come
 `console.core.snapshot` (the same one `eagle3 status --json` prints), and the handlers on
 the UI loop only store it and redraw. What changed between two looks (ended, stalled, lost
 runs) is `console.core.watch`'s; starting a phase is `console.core.startflow`'s, with the
-console's dialogs in `console.ui.startflow`."""
+console's dialogs in `console.ui.startflow`.
+
+The thread workers an operator's key starts (checks, verify, stop) do not catch: a failure
+reaches the operator as one notice named for the worker (`console.ui.worker_notices`). The
+background pre-flight fails silently; the operator's own check shows the error."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -26,7 +30,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 
 from console.core.checks.result import CheckResult
-from console.core.errors import Eagle3Error
 from console.core.livestats import LiveSnapshot
 from console.core.project import Project
 from console.core.snapshot import Snapshot
@@ -62,6 +65,7 @@ from console.ui.screens.history_screen import HistoryScreen
 from console.ui.screens.journal_screen import JournalScreen
 from console.ui.screens.log_screen import LogScreen
 from console.ui.startflow import StartFlow, StartOutcome
+from console.ui.worker_notices import WorkerNotices
 
 LIVE = ("running", "verifying")
 DETAIL_LOG_LINES = 1000
@@ -101,7 +105,9 @@ def phases_title(name: str, saved: dict[str, str], width: int = 60) -> str:
     return title if len(title) <= width else title[: width - 1] + "…"
 
 
-class MainScreen(Screen[None]):
+class MainScreen(WorkerNotices, Screen[None]):
+    QUIET_WORKER_GROUPS = frozenset({"preflight"})  # the background pre-flight
+
     selected: var[str | None] = var(None, init=False)  # the phase the detail shows
 
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide"), (160, "-very-wide")]
@@ -291,13 +297,10 @@ class MainScreen(Screen[None]):
         for pid in self.preflights.due(self.statuses):
             self._preflight(pid)
 
-    @work(thread=True, group="preflight", exit_on_error=False)
     def _preflight(self, phase_id: str) -> None:
-        try:
-            results = self.project.check(phase_id, journal=False)
-        except Exception:  # noqa: BLE001 - an operator's own check (c) shows the error
-            return
-        self.post_message(ChecksDone(phase_id, results, "preflight"))
+        """Fails silently (its group is quiet): an operator's own check (c) shows the error."""
+        self.run_worker(partial(self._checks, phase_id, "preflight"), name=f"pre-flight {phase_id}",
+                        group="preflight", thread=True, exit_on_error=False)
 
     def _phase_ended(self, st: PhaseStatus) -> None:
         self.ended.append((st.phase.id, st.state))
@@ -443,16 +446,17 @@ class MainScreen(Screen[None]):
     def action_expand_checks(self) -> None:
         self.query_one(ChecksView).action_toggle_passing()
 
-    @work(thread=True, group="checks", exit_on_error=False)
     def _run_checks(self, phase_id: str, kind: str) -> None:
-        try:
-            results = self.project.check(phase_id) if kind == "check" else self.project.verify(phase_id)
-        except Eagle3Error as exc:
-            self.post_message(ActionFailed(str(exc)))
-            return
-        except Exception as exc:  # noqa: BLE001 - shown, never a traceback
-            self.post_message(ActionFailed(f"{kind} {phase_id} failed: {type(exc).__name__}: {exc}"))
-            return
+        self.run_worker(partial(self._checks, phase_id, kind), name=f"{kind} {phase_id}", group="checks",
+                        thread=True, exit_on_error=False)
+
+    def _checks(self, phase_id: str, kind: str) -> None:
+        """(A thread worker: raising is the worker's failure, shown by `WorkerNotices`.)
+        Only the checks an operator asked for are journaled: those are decisions."""
+        if kind == "verify":
+            results = self.project.verify(phase_id)
+        else:
+            results = self.project.check(phase_id, journal=kind == "check")
         self.post_message(ChecksDone(phase_id, results, kind))
 
     def on_checks_done(self, msg: ChecksDone) -> None:
@@ -500,7 +504,8 @@ class MainScreen(Screen[None]):
 
         def answer(yes: bool | None) -> None:
             if yes:
-                self._stop(pid, run_id)
+                self.run_worker(partial(self._stop, pid, run_id), name=f"stop {pid}", group="stop",
+                                thread=True, exit_on_error=False)
 
         self.app.push_screen(AskDialog(
             f"stop {pid}?",
@@ -509,24 +514,18 @@ class MainScreen(Screen[None]):
                              "The stop is journaled."),
             yes="Stop", danger=True), answer)
 
-    @work(thread=True, group="stop", exit_on_error=False)
     def _stop(self, phase_id: str, run_id: str) -> None:
-        """Stops the run the operator was asked about, and only that one: a phase restarted
-        while the question was open is left alone."""
-        try:
-            current = self.project.run_dir(phase_id)
-            if current is None or current.run_id != run_id:
-                now = current.run_id if current is not None else "none"
-                self.post_message(ActionFailed(
-                    f"{phase_id} was restarted while you were asked (run {run_id} -> {now}); nothing was "
-                    f"stopped. Press s again to stop the new run."))
-                return
-            stopped = self.project.stop(phase_id, run_id=run_id)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(ActionFailed(str(exc) if isinstance(exc, Eagle3Error) else
-                                           f"stop {phase_id} failed: {type(exc).__name__}: {exc}"))
+        """(A thread worker.) Stops the run the operator was asked about, and only that one: a
+        phase restarted while the question was open is left alone, an outcome the operator
+        reads, not a failure."""
+        current = self.project.run_dir(phase_id)
+        if current is None or current.run_id != run_id:
+            now = current.run_id if current is not None else "none"
+            self.post_message(ActionFailed(
+                f"{phase_id} was restarted while you were asked (run {run_id} -> {now}); nothing was "
+                f"stopped. Press s again to stop the new run."))
             return
-        if not stopped:
+        if not self.project.stop(phase_id, run_id=run_id):
             self.post_message(ActionFailed(f"{phase_id} was not running"))
         self.call_later_safe()
 
