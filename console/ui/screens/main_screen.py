@@ -172,7 +172,7 @@ class MainScreen(Screen[None]):
         self._forecast = DiskForecast()
         self._header_plain = ""
         self._journal_seen: tuple[object, ...] = ()
-        self.log_feed = LogFeed("main", self._selected_log_path, DETAIL_LOG_LINES)
+        self.log_feed = LogFeed("main", self._selected_log_path, DETAIL_LOG_LINES, paced=True)
         self.pollers: dict[str, Poller] = {
             "status": Poller(self, "status", self.iv.status, self._read_snapshot),
             "log": Poller(self, "log", self.iv.log, self.log_feed.read),
