@@ -445,7 +445,8 @@ class MainScreen(Screen[None]):
         content = Content.assemble(*bits)
         if content.plain != self._header_plain:
             self._header_plain = content.plain
-            header.update(content)
+            height = len(content.wrap(max(1, header.content_region.width)))
+            header.update(content, layout=height != header.content_region.height)
         snap = self.stats.get(ph.id)
         self.query_one(StatsPanel).show(None if is_empty(snap) else snap)
         self._show_checks(st)
