@@ -4,7 +4,7 @@ console following a phase's log (CPU and bytes written to the terminal per secon
 printing 100k lines/s (display lag of the log pane, peak RSS).
 
     .venv/bin/python bench/console.py [--idle-s 30] [--follow-s 20] [--follow-rates 100,1000]
-        [--follow-sizes 80x24,160x48] [--spew-s 10] [--rate 100000] [--size 160x48]
+        [--follow-sizes 80x24,160x48] [--follow-separately] [--spew-s 10] [--rate 100000] [--size 160x48]
 
 The idle figure is the real console process in a pseudo-terminal of --size (what tmux
 gives it), measured with psutil over --idle-s seconds after a settling pause. When NVML
@@ -14,7 +14,9 @@ side by side, each in its own pseudo-terminal, over the same window.
 The following figure starts one phase per rate (each printing short lines at that rate),
 then one console per size attached to each, plus an idle console per size, all at once in
 their own pseudo-terminals over the same window; bytes are what each console wrote to its
-terminal. Run it on a quiet machine: the load average is printed beside the figures.
+terminal. With --follow-separately each console runs alone in its own window, one after
+the other (the phases keep printing throughout), so the consoles do not load each other.
+Run it on a quiet machine: the load average is printed beside the figures.
 
 Targets (issues 10, 17): idle CPU <= 1 % of a core with 8 fake GPUs, and at most nvitop's on a
 GPU box; following 100 lines/s <= 2 % of a core and <= 8 KB/s. This prints figures; it
@@ -189,17 +191,20 @@ phases:
 
 
 def follow_figures(root: Path, rates: list[int], sizes: list[tuple[int, int]], seconds: float,
-                   settle: float = 10.0) -> None:
-    """Consoles following phases at each rate and size, beside idle consoles, in one window."""
+                   settle: float = 10.0, separately: bool = False) -> None:
+    """Consoles following phases at each rate and size, beside idle consoles, in one window
+    (or each alone in its own window, one after the other)."""
     script = root / "spew.py"
     me = str(Path(__file__).resolve())
     named: dict[str, tuple[list[str], tuple[int, int]]] = {}
     projects = []
+    windows = len(sizes) * (len(rates) + 1 + (1 if nvml_present() else 0)) if separately else 1
     for rate in rates:
         work = root / f"follow{rate}"
         work.mkdir()
         cfg = root / f"follow{rate}.yaml"
-        cfg.write_text(FOLLOW_CONFIG.format(rate=rate, work=work, spew=script, secs=settle + seconds + 30))
+        cfg.write_text(FOLLOW_CONFIG.format(rate=rate, work=work, spew=script,
+                                            secs=(settle + seconds + 5) * windows + 30))
         project = Project.load(cfg)
         project.start("spew")
         projects.append(project)
@@ -217,11 +222,17 @@ def follow_figures(root: Path, rates: list[int], sizes: list[tuple[int, int]], s
             named[f"nvitop {cols}x{rows}"] = ([nvitop], (cols, rows))
     load0 = os.getloadavg()[0]
     try:
-        figs = measure_ptys(named, seconds, settle)
+        if separately:
+            figs = {}
+            for name, run in named.items():
+                figs.update(measure_ptys({name: run}, seconds, settle))
+        else:
+            figs = measure_ptys(named, seconds, settle)
     finally:
         for project in projects:
             project.stop("spew", grace=2)
-    print(f"following a phase's log, {len(named)} consoles at once (8 fake GPUs each), {seconds:.0f} s, "
+    how = "one at a time" if separately else "at once"
+    print(f"following a phase's log, {len(named)} consoles {how} (8 fake GPUs each), {seconds:.0f} s each, "
           f"{os.cpu_count()} cores, load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after:")
     for name, (cpu, rss, bps) in figs.items():
         print(f"  {name:>22}: CPU {cpu:5.2f} % of one core, {bps / 1000:6.2f} KB/s to the terminal, RSS {rss:.0f} MB")
@@ -313,6 +324,8 @@ def main() -> int:
     ap.add_argument("--follow-s", type=float, default=20.0)
     ap.add_argument("--follow-rates", default="100,1000", help="lines/s of the followed phases")
     ap.add_argument("--follow-sizes", default="80x24,160x48", help="terminal sizes of the following consoles")
+    ap.add_argument("--follow-separately", action="store_true",
+                    help="measure each following (and idle) console alone, one after the other")
     ap.add_argument("--skip-idle", action="store_true", help="only the following (and spew) figures")
     ap.add_argument("--skip-follow", action="store_true")
     args = ap.parse_args()
@@ -328,7 +341,8 @@ def main() -> int:
         me = str(Path(__file__).resolve())
         if not args.skip_follow:
             sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.follow_sizes.split(",")]
-            follow_figures(root, [int(r) for r in args.follow_rates.split(",")], sizes, args.follow_s)  # type: ignore[misc]
+            follow_figures(root, [int(r) for r in args.follow_rates.split(",")], sizes, args.follow_s,  # type: ignore[misc]
+                           separately=args.follow_separately)
         if args.skip_idle:
             pass
         else:

@@ -1,12 +1,17 @@
 """A bounded log viewer that costs about what `less +F` does while it follows.
 
 Lines live in a list capped at `max_lines`, and only the rows on screen are rendered
-(toolong's approach). New lines are drawn at most `FRAME_S` apart, and a frame sends only
-the rows whose text changed since they were drawn (a progress bar rewritten with carriage
-returns repaints one row); each row's strip comes from one rendered-line cache. While it
+(toolong's approach). New lines are drawn about `FRAME_S` apart (never closer than
+`FRAME_S - FRAME_SLACK`: the log feed posts at that pace, and a post that arrives a little
+early is drawn at once rather than on a timer), and a frame sends only the rows whose text
+changed since they were drawn (a progress bar rewritten with carriage returns repaints one
+row); each row's strip comes from one rendered-line cache. While it
 follows, the rows are pinned to the end and the scroll position is left alone, so a
 phase printing 100 lines a second costs a few repaints of the pane a second and no layout;
-the vertical scrollbar shows only while paused (following, the end is where you are)."""
+the vertical scrollbar shows only while paused (following, the end is where you are).
+Where the rows come from (the pane's region, the first line shown, the inherited style)
+is worked out once a frame and once a compositor pass, not once a row: each of those
+walks the DOM, and per row they cost more than drawing the row."""
 
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ from textual.timer import Timer
 from console.ui.render import cut_left
 
 _MAX_WIDTH = 1000
-FRAME_S = 0.5  # at most this often new lines are drawn (2 frames a second)
+FRAME_S = 0.5  # new lines are drawn this often (2 frames a second)
+FRAME_SLACK = 0.05  # frames are at least FRAME_S less this apart, so a poll's jitter is no timer
 ROW_BYTES_PER_S = 4000  # and a big pane waits longer, so its rows cost the terminal about this
 ROW_OVERHEAD = 25  # bytes a repainted row costs beyond its cells (cursor move, style)
 
@@ -67,11 +73,15 @@ class LogView(ScrollView, can_focus=True):
         self.rows_sent = 0  # rows those frames repainted
         self._width = 0
         self._drawn: dict[int, tuple[Any, ...]] = {}  # row on screen -> what was drawn there
+        self._drawn_size = (0, 0)  # the pane's width and height when a row was last drawn
         self._strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(1024)
         self._frame_timer: Timer | None = None
         self._last_frame = 0.0
         self._gap = frame_s
         self._pending = False
+        self._in_pass = False
+        self._view: tuple[int, int, int, int] | None = None  # in a pass: width, height, top line, x
+        self._style: Style | None = None  # in a pass: the style rows inherit
         self.add_class("-following")
 
     # -- content ------------------------------------------------------------------
@@ -138,7 +148,7 @@ class LogView(ScrollView, can_focus=True):
         self._pending = True
         if self._frame_timer is not None:
             return
-        wait = self._last_frame + self._gap - time.monotonic()
+        wait = self._last_frame + self._gap - FRAME_SLACK - time.monotonic()
         if wait <= 0:
             self._frame()
         else:
@@ -154,9 +164,10 @@ class LogView(ScrollView, can_focus=True):
         self._sync_size()
         if not self.follow:
             return  # paused: the rows in view are the same lines; only the scroll range grew
-        width = self.scrollable_content_region.width
-        changed = [y for y in range(self.scrollable_content_region.height)
-                   if self._drawn.get(y) != self._key(y, width)]
+        view = self._where()
+        width, height = view[0], view[1]
+        drawn = self._drawn
+        changed = [y for y in range(height) if drawn.get(y) != self._key(y, view)]
         self.rows_sent += len(changed)
         self._gap = max(self.frame_s, len(changed) * (width + ROW_OVERHEAD) / ROW_BYTES_PER_S)
         start = None
@@ -197,7 +208,11 @@ class LogView(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._title()
-        self._drawn = {}
+        region = self.scrollable_content_region
+        if (region.width, region.height) != self._drawn_size:
+            # Drawn at another size; a resize also comes after a layout that only changed the
+            # scroll range, once the rows are already drawn at this size, and those still hold.
+            self._drawn = {}
 
     def set_source(self, path: str | None) -> None:
         if path != self.source:
@@ -245,19 +260,57 @@ class LogView(ScrollView, can_focus=True):
         return None
 
     # -- rendering ----------------------------------------------------------------------
-    def _key(self, y: int, width: int) -> tuple[Any, ...]:
+    def _where(self) -> tuple[int, int, int, int]:
+        """The pane's width and height, the index of the line on its first row and the
+        horizontal scroll; kept for the rest of a compositor pass."""
+        if self._view is not None:
+            return self._view
+        region = self.scrollable_content_region
         scroll_x, scroll_y = self.scroll_offset
-        index = (self.end_y if self.follow else scroll_y) + y
-        text = self.text_at(index)
-        partial = index == len(self.lines) and bool(self.partial)
+        top = max(0, self.line_count - region.height) if self.follow else scroll_y
+        view = (region.width, region.height, top, scroll_x)
+        if self._in_pass:
+            self._view = view
+        return view
+
+    def _base_style(self) -> Style:
+        """The style rows inherit (a walk up the DOM); kept for the rest of a compositor pass."""
+        style = self._style
+        if style is None:
+            style = self.rich_style
+            if self._in_pass:
+                self._style = style
+        return style
+
+    def _key(self, y: int, view: tuple[int, int, int, int]) -> tuple[Any, ...]:
+        width, _, top, scroll_x = view
+        index = top + y
+        lines = self.lines
+        if index < len(lines):
+            text: str | None = lines[index]
+            partial = False
+        else:
+            text = self.text_at(index)
+            partial = text is not None
         pattern = self.search.pattern if self.search is not None else None
         return (text, partial, scroll_x, width, pattern)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._in_pass = True
+        self._view = self._style = None
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._in_pass = False
+            self._view = self._style = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
-        key = self._key(y, width)
+        view = self._where()
+        width = view[0]
+        key = self._key(y, view)
         self._drawn[y] = key
-        base = self.rich_style
+        self._drawn_size = (view[0], view[1])
+        base = self._base_style()
         cached = self._strips.get((*key, base))
         if cached is not None:
             return cached

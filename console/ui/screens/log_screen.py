@@ -33,7 +33,7 @@ class LogScreen(Screen[None]):
         super().__init__()
         self.phase_id = phase_id
         self.path_of = path_of
-        self.feed = LogFeed(f"screen:{phase_id}", path_of, MAX_LINES)
+        self.feed = LogFeed(f"screen:{phase_id}", path_of, MAX_LINES, paced=True)
         self.poller = Poller(self, f"log-screen-{phase_id}", interval, self.feed.read)
         self.path: str | None = None
 

@@ -156,7 +156,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self._forecast = DiskForecast()
         self._header_plain = ""
         self._journal_seen: tuple[object, ...] = ()
-        self.log_feed = LogFeed("main", self._selected_log_path, DETAIL_LOG_LINES)
+        self.log_feed = LogFeed("main", self._selected_log_path, DETAIL_LOG_LINES, paced=True)
         self.pollers: dict[str, Poller] = {
             "status": Poller(self, "status", self.iv.status, self._read_snapshot),
             "log": Poller(self, "log", self.iv.log, self.log_feed.read),
@@ -380,7 +380,8 @@ class MainScreen(WorkerNotices, Screen[None]):
         content = Content.assemble(*bits)
         if content.plain != self._header_plain:
             self._header_plain = content.plain
-            header.update(content)
+            height = len(content.wrap(max(1, header.content_region.width)))
+            header.update(content, layout=height != header.content_region.height)
         snap = self.stats.get(ph.id)
         self.query_one(StatsPanel).show(None if is_empty(snap) else snap)
         self._show_checks(st)
