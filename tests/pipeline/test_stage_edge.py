@@ -66,8 +66,9 @@ class Stage:
             return False
         return any(w in wchan for w in wchans)
 
-    def ctrl_c(self) -> int:
+    def ctrl_c(self, then: Callable[[], None] = lambda: None) -> int:
         os.killpg(self.proc.pid, signal.SIGINT)
+        then()
         try:
             return self.proc.wait(timeout=120)
         finally:
@@ -84,8 +85,8 @@ class Stage:
 
 def assert_interrupted(stage: Stage, name: str) -> str:
     """Exit 130, the interrupt said once as stderr's last line, no traceback; that line."""
-    assert stage.proc.returncode == 130, stage.err()
     err = stage.err()
+    assert stage.proc.returncode == 130, f"exit {stage.proc.returncode}, stderr {err!r}"
     said = [line for line in err.splitlines() if line.startswith(f"{name}: interrupted")]
     assert len(said) == 1, err
     assert err.strip().splitlines()[-1] == said[0], err
@@ -186,9 +187,18 @@ def test_serve(tiny_target, tmp_path):
         stage = Stage(tmp_path, argv, stdout=write)
         os.close(write)
         stage.wait_until(lambda: stage.blocked_in("pipe_write", "pipe_wait"), "write to the full log pipe")
-        drain = threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(read, 65536), b"")], daemon=True)
-        drain.start()  # the reader comes back after Ctrl-C, so what is left of the log can go out
-        stage.ctrl_c()
+
+        def reader_comes_back() -> None:
+            """Once the interrupt is said (the pipe still full: serve cannot have reached its exec), the
+            reader drains the pipe, so what is left of the log can go out as serve exits."""
+            deadline = time.monotonic() + DEADLINE
+            while "serve: interrupted" not in stage.err() and stage.proc.poll() is None:
+                assert time.monotonic() < deadline, "serve never said it was interrupted"
+                time.sleep(0.02)  # wait-ok: polling its stderr under a deadline
+            threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(read, 65536), b"")],
+                             daemon=True).start()
+
+        stage.ctrl_c(then=reader_comes_back)
     finally:
         os.close(read)
     assert_interrupted(stage, "serve")
