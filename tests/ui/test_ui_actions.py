@@ -291,6 +291,24 @@ async def test_run_on_a_done_phase_asks_first(project) -> None:  # type: ignore[
                        what="second run started")
 
 
+async def test_keys_typed_ahead_act_on_the_phase_under_the_cursor(project) -> None:  # type: ignore[no-untyped-def]
+    """`k` then `r` arriving in one burst (a slow SSH link): `r` asks about the phase the cursor
+    moved to, though the list's highlight message has not reached the screen yet."""
+    app = make_app(project)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await select(pilot, app, "prep")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
+        await select(pilot, app, "train")
+        main = app.main_screen()
+        main.query_one("#phases").action_cursor_up()
+        main.action_run()  # before the highlight message is handled, as in a burst of keys
+        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="the run-again question for prep")
+        assert "prep" in str(app.screen.query_one("#ask-text").render())
+        assert project.journal.read(phase="train", events={"run_started"}) == []
+        await pilot.press("n")
+
+
 async def test_started_phase_shows_the_checks_it_passed(project) -> None:  # type: ignore[no-untyped-def]
     app = make_app(project)
     async with app.run_test(size=(100, 30)) as pilot:

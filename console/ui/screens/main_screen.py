@@ -426,6 +426,12 @@ class MainScreen(WorkerNotices, Screen[None]):
         return not self.read_only
 
     def _phase_or_warn(self) -> str | None:
+        """The phase under the list's cursor, read from the list: keys typed ahead (a burst
+        over a slow SSH link: `j j r`) reach the actions before the list's highlight message
+        reaches this screen, and `r` must not start the phase the cursor just left."""
+        current = self.query_one(PhaseList).selected_id
+        if current is not None and current != self.selected:
+            self.selected = current
         if self.selected is None:
             self.notify("no phase selected", severity="warning")
         return self.selected
