@@ -28,6 +28,7 @@ from console.core.interpreter import interpreter_path
 
 DEV_NULL = "/dev/null"
 VERIFY_TIMEOUT = 30.0
+VERIFIER_ERROR = "patch: error: "
 VERIFY_STATES = ("patched", "original", "unknown")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -256,8 +257,8 @@ def run_patch_verify(args: dict[str, Any], ctx: CheckContext) -> Outcome:
         return Outcome(False, line, ev)
     tail = done.tail(1)
     why = tail[0] if tail else f"exit {done.code}"
-    if why.startswith("pipeline.patch: "):  # the verifier's own one-line reason
-        return Outcome(False, why.removeprefix("pipeline.patch: "), ev)
+    if why.startswith(VERIFIER_ERROR):  # the verifier's own one-line reason, as the stage edge words it
+        return Outcome(False, why.removeprefix(VERIFIER_ERROR), ev)
     return Outcome(False, f"{python} -m pipeline.patch verify {target} failed (exit {done.code}): {why}", ev)
 
 
