@@ -50,7 +50,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .extract.reserve import format_bytes, parse_size
+from .sizes import format_bytes, parse_size
 from .program_edge import BadInput, StageError, on_sigterm, run_program
 
 PROG = "python -m pipeline.serve"
