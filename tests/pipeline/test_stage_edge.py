@@ -183,6 +183,7 @@ def test_serve(tiny_target, tmp_path):
         pass
     os.set_blocking(write, True)
     argv = [sys.executable, "-m", "pipeline.serve", "--mode", "normal", "--model", str(tiny_target)]
+    drains: list[threading.Thread] = []
     try:
         stage = Stage(tmp_path, argv, stdout=write)
         os.close(write)
@@ -195,11 +196,15 @@ def test_serve(tiny_target, tmp_path):
             while "serve: interrupted" not in stage.err() and stage.proc.poll() is None:
                 assert time.monotonic() < deadline, "serve never said it was interrupted"
                 time.sleep(0.02)  # wait-ok: polling its stderr under a deadline
-            threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(read, 65536), b"")],
-                             daemon=True).start()
+            drain = threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(read, 65536), b"")],
+                                     daemon=True)
+            drain.start()
+            drains.append(drain)
 
         stage.ctrl_c(then=reader_comes_back)
     finally:
+        for drain in drains:  # at EOF once serve is gone; closing `read` under it would free an fd it still reads
+            drain.join(DEADLINE)
         os.close(read)
     assert_interrupted(stage, "serve")
 
