@@ -168,7 +168,7 @@ def _free_port() -> int:
 
 
 def test_kimi_serve_phase_runs_the_server_and_stop_serve_stops_it(tmp_path, monkeypatch):
-    from console.core.runs import readiness, start_run
+    from console.core.runs.manager import readiness, start_run
     from console.core.runs.manager import latest_run, run_status
     from console.core.runs.procs import alive
 
@@ -201,7 +201,7 @@ def test_kimi_serve_phase_runs_the_server_and_stop_serve_stops_it(tmp_path, monk
             time.sleep(0.05)  # wait-ok: poll interval of a deadline loop
         assert run_status(stop).state == "succeeded", stop.output_log.read_text()
     finally:
-        from console.core.runs import stop_run
+        from console.core.runs.manager import stop_run
 
         stop_run(cfg, serve.id, grace=2.0)
     assert run_status(latest_run(cfg.state_dir, serve.id)).state == "stopped"

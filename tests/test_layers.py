@@ -22,6 +22,7 @@ OURS = ("console", "pipeline")
 # heavy third-party packages (pynvml) are not ours and are not listed.
 DECLARED = {
     "console/cli.py": "Textual (console.ui.app, console.ui.serve) loads for the console command only",
+    "console/launcher.py": "supervision (config, checks, notifier) loads once the phase has started, not before it",
 }
 
 
@@ -102,3 +103,18 @@ def test_a_function_level_import_of_ours_is_found_in_every_form():
     )
     assert function_level_imports(source) == [(5, "..ui"), (6, "console.cli"), (9, "pipeline.events"),
                                               (11, ".")]
+
+
+def test_the_launcher_starts_a_phase_before_it_loads_the_config_checks_and_notifier():
+    """A phase waits for what the launcher imports before starting it: only the run directory,
+    the process table and the launcher's own output, never the config, checks or notifier."""
+    probe = ("import sys, console.launcher\n"
+             "print('\\n'.join(m for m in sys.modules if m.startswith(('console', 'pipeline', 'yaml'))))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "console.launcher" in loaded
+    heavy = {"console.supervision", "console.core.config.loader", "console.core.checks.registry",
+             "console.core.notify", "console.core.runs.manager", "yaml"}
+    assert loaded & heavy == set()

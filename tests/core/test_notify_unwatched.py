@@ -16,7 +16,8 @@ from core_harness import wait_for
 
 from console.core.journal import Journal
 from console.core.project import Project
-from console.core.runs import procs, run_status
+from console.core.runs import procs
+from console.core.runs.manager import run_status
 from console.core.runs.rundir import RunDir
 
 SEND = ("import os, sys; open(sys.argv[1], 'a').write(os.environ['EAGLE3_NOTIFY_EVENT'] + ' ' + sys.argv[2]"

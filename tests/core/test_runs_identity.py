@@ -7,7 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from console.core.runs import procs, run_status
+from console.core.runs import procs
+from console.core.runs.manager import run_status
 from console.core.runs.rundir import ExitInfo, PidInfo, RunDir, atomic_write_json
 
 

@@ -16,7 +16,8 @@ from core_harness import config_for, wait_for
 from console.core.config.model import Config, Phase
 from console.core.errors import PhaseError
 from console.core.journal import Journal
-from console.core.runs import latest_run, list_runs, procs, run_status, start_run, stop_run
+from console.core.runs import procs
+from console.core.runs.manager import latest_run, list_runs, run_status, start_run, stop_run
 from console.core.runs.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +110,7 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from console.core.config.model import Config, Phase
-from console.core.runs import start_run
+from console.core.runs.manager import start_run
 tmp = Path({tmp!r})
 ph = Phase(id="extract", title="Extract", argv=("sh", "-c", "until [ -e go ]; do sleep 0.05; done; echo finished > done.txt; exit 0"))
 cfg = Config(path=tmp / "pipeline.yaml", name="t", vars={{}}, state_dir=tmp / "state", volumes=(),

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from console import launcher
+from console import launcher, supervision
 from console.core.checks.result import CheckResult
 from console.core.config.model import CheckSpec
 from console.core.journal import Journal
-from console.core.runs import procs, run_status
+from console.core.runs import procs
+from console.core.runs.manager import run_status
 from console.core.runs.rundir import RunDir, atomic_write_json
 
 SPEC = CheckSpec(kind="exists", arg="out.txt", name="output-written")
@@ -41,9 +42,9 @@ class Fakes:
         self.load_error: Exception | None = None
         self.check_error: Exception | None = None
         self.record_error: Exception | None = None
-        monkeypatch.setattr(launcher, "load_phase_config", self.load)
-        monkeypatch.setattr(launcher, "run_verify_checks", self.check)
-        monkeypatch.setattr(launcher, "record_provenance", self.record)
+        monkeypatch.setattr(supervision, "load_phase_config", self.load)
+        monkeypatch.setattr(supervision, "run_verify_checks", self.check)
+        monkeypatch.setattr(supervision, "record_provenance", self.record)
 
     def load(self, argv):
         if self.load_error:
@@ -67,7 +68,7 @@ class Fakes:
 def test_passing_verify_writes_results_and_records_provenance(tmp_path, monkeypatch):
     fakes = Fakes(monkeypatch)
     rd = make_run(tmp_path, ["true"], [SPEC])
-    assert launcher.finish(rd, rd.read_argv()) == "passed"
+    assert supervision.finish(rd, rd.read_argv()) == "passed"
     assert fakes.loaded == [(str(tmp_path / "pipeline.yaml"), {"x": "1"})]
     assert fakes.checked == [[SPEC]]
     assert [r.status for r in rd.read_verify()] == ["pass"]
@@ -80,7 +81,7 @@ def test_passing_verify_writes_results_and_records_provenance(tmp_path, monkeypa
 def test_failing_verify_records_no_provenance(tmp_path, monkeypatch):
     fakes = Fakes(monkeypatch, status="fail")
     rd = make_run(tmp_path, ["true"], [SPEC])
-    assert launcher.finish(rd, rd.read_argv()) == "failed"
+    assert supervision.finish(rd, rd.read_argv()) == "failed"
     assert rd.read_verify()[0].message == "output-written: fail"
     assert fakes.recorded == []
 
@@ -88,14 +89,14 @@ def test_failing_verify_records_no_provenance(tmp_path, monkeypatch):
 def test_a_warning_does_not_fail_verification(tmp_path, monkeypatch):
     Fakes(monkeypatch, status="warn")
     rd = make_run(tmp_path, ["true"], [SPEC])
-    assert launcher.finish(rd, rd.read_argv()) == "passed"
+    assert supervision.finish(rd, rd.read_argv()) == "passed"
 
 
 def test_config_that_no_longer_loads_fails_verification_with_its_message(tmp_path, monkeypatch):
     fakes = Fakes(monkeypatch)
     fakes.load_error = ValueError("pipeline.yaml:3: phases: expected a list")
     rd = make_run(tmp_path, ["true"], [SPEC])
-    assert launcher.finish(rd, rd.read_argv()) == "failed"
+    assert supervision.finish(rd, rd.read_argv()) == "failed"
     [r] = rd.read_verify()
     assert r.status == "fail" and "pipeline.yaml:3: phases: expected a list" in r.message
     assert fakes.recorded == []
@@ -105,17 +106,17 @@ def test_crashing_checks_fail_verification(tmp_path, monkeypatch):
     fakes = Fakes(monkeypatch)
     fakes.check_error = RuntimeError("registry exploded")
     rd = make_run(tmp_path, ["true"], [SPEC])
-    assert launcher.finish(rd, rd.read_argv()) == "failed"
+    assert supervision.finish(rd, rd.read_argv()) == "failed"
     assert "registry exploded" in rd.read_verify()[0].message
 
 
 def test_no_verify_checks_still_records_provenance_and_its_failure_is_not_fatal(tmp_path, monkeypatch, capsys):
     fakes = Fakes(monkeypatch)
     rd = make_run(tmp_path, ["true"], [])
-    assert launcher.finish(rd, rd.read_argv()) == "none"
+    assert supervision.finish(rd, rd.read_argv()) == "none"
     assert rd.read_verify() is None and fakes.recorded == [rd.run_id]
     fakes.record_error = OSError("No space left on device")
-    assert launcher.finish(rd, rd.read_argv()) == "none"
+    assert supervision.finish(rd, rd.read_argv()) == "none"
     assert "provenance not recorded: OSError: No space left on device" in capsys.readouterr().err
 
 
@@ -190,7 +191,7 @@ phases:
 def test_real_modules_verify_and_record_provenance(tmp_path):
     from console.core.config.loader import load_config
     from console.core.provenance import read_record
-    from console.core.runs import start_run
+    from console.core.runs.manager import start_run
 
     (tmp_path / "pipeline.yaml").write_text(REAL_CFG)
     cfg = load_config(tmp_path / "pipeline.yaml")
