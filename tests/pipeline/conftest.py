@@ -136,6 +136,14 @@ def store_files(out: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def evaluation_tiny(tmp_path_factory) -> dict:
+    """The evaluate tests' target, prompts and exported drafter, built once (they only read it)."""
+    from test_evaluate import build_tiny
+
+    return build_tiny(tmp_path_factory.mktemp("evaluation"))
+
+
+@pytest.fixture(scope="session")
 def xt():
     """The helpers above, for test modules (importing conftest by name is not reliable
     when several test folders have one)."""

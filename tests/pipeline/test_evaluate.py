@@ -50,8 +50,8 @@ def build_tiny(root: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> dict:
-    return build_tiny(tmp_path_factory.mktemp("eval"))
+def tiny(evaluation_tiny) -> dict:
+    return evaluation_tiny
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -22,14 +22,14 @@ from pipeline.evaluate.target import Target
 from pipeline.events import iter_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_evaluate import VOCAB, build_tiny
+from test_evaluate import VOCAB
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> dict:
-    return build_tiny(tmp_path_factory.mktemp("trust"))
+def tiny(evaluation_tiny) -> dict:
+    return evaluation_tiny
 
 
 @pytest.fixture(scope="module", autouse=True)

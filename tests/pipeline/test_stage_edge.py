@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from standin_sglang import StandIn
-from test_evaluate import VOCAB, build_tiny
+from test_evaluate import VOCAB
 from test_export import make_checkpoint, make_drafter, make_target
 from test_merge_kill import _leftovers, _wait_for_parts, workload  # noqa: F401  (workload: the fixture)
 from test_regenerate import MODEL
@@ -142,9 +142,8 @@ def test_export(tmp_path):
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
-def test_evaluate(tmp_path):
-    torch.manual_seed(0)
-    tiny = build_tiny(tmp_path / "tiny")
+def test_evaluate(evaluation_tiny, tmp_path):
+    tiny = evaluation_tiny
     prompts, events = tmp_path / "prompts.jsonl", tmp_path / "events.jsonl"
     gen = torch.Generator().manual_seed(7)
     with open(prompts, "w") as f:
@@ -153,7 +152,7 @@ def test_evaluate(tmp_path):
             f.write(json.dumps({"id": f"q{i}", "input_ids": ids + [7], "loss_mask": [0] * 12 + [1]}) + "\n")
     report = tmp_path / "r.json"
     argv = [sys.executable, "-m", "pipeline.evaluate", "--drafter", str(tiny["drafter"]), "--target",
-            str(tiny["target"]), "--prompts", str(prompts), "--limit", "40", "--max-new-tokens", "200",
+            str(tiny["target"]), "--prompts", str(prompts), "--limit", "40", "--max-new-tokens", "40",
             "--device", "cpu", "--report", str(report)]
     stage = Stage(tmp_path, argv, _env(EAGLE3_EVENTS=str(events)))
     stage.wait_until(_progress(events, "prompts", 1), "first scored prompt")
