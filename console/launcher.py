@@ -153,8 +153,8 @@ class Launcher:
             watch: threading.Thread | None = threading.Thread(
                 target=supervision().watch_stalls, args=(rd, argv, started, watching), name="stall-watch", daemon=True)
             watch.start()
-        except RuntimeError as e:  # no thread to be had: the run goes on unwatched
-            log(f"stall watch not started: {e}")
+        except Exception as e:  # noqa: BLE001 - no thread to be had, or no supervision: the run goes on unwatched
+            log(f"stall watch not started: {type(e).__name__}: {e}")
             watch = None
         try:
             rc = child.wait()
@@ -191,7 +191,10 @@ def main(args: list[str] | None = None) -> int:
                 log(f"could not write {rd.exit_file}: {e2}")
         argv = rd.read_argv()
         if argv is not None and rd.read_exit() is not None:
-            supervision().notify_end(rd, argv)
+            try:
+                supervision().notify_end(rd, argv)
+            except Exception as e3:  # noqa: BLE001 - supervision itself would not load
+                log(f"notifications not sent: {type(e3).__name__}: {e3}")
         return 1
 
 

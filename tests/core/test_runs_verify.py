@@ -165,6 +165,27 @@ def test_launcher_does_not_start_a_phase_stopped_before_it_began(tmp_path, monke
     assert not (tmp_path / "ran.txt").exists() and fakes.checked == []
 
 
+def test_a_phase_runs_to_its_end_when_the_launchers_supervision_will_not_load(tmp_path, monkeypatch, capsys):
+    """Supervision loads after the phase has started (a console upgraded under a starting run, a
+    broken install): the phase still runs and its exit is kept; the run is not called verified."""
+    def broken():
+        raise ImportError("cannot import name 'Notifier' from 'console.core.notify'")
+
+    monkeypatch.setattr(launcher, "supervision", broken)
+    rd = make_run(tmp_path, ["sh", "-c", "echo made > out.txt"], [SPEC])
+    assert launcher.main([str(rd.path)]) == 1
+    said = capsys.readouterr().err
+    assert (tmp_path / "out.txt").read_text() == "made\n"
+    assert rd.read_exit().code == 0 and rd.read_verify() is None
+    assert "stall watch not started: ImportError: cannot import name 'Notifier'" in said
+    assert "launcher error: ImportError" in said and "notifications not sent: ImportError" in said
+    pid = rd.read_pid()
+    rd.write_pid(type(pid)(pid=pid.pid, start_time=-1.0, child_pid=pid.child_pid,
+                           child_start_time=pid.child_start_time, started_at=pid.started_at))
+    st = run_status(rd)
+    assert st.state == "lost" and "the launcher ended before verification finished" in st.reasons
+
+
 _REAL = all(importlib.util.find_spec(m) is not None for m in (
     "console.core.config.loader", "console.core.checks.registry", "console.core.checks.context",
     "console.core.provenance"))
