@@ -24,6 +24,7 @@ import torch
 from pipeline.program_edge import StageError
 from pipeline.hf_cache import cache_kwarg
 from pipeline.target import TargetError, capture_layers
+from pipeline.target_model import load_target
 
 from .errors import BadInput
 
@@ -55,8 +56,6 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 class Target:
     def __init__(self, model_dir: Path, device: str, dtype: torch.dtype, kv_cache: bool = True) -> None:
-        from pipeline.extract.capture import load_target
-
         try:
             self.model = load_target(Path(model_dir), device, dtype)
         except StageError as e:

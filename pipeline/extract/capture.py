@@ -27,34 +27,13 @@ memory runs on a side stream while the next batch's forward runs on the main one
 
 from __future__ import annotations
 
-import importlib.util
 import threading
-from pathlib import Path
 from typing import Callable
 
 import torch
 
 from .buffers import HostSlot
-from ..program_edge import BadInput, StageError
-
-
-def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Module:
-    import transformers
-    from transformers import AutoModelForCausalLM
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    kwargs: dict = {"dtype": dtype, "attn_implementation": "sdpa"}
-    on_gpu = device != "cpu"
-    if on_gpu and importlib.util.find_spec("accelerate") is not None:
-        kwargs["device_map"] = {"": device}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
-    except (OSError, ValueError, KeyError) as e:
-        raise BadInput(f"cannot load the target from {model_dir} (--model): {str(e).splitlines()[0]}") from None
-    if on_gpu and "device_map" not in kwargs:
-        model.to(device)
-    return model.eval()
+from ..program_edge import StageError
 
 
 class StoppedInForward(Exception):

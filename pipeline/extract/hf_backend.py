@@ -32,8 +32,8 @@ class HFBackend:
         import torch
 
         from ..events import EventWriter
+        from ..target_model import load_target
         from . import engine
-        from .capture import load_target
 
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)

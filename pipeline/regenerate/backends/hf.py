@@ -23,7 +23,9 @@ class HFBackend:
     def __init__(self, model_dir: Path, device: str, dtype: str, max_new_tokens: int, temperature: float,
                  top_p: float, max_prompt_tokens: int | None = None) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from pipeline.target_model import load_target
 
         if not (Path(model_dir) / "config.json").is_file():
             raise BadInput(f"--model {model_dir}: no config.json there; point it at a save_pretrained folder")
@@ -40,8 +42,7 @@ class HFBackend:
         self.tok.padding_side = "left"
         self.torch = torch
         self.device = torch.device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, DTYPES[dtype]))
-        self.model.to(self.device).eval()
+        self.model = load_target(Path(model_dir), device, getattr(torch, DTYPES[dtype]))
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_prompt_tokens = max_prompt_tokens
         eos = self.model.generation_config.eos_token_id

@@ -1,0 +1,37 @@
+"""The target loaded to run it, one way for every stage that does: extraction's forward pass,
+evaluation's verifier and regeneration's answers.
+
+`target.py` reads the target's facts from its files with the stdlib only; loading the weights
+needs torch and transformers, so it lives here, where a stage that runs the target asks for it
+and no other stage's code comes with it. One loader means one attention implementation
+(SDPA), one placement on a GPU (`device_map` when accelerate is there, else a move) and one
+error, naming the folder, when the weights will not load.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from .program_edge import BadInput
+
+
+def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    kwargs: dict = {"dtype": dtype, "attn_implementation": "sdpa"}
+    on_gpu = device != "cpu"
+    if on_gpu and importlib.util.find_spec("accelerate") is not None:
+        kwargs["device_map"] = {"": device}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
+    except (OSError, ValueError, KeyError) as e:
+        raise BadInput(f"cannot load the target from {model_dir} (--model): {str(e).splitlines()[0]}") from None
+    if on_gpu and "device_map" not in kwargs:
+        model.to(device)
+    return model.eval()
