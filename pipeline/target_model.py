@@ -5,7 +5,8 @@ evaluation's verifier and regeneration's answers.
 needs torch and transformers, so it lives here, where a stage that runs the target asks for it
 and no other stage's code comes with it. One loader means one attention implementation
 (SDPA), one placement on a GPU (`device_map` when accelerate is there, else a move) and one
-error, naming the folder, when the weights will not load.
+error, naming the folder, when the weights will not load (a missing or unknown config, a
+weight file cut short or damaged).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .program_edge import BadInput
 
 def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Module:
     import transformers
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     transformers.utils.logging.disable_progress_bar()
@@ -30,7 +32,7 @@ def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Mo
         kwargs["device_map"] = {"": device}
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, SafetensorError) as e:
         raise BadInput(f"cannot load the target from {model_dir} (--model): {str(e).splitlines()[0]}") from None
     if on_gpu and "device_map" not in kwargs:
         model.to(device)

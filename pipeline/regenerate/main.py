@@ -49,10 +49,13 @@ def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
         index += 1
 
 
-def _run_hf(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
+def _hf_backend(o: opts_mod.Options):
     from .backends.hf import HFBackend
 
-    backend = HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens)
+    return HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens)
+
+
+def _run_hf(o: opts_mod.Options, backend, chats: Iterator[Chat], sink: Sink) -> None:
     while batch := list(islice(chats, o.batch_size)):
         failed: dict[int, object] = {}
         while active := [c for c in batch if not c.done and c.index not in failed]:
@@ -121,6 +124,8 @@ def body(argv: list[str] | None) -> int:
     print(f"{NAME}: {counted} records to regenerate" + (f" (skipped: {skipped})" if skipped else "")
           + (f", {stats.resumed} already in {o.out}" if stale else "")
           + (f"; --limit {o.limit}" if o.limit is not None else ""), flush=True)
+    # the target loads before anything is written: a target refused leaves no output behind
+    backend = _hf_backend(o) if o.backend == "hf" else None
     events = EventWriter.from_env()
     o.out.parent.mkdir(parents=True, exist_ok=True)
     o.stats.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +136,7 @@ def body(argv: list[str] | None) -> int:
     try:
         chats = _todo(o, pol, done)
         if o.backend == "hf":
-            _run_hf(o, chats, sink)
+            _run_hf(o, backend, chats, sink)
         else:
             _run_server(o, chats, sink)
         stats.status = "done"

@@ -121,3 +121,16 @@ def test_a_prompt_over_max_prompt_tokens_is_skipped_as_prompt_too_long(tmp_path,
     two_turns = {"r0", "r3", "r6"}
     assert stats["failures"].get("prompt_too_long", 0) >= len(two_turns) and not two_turns & set(ids)
     assert f"more than --max-prompt-tokens {limit}" in stats["failure_examples"]["prompt_too_long"][0]
+
+
+def test_a_target_whose_weights_will_not_load_is_refused_naming_the_folder(tmp_path, chat_target, chats):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(chat_target, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # a copy cut short
+    p = regen(broken, chats, tmp_path / "out.jsonl")
+    assert p.returncode == 2, p.stderr
+    assert f"cannot load the target from {broken} (--model)" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "out.jsonl").exists()
