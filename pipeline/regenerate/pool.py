@@ -1,7 +1,13 @@
 """The server backend's workers: `concurrency` threads per server, each taking a whole
 record and asking its server for every turn in order, while the main thread feeds the work
 queue (never more than WINDOW_PER_WORKER records ahead of the oldest unwritten one, so
-memory stays bounded when one record is slow) and hands finished records to the sink."""
+memory stays bounded when one record is slow) and hands finished records to the sink.
+
+A record whose requests failed on the way (refused, reset, timed out, 5xx, 429: the server's
+trouble, not the record's) becomes the record's failure only once its server has answered
+another request since, or nothing else is in flight. If the server dies first, the record is
+never committed: the sink writes nothing past it, the run stops with exit 4, and the rerun asks
+it again in its place, so a resumed output is in input order like an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from .backends.server import Client, Sampling, Server
+from .backends.server import RETRIED, Client, Sampling, Server
 from .conversation import Chat, checked, seed_for
 from .errors import Failure, PeerDead, RegenError
 from .sink import Sink
@@ -38,7 +44,7 @@ def run(chats: Iterator[Chat], sink: Sink, urls: tuple[str, ...], model: str, sa
                         chat.answer(*checked(text, tokens))
                     results.put((chat.index, chat))
                 except Failure as f:
-                    results.put((chat.index, (chat, f)))
+                    results.put((chat.index, (chat, f, server, server.answered)))
                 except PeerDead as e:
                     results.put((chat.index, e))
                 except BaseException as e:  # noqa: BLE001 - a bug in a worker ends the run, not the thread silently
@@ -51,9 +57,10 @@ def run(chats: Iterator[Chat], sink: Sink, urls: tuple[str, ...], model: str, sa
     window = WINDOW_PER_WORKER * len(threads)
     for t in threads:
         t.start()
-    fed = 0
+    fed = received = 0
     exhausted = False
     error: BaseException | None = None
+    pending: dict[int, tuple] = {}  # index -> (chat, failure, server, its answers when it failed)
     try:
         while True:
             while not exhausted and fed - sink.next < window:
@@ -73,9 +80,17 @@ def run(chats: Iterator[Chat], sink: Sink, urls: tuple[str, ...], model: str, sa
             if isinstance(result, BaseException):
                 error = result
                 break
+            received += 1
             if isinstance(result, tuple) and result[1].reason == "stopped":
                 continue
-            sink.put(index, result)  # type: ignore[arg-type]
+            if isinstance(result, tuple) and result[1].reason in RETRIED:
+                pending[index] = result
+            else:
+                sink.put(index, result if isinstance(result, Chat) else result[:2])  # type: ignore[arg-type]
+            for i, (chat, failure, server, answered) in sorted(pending.items()):
+                if server.answered > answered or received == fed:
+                    del pending[i]
+                    sink.put(i, (chat, failure))
     finally:
         stop.set()
         for _ in threads:

@@ -14,7 +14,8 @@ path, as SGLang does) and `/v1/chat/completions` answers with `answer(messages, 
 max_tokens)`, a deterministic text of at most max_tokens words, so the regenerate tests know
 what each record must hold. `chat_latency` slows each chat answer; `chat_inflight` /
 `chat_max_inflight` count the chat requests answered at once; a user turn holding
-`too_long_marker` gets HTTP 400 (context length), as SGLang answers a prompt past it.
+`too_long_marker` gets HTTP 400 (context length), as SGLang answers a prompt past it, and one
+holding `fail_marker` gets HTTP 503, a server's trouble the client retries.
 
 Fault knobs: `die_after` (answer N /generate or chat requests, then drop every connection and stop
 listening), `corrupt` ({sample index: "truncate" | "nan" | "nan-last" | "ids"} on that
@@ -93,10 +94,12 @@ class StandIn:
                  budget: int = 8 * 10**9, wait: float = 120.0, host: str = "127.0.0.1", port: int = 0,
                  die_after: int | None = None, corrupt: dict[int, str] | None = None, dump_delay: float = 0.0,
                  latency: float = 0.0, fast: bool = False, served_model: str | None = None,
-                 chat_latency: float = 0.0, too_long_marker: str | None = None) -> None:
+                 chat_latency: float = 0.0, too_long_marker: str | None = None,
+                 fail_marker: str | None = None) -> None:
         self.model_path = str(model_path)
         self.served_model = served_model or self.model_path
         self.chat_latency, self.too_long_marker = chat_latency, too_long_marker
+        self.fail_marker = fail_marker
         self.chat_requests = 0
         self.chat_inflight = self.chat_max_inflight = 0
         self.dump_dir = Path(dump_dir) if dump_dir else None
@@ -361,6 +364,9 @@ def _handler(standin: StandIn):
                 if marker and any(marker in str(m.get("content", "")) for m in messages):
                     self._send(400, {"object": "error", "message": "Requested token count exceeds the model's "
                                      "maximum context length"})
+                    return
+                if standin.fail_marker and any(standin.fail_marker in str(m.get("content", "")) for m in messages):
+                    self._send(503, {"object": "error", "message": "Service Unavailable"})
                     return
                 if standin.chat_latency:
                     time.sleep(standin.chat_latency)

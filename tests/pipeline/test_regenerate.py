@@ -134,6 +134,7 @@ def test_a_server_that_dies_mid_run_stops_it_with_exit_4_naming_it_and_the_rerun
     assert "rerun the same command to resume" in p.stderr
     partial = lines(out)
     assert 0 < len(partial) < 40
+    assert partial == expected(src)[:len(partial)], "a record was written past one the dead server lost"
     assert json.loads((tmp_path / "out.stats.json").read_text())["status"] == "stopped"
     with StandIn(MODEL, None, hidden=8) as alive:
         p = run(*argv(src, out, alive.url, more=more))
@@ -143,6 +144,22 @@ def test_a_server_that_dies_mid_run_stops_it_with_exit_4_naming_it_and_the_rerun
     assert got == expected(src)
     assert len({r["id"] for r in got}) == len(got) == 40
     assert asked == sum(m["role"] == "assistant" for r in got[len(partial):] for m in r["conversations"])
+
+
+@pytest.mark.parametrize("failing", [7, 39])  # the last record: nothing answered after it
+def test_a_record_the_server_keeps_failing_is_counted_once_it_answers_others_and_the_rest_is_written(
+        tmp_path, src, failing):
+    text = src.read_text().replace(f"question {failing}.0", f"FAIL question {failing}.0")
+    src.write_text(text)
+    more = ("--concurrency", "2", "--retries", "1", "--max-consecutive-failures", "3")
+    with StandIn(MODEL, None, hidden=8, fail_marker="FAIL") as server:
+        p = run(*argv(src, tmp_path / "out.jsonl", server.url, more=more))
+    assert p.returncode == 0, p.stderr
+    got = lines(tmp_path / "out.jsonl")
+    assert got == [r for r in expected(src) if r["id"] != f"chat-{failing}"]
+    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    assert stats["failures"] == {"http_5xx": 1} and stats["records_out"] == 39
+    assert stats["failure_examples"]["http_5xx"][0].startswith(f"chat-{failing}: ")
 
 
 def _wait(cond, what: str, deadline_s: float = 60.0) -> None:

@@ -24,7 +24,7 @@ MAX_BODY = 16 * 1024 * 1024  # bytes of one answer; past it the request fails as
 CHECK_TIMEOUT = 10.0
 BACKOFF_START = 0.5
 BACKOFF_CAP = 8.0
-_RETRIED = ("connection", "timeout", "http_5xx", "http_429")
+RETRIED = ("connection", "timeout", "http_5xx", "http_429")
 
 
 @dataclass(frozen=True)
@@ -130,12 +130,14 @@ class Server:
         self.url, self.max_consecutive = url, max_consecutive
         self._lock = threading.Lock()
         self.consecutive = 0
+        self.answered = 0
         self.dead: str | None = None
         self.inflight = self.max_inflight = 0
 
     def ok(self) -> None:
         with self._lock:
             self.consecutive = 0
+            self.answered += 1
 
     def failed(self, detail: str) -> None:
         with self._lock:
@@ -210,7 +212,7 @@ class Client:
                 failure = _classify(status, raw, self.server.url)
             except Failure as f:
                 failure = f
-            if failure.reason not in _RETRIED:
+            if failure.reason not in RETRIED:
                 self.server.ok()  # it answered: alive, the record is the problem
                 raise failure
             self.server.failed(failure.detail)
