@@ -9,7 +9,7 @@ import os
 import time
 
 from textual.widgets import Input, SelectionList
-from ui_harness import Notices, make_app, select, state_of, wait_for
+from ui_harness import Notices, make_app, select, showing, state_of, wait_for
 
 from console.ui.components.checks_view import ChecksView
 from console.ui.components.log_view import LogView
@@ -69,7 +69,7 @@ async def test_blocked_run_offers_override_with_reason(project) -> None:  # type
     async with app.run_test(size=(100, 30)) as pilot:
         await select(pilot, app, "gated")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, BlockedDialog), what="blocked dialog")
+        await wait_for(pilot, lambda: showing(app, BlockedDialog), what="blocked dialog")
         dialog = app.screen
         assert [r.name for r in dialog.failing] == ["input-present"]
         assert dialog.query_one(SelectionList).selected == ["input-present"]  # the only one, preselected
@@ -89,7 +89,7 @@ async def test_confirm_phase_needs_its_id_typed(project) -> None:  # type: ignor
     async with app.run_test(size=(100, 30)) as pilot:
         await select(pilot, app, "clean")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="confirm dialog")
+        await wait_for(pilot, lambda: showing(app, ConfirmDialog), what="confirm dialog")
         summary = str(app.screen.query_one("#confirm-summary").render())
         assert "work/old" in summary and "does not exist" in summary
         await pilot.press(*"cle", "enter")
@@ -105,7 +105,7 @@ async def test_confirm_cancel_does_not_run(project) -> None:  # type: ignore[no-
     async with app.run_test(size=(100, 30)) as pilot:
         await select(pilot, app, "clean")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="confirm dialog")
+        await wait_for(pilot, lambda: showing(app, ConfirmDialog), what="confirm dialog")
         await pilot.press("escape")
         await pilot.pause(0.3)  # wait-ok: nothing must start; a slow machine only makes this pass more easily
         assert state_of(app, "clean") == "ready"
@@ -119,12 +119,12 @@ async def test_stop_asks_then_stops(project) -> None:  # type: ignore[no-untyped
         await pilot.press("r")
         await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="sleeper running")
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="stop question")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="stop question")
         await pilot.press("n")
         await pilot.pause(0.3)  # wait-ok: nothing must stop; a slow machine only makes this pass more easily
         assert state_of(app, "sleeper") == "running"
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="stop question")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="stop question")
         await pilot.press("y")
         await wait_for(pilot, lambda: state_of(app, "sleeper") == "stopped", timeout=20, what="stopped")
 
@@ -151,7 +151,7 @@ async def test_log_screen_follow_pause_and_search(project) -> None:  # type: ign
         await pilot.press("r")
         await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
         await pilot.press("l")
-        await wait_for(pilot, lambda: isinstance(app.screen, LogScreen), what="log screen")
+        await wait_for(pilot, lambda: showing(app, LogScreen), what="log screen")
         view = app.screen.query_one(LogView)
         await wait_for(pilot, lambda: "prep line 39" in view.lines, what="log lines")
         assert view.follow
@@ -172,7 +172,7 @@ async def test_journal_screen_lists_runs(project) -> None:  # type: ignore[no-un
         await pilot.press("r")
         await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
         await pilot.press("J")
-        await wait_for(pilot, lambda: isinstance(app.screen, JournalScreen), what="journal screen")
+        await wait_for(pilot, lambda: showing(app, JournalScreen), what="journal screen")
         screen = app.screen
         await wait_for(pilot, lambda: any(r.get("event") == "run_ended" for r in screen.records), what="records")
         assert all(r.get("phase") == "prep" for r in screen.records)
@@ -185,7 +185,7 @@ async def test_help_and_theme(project) -> None:  # type: ignore[no-untyped-def]
     app = make_app(project)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        await wait_for(pilot, lambda: showing(app, HelpScreen), what="help")
         await pilot.press("escape")
         before = app.theme
         await pilot.press("t")
@@ -197,7 +197,7 @@ async def test_palette_runs_a_phase_command(project) -> None:  # type: ignore[no
     async with app.run_test(size=(100, 30)) as pilot:
         await select(pilot, app, "train")
         await pilot.press("ctrl+p")
-        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="command palette")
+        await wait_for(pilot, lambda: showing(app, CommandPalette), what="command palette")
         await pilot.press(*"Check gated")
 
         def gated_highlighted() -> bool:
@@ -220,7 +220,7 @@ async def test_quit_says_phases_keep_running_and_they_do(project) -> None:  # ty
         await pilot.press("r")
         await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="running")
         await pilot.press("q")
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="quit question")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="quit question")
         assert "keep running" in str(app.screen.query_one("#ask-text").render())
         await pilot.press("y")
     assert app.still_running == ["sleeper"]
@@ -278,14 +278,14 @@ async def test_run_on_a_done_phase_asks_first(project) -> None:  # type: ignore[
         await wait_for(pilot, lambda: state_of(app, "prep") == "done", what="prep done")
         runs_before = len(project.journal.read(phase="prep", events={"run_started"}))
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="run-again question")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="run-again question")
         text = str(app.screen.query_one("#ask-text").render())
         assert "is done" in text and "train" in text  # names the phase that would go stale
         await pilot.press("n")
         await pilot.pause(0.5)  # wait-ok: nothing must start; a slow machine only makes this pass more easily
         assert len(project.journal.read(phase="prep", events={"run_started"})) == runs_before
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="run-again question")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="run-again question")
         await pilot.press("y")
         await wait_for(pilot, lambda: len(project.journal.read(phase="prep", events={"run_started"})) > runs_before,
                        what="second run started")
@@ -303,7 +303,7 @@ async def test_keys_typed_ahead_act_on_the_phase_under_the_cursor(project) -> No
         main = app.main_screen()
         main.query_one("#phases").action_cursor_up()
         main.action_run()  # before the highlight message is handled, as in a burst of keys
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="the run-again question for prep")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="the run-again question for prep")
         assert "prep" in str(app.screen.query_one("#ask-text").render())
         assert project.journal.read(phase="train", events={"run_started"}) == []
         await pilot.press("n")
@@ -364,7 +364,7 @@ async def test_quit_during_a_starts_preflight_asks_and_the_phase_still_starts(tm
             row = plist.get_option_at_index(plist.get_option_index("slowstart")).prompt
             assert "start…" in str(row) and "✓" not in str(row)
             await pilot.press("q")
-            await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="quit question")
+            await wait_for(pilot, lambda: showing(app, AskDialog), what="quit question")
             text = str(app.screen.query_one("#ask-text").render())
             assert "slowstart" in text and "keep" in text
             await pilot.press("y")

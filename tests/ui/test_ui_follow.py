@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from textual.app import App, ComposeResult
-from ui_harness import wait_for
+from ui_harness import showing, wait_for
 
 from console.ui.components.log_view import LogView
 from console.ui.logfeed import LogFeed
@@ -143,7 +143,7 @@ async def test_the_log_screen_shows_the_newest_line_after_a_burst_and_after_a_pa
     log.write_text("")
     app = LogScreenApp(log)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, LogScreen), what="the log screen")
+        await wait_for(pilot, lambda: showing(app, LogScreen), what="the log screen")
         view = app.screen.query_one(LogView)
         with log.open("a") as f:
             f.write("".join(f"burst {i}\n" for i in range(30_000)))
@@ -162,7 +162,7 @@ async def test_a_paused_log_screen_does_not_move_while_lines_stream_in(tmp_path:
     log.write_text("".join(f"early {i}\n" for i in range(100)))
     app = LogScreenApp(log)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, LogScreen), what="the log screen")
+        await wait_for(pilot, lambda: showing(app, LogScreen), what="the log screen")
         view = app.screen.query_one(LogView)
         await wait_for(pilot, lambda: view.settled and shown(view, -1) == "early 99", what="the first lines")
         await pilot.press("f")

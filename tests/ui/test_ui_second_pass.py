@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from textual.widgets import Button, Footer
-from ui_harness import FAST, Notices, make_app, select, state_of, stop_all, wait_for, write_config
+from ui_harness import FAST, Notices, make_app, select, showing, state_of, stop_all, wait_for, write_config
 
 from console.core.checks.result import CheckResult
 from console.core.project import Project
@@ -96,7 +96,7 @@ async def test_blocked_dialog_scrolls_so_its_reason_and_buttons_stay_reachable(p
     app = make_app(project)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         app.push_screen(BlockedDialog("gated", results))
-        await wait_for(pilot, lambda: isinstance(app.screen, BlockedDialog), what="dialog")
+        await wait_for(pilot, lambda: showing(app, BlockedDialog), what="dialog")
         app.notify("a toast while the dialog is open", timeout=30)
         await wait_for(pilot, lambda: app.screen.query("Toast"), what="toast")
         await pilot.pause()
@@ -160,7 +160,7 @@ async def test_stop_dialog_never_stops_a_run_that_replaced_the_one_it_asked_abou
         await wait_for(pilot, lambda: state_of(app, "sleeper") == "running", what="sleeper running")
         first = project.run_dir("sleeper").run_id
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="stop question")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="stop question")
         assert first in str(app.screen.query_one("#ask-text").render())  # the question names the run
         project.stop("sleeper", grace=2)  # meanwhile, someone restarts it from a shell
         second = project.start("sleeper").run_id
@@ -225,14 +225,14 @@ async def test_history_lists_runs_with_who_and_overrides_and_opens_a_log(project
     async with app.run_test(size=(100, 30)) as pilot:
         await select(pilot, app, "gated")
         await pilot.press("h")
-        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen.rows, what="history")
+        await wait_for(pilot, lambda: showing(app, HistoryScreen) and app.screen.rows, what="history")
         row = app.screen.rows[0]
         assert row.state == "succeeded" and row.exit_code == 0 and row.user not in ("", "?")
         assert row.overrides == ("input-present: demo data only",)
         text = app.screen.query_one("#history-list").get_option_at_index(0).prompt.plain
         assert "overridden: input-present: demo data only" in text and row.run_id in text
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, LogScreen), what="log of that run")
+        await wait_for(pilot, lambda: showing(app, LogScreen), what="log of that run")
         view = app.screen.query_one(LogView)
         await wait_for(pilot, lambda: "gated ran" in view.lines, what="its lines")
 
@@ -286,7 +286,7 @@ async def test_palette_lists_each_command_once_and_a_confirmed_start_journals_ch
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert titles.count("Run clean") == 1 and titles.count("Run prep") == 1
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="confirm dialog")
+        await wait_for(pilot, lambda: showing(app, ConfirmDialog), what="confirm dialog")
         await pilot.press(*"clean", "enter")
         await wait_for(pilot, lambda: state_of(app, "clean") == "done", what="clean done")
     assert len(project.journal.read(phase="clean", events={"checks"})) == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from textual.theme import BUILTIN_THEMES, Theme
-from ui_harness import FROZEN, fixed_sources, make_app, wait_for, write_config
+from ui_harness import FROZEN, fixed_sources, make_app, showing, wait_for, write_config
 
 from console.core.project import Project
 from console.ui import app as app_module
@@ -35,7 +35,7 @@ async def test_console_starts_with_every_theme(one_project, theme: str) -> None:
         assert app.theme == theme
         app.push_screen(AskDialog("a question?", "with buttons", yes="Yes"))
         app.notify("a toast")
-        await wait_for(pilot, lambda: isinstance(app.screen, AskDialog), what="dialog")
+        await wait_for(pilot, lambda: showing(app, AskDialog), what="dialog")
         await pilot.pause()
     assert app.crash is None and app.return_code in (None, 0)
 

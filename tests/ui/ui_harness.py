@@ -111,6 +111,13 @@ def make_app(project: Project, intervals: Intervals = FAST, clock: Callable[[], 
     return ConsoleApp(project, intervals=intervals, clock=clock, **fixed_sources(gpu), **kw)
 
 
+def showing(app, kind: type) -> bool:  # type: ignore[no-untyped-def]
+    """The screen on top is a `kind` and mounted: composed, so its widgets can be queried and
+    keys reach them (a pushed screen is `app.screen` a moment before its compose has run)."""
+    screen = app.screen
+    return isinstance(screen, kind) and screen.is_mounted
+
+
 async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
