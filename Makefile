@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
-# The suite mostly waits on stage programs (torch in each); two workers keep two cores busy.
+# In one process the suite keeps one of two cores busy on average, waiting on the stage programs
+# it starts; two workers keep both busy.
 # `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 2
 

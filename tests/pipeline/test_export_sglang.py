@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
 import sys
 import typing
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,45 +21,22 @@ import torch
 from pipeline import export
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sglang_wheel import sglang_source  # noqa: E402,F401  (the fixture)
 from test_export import make_export
 
-SGLANG_VERSION = "0.5.23"
 EAGLE3 = "sglang/srt/models/llama_eagle3.py"
 LLAMA = "sglang/srt/models/llama.py"
 SPEC_AUX = "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
-CACHE = Path(os.environ.get("EAGLE3_WHEEL_CACHE", Path.home() / ".cache/eagle3-console/wheels"))
 # Module classes whose only parameter (for our configs: no bias) is `weight`.
 WEIGHTED = {"RMSNorm", "QKVParallelLinear", "RowParallelLinear", "MergedColumnParallelLinear",
             "ColumnParallelLinear", "ReplicatedLinear", "ParallelLMHead", "VocabParallelEmbedding",
             "Linear", "Embedding"}
 
 
-def _wheel() -> Path:
-    pattern = f"sglang-{SGLANG_VERSION}-*.whl"
-    for folder in (CACHE, Path("/tmp/wheels")):
-        found = sorted(folder.glob(pattern)) if folder.is_dir() else []
-        if found:
-            return found[0]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(CACHE),
-                        f"sglang=={SGLANG_VERSION}"], check=False, capture_output=True, text=True, timeout=600)
-    found = sorted(CACHE.glob(pattern))
-    if r.returncode != 0 or not found:
-        pytest.skip(f"sglang {SGLANG_VERSION} wheel unavailable (no network?): {r.stderr.strip()[-200:]}")
-    return found[0]
-
-
 @pytest.fixture(scope="module")
-def sglang_files(request) -> dict[str, str]:
-    """Source text of the SGLang files these tests read (the shared fixture when present)."""
-    try:
-        root = Path(request.getfixturevalue("sglang_source"))
-        return {name: (root.parent / name if root.name == "sglang" else root / name).read_text()
-                for name in (EAGLE3, LLAMA, SPEC_AUX)}
-    except (pytest.FixtureLookupError, OSError, TypeError):
-        pass
-    with zipfile.ZipFile(_wheel()) as z:
-        return {name: z.read(name).decode() for name in (EAGLE3, LLAMA, SPEC_AUX)}
+def sglang_files(sglang_source) -> dict[str, str]:  # noqa: F811
+    """Source text of the SGLang files these tests read, from the wheel's unpacked source."""
+    return {name: (sglang_source / name).read_text() for name in (EAGLE3, LLAMA, SPEC_AUX)}
 
 
 # ---- a static model of SGLang's module tree -------------------------------------------------
