@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 from pipeline.events import EventWriter  # noqa: E402
 from pipeline.extract import engine  # noqa: E402
-from pipeline.extract.capture import Capturer  # noqa: E402
+from pipeline.capture import Capturer  # noqa: E402
 from pipeline.extract.job import ExtractOptions, prepare  # noqa: E402
 from pipeline.store.layout import sample_bytes  # noqa: E402
 from pipeline.store.manifest import read_manifest  # noqa: E402

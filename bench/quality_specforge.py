@@ -124,18 +124,23 @@ def our_plan(a: argparse.Namespace):
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
     from pipeline.train.data import BatchPlan, StepDataset, open_store, split_validation
-    from pipeline.train.loop import Options, _schedule, _val_count, _vocab_counts
+    from types import SimpleNamespace
+
+    from pipeline.train.loop import Options
+    from pipeline.train.schedule import build_schedule
+    from pipeline.train.setup import val_count, vocab_counts
 
     opts = Options(store=a.store, target=a.target, out=a.out, draft_vocab=a.draft_vocab, steps=a.steps,
                    batch_tokens=a.batch_tokens, max_len=a.max_len, seed=a.seed)
     store = open_store(a.store, a.target, checksums="none")
     cfg = target_head.read_config(a.target)
     dcfg = DrafterConfig.from_target(cfg, a.draft_vocab)
-    train_pos, val_pos = split_validation(store.samples, _val_count(opts, store.samples), a.seed)
-    counts, _source = _vocab_counts(opts, store, dcfg.vocab_size, train_pos, val_pos, _OneProcess, print)
+    train_pos, val_pos = split_validation(store.samples, val_count(opts, store.samples), a.seed)
+    counts, _source = vocab_counts(SimpleNamespace(opts=opts, dist=_OneProcess, source=store, dcfg=dcfg,
+                                                   train_pos=train_pos, val_pos=val_pos, log=print))
     vocab = dvocab.from_counts(counts, dcfg.draft_vocab_size)
     plan = BatchPlan(batch_tokens=a.batch_tokens, batch_size=None, max_len=a.max_len, world_size=1, seed=a.seed)
-    plans, schedule = _schedule(store.lengths, train_pos, plan, None, a.steps)
+    plans, schedule = build_schedule(store.lengths, train_pos, plan, None, a.steps)
     return cfg, dcfg, vocab, StepDataset(store, schedule, plans, 0, a.max_len)
 
 

@@ -230,7 +230,7 @@ def _timed(step, batches: list[dict], warmup: int, device: torch.device, world: 
 def role_ours_memory(a: argparse.Namespace) -> dict:
     """The step of pipeline.train (prepare, TTT objective, clip, fused AdamW, schedule) on resident batches."""
     from pipeline.train.dist import Dist
-    from pipeline.train.loop import lr_lambda
+    from pipeline.train.schedule import lr_lambda
     from pipeline.train.loss import TTTObjective, prepare, weights
 
     dist = Dist.from_env(a.device)

@@ -18,7 +18,7 @@ import torch
 
 from .batching import PlannedBatch
 from .buffers import BufferPool
-from .capture import Capturer, StoppedInForward
+from ..capture import Capturer, StoppedInForward
 from ..program_edge import StageError
 from .driver import RunResult, finalize_or_stop, stopped
 from .errors import ReserveStop

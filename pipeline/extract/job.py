@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .batching import PlannedBatch, plan_batches
-from .dataset import DatasetIndex, index_dataset
+from ..merged_dataset import DatasetIndex, index_dataset
 from ..program_edge import BadInput, StageError
 from .estimate import read_stats
 from ..store.integrity import RESUME_CHECKSUMS, resume_damage

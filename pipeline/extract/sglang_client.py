@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
-from .dataset import Record
+from ..merged_dataset import Record
 from ..dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
 from .dumps import BadDump, ChunkBuffer, DumpFile, DumpFolder
 from .driver import RunResult, drive, finalize_or_stop, need, options_from, size_flag, stopped

@@ -1,9 +1,11 @@
-"""`python -m pipeline.train`: train an EAGLE-3 drafter on a hidden-state store.
+"""`python -m pipeline.train`: train an EAGLE-3 drafter, offline on a hidden-state store or
+online on the merged dataset (the target, loaded here, computes the states batch by batch).
 
-    python -m pipeline.train --store STORE --target TARGET --out RUN_DIR [--epochs N | --steps N]
+    python -m pipeline.train --store STORE | --data MERGED.jsonl --target TARGET --out RUN_DIR [--epochs N | --steps N]
         [--batch-tokens N | --batch-size N] [--lr X] [--ttt-length 7] [--draft-vocab 32000] [--resume]
         [--val-share 0.02 | --val-samples N] [--vocab-data MERGED.jsonl|store]
     torchrun --nproc-per-node 8 -m pipeline.train ...      (DDP; --nnodes/--rdzv-* work unchanged)
+    python -m pipeline.train --estimate --target TARGET [--data MERGED.jsonl] [--batch-tokens N] [--json]
 
 Writes RUN_DIR/checkpoints/step_*/ (+ `latest`), RUN_DIR/summary.json, and events to
 $EAGLE3_EVENTS (progress in steps, metrics loss, acc_<i>, loss_<i>, tokens_per_s, lr,
@@ -11,7 +13,8 @@ val_loss, val_acc_<i>). `--resume` with a larger --steps/--epochs extends a fini
 
 Exit codes: 0 finished, 2 bad input (store incomplete or from another target, missing
 files, bad arguments, a checkpoint that does not fit), 3 stopped by SIGTERM after writing a
-checkpoint (rerun with --resume), 130 the same after Ctrl-C, 1 anything else.
+checkpoint (rerun with --resume), or stopped at a step whose loss or gradient is not finite
+(the checkpoints kept are all finite), 130 the same after Ctrl-C, 1 anything else.
 """
 
 from __future__ import annotations
@@ -31,10 +34,19 @@ PROG = "python -m pipeline.train"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Train an EAGLE-3 drafter on a hidden-state store.")
-    p.add_argument("--store", type=Path, required=True, help="hidden-state store (pipeline.extract --out)")
+    p = argparse.ArgumentParser(prog=PROG, description="Train an EAGLE-3 drafter on a hidden-state store (offline) "
+                                "or on the merged dataset, the target computing the states as it goes (online).")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--store", type=Path, default=None, help="offline: hidden-state store (pipeline.extract --out)")
+    src.add_argument("--data", type=Path, default=None, help="online: merged JSONL (pipeline.merge --out); the target "
+                     "is loaded on each rank's device and nothing is written to disk")
     p.add_argument("--target", type=Path, required=True, help="target model folder (config.json + safetensors)")
-    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, summary.json")
+    p.add_argument("--out", type=Path, default=None, help="run folder: checkpoints, summary.json (required to train)")
+    p.add_argument("--estimate", action="store_true", help="print the GPU memory a run of these settings needs "
+                   "(target, drafter, optimiser, one batch's activations) and exit")
+    p.add_argument("--json", action="store_true", help="--estimate: print a JSON object")
+    p.add_argument("--no-compile-target", dest="compile_target", action="store_const", const=False, default=None,
+                   help="online: run the target's layers eagerly (default: torch.compile on CUDA)")
     p.add_argument("--draft-vocab", type=int, default=32000, help="draft vocabulary size (default 32000, capped at "
                    "the target's)")
     p.add_argument("--ttt-length", type=int, default=7, help="training-time-test steps (default 7)")
@@ -104,13 +116,19 @@ def stop_signals(stop: threading.Event, got: list[int] | None = None) -> Abstrac
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.estimate:
+        return run_program("train", lambda: _estimate(args))
+    if args.out is None:
+        build_parser().error("--out is required to train (only --estimate runs without it)")
     stop = threading.Event()
     got: list[int] = []
 
     def body() -> int:
         from .loop import Options, run
 
-        opts = Options(**vars(args))
+        fields = dict(vars(args))
+        fields.pop("estimate"), fields.pop("json")
+        opts = Options(**fields)
         try:
             summary = run(opts, log=lambda s: print(s, flush=True), stop=stop)
         except Stopped as e:
@@ -128,6 +146,18 @@ def main(argv: list[str] | None = None) -> int:
 
     with stop_signals(stop, got):
         return run_program("train", body)
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    import json
+
+    from .estimate import describe, estimate
+
+    est = estimate(args.target, online=args.data is not None or args.store is None,
+                   batch_tokens=args.batch_tokens or (args.batch_size * args.max_len if args.batch_size else 16384),
+                   draft_vocab=args.draft_vocab, ttt_length=args.ttt_length, max_len=args.max_len)
+    print(json.dumps(est) if args.json else describe(est), flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -54,6 +54,18 @@ class Store:
     def tokens(self) -> int:
         return sum(self.lengths)
 
+    kind = "store"
+
+    def describe(self) -> str:
+        return str(self.root)
+
+    def batch(self, positions: list[int], max_len: int) -> dict[str, torch.Tensor]:
+        return collate([read_sample(self.root / self.files[p], max_len) for p in positions])
+
+    def loss_token_counts(self, vocab_size: int, rank: int, world_size: int,
+                          positions: list[int]) -> torch.Tensor:
+        return count_loss_tokens(self, vocab_size, rank, world_size, positions=positions)
+
     def identity(self) -> dict:
         """What a checkpoint remembers of the store it was trained on."""
         return {
@@ -236,12 +248,11 @@ def collate(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 
 
 class StepDataset(torch.utils.data.Dataset):
-    """Item k = this rank's micro-batch of global step `start + k`."""
+    """Item k = this rank's micro-batch of global step `start + k`, from a Store or online Records."""
 
-    def __init__(self, store: Store, schedule: list[tuple[int, int]], plans: dict[int, list[list[list[int]]]],
+    def __init__(self, source, schedule: list[tuple[int, int]], plans: dict[int, list[list[list[int]]]],
                  rank: int, max_len: int) -> None:
-        self.root = store.root
-        self.files = store.files
+        self.source = source
         self.schedule = schedule  # global step -> (epoch, step in epoch)
         self.plans = plans
         self.rank = rank
@@ -252,8 +263,7 @@ class StepDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, k: int) -> dict[str, torch.Tensor]:
         epoch, step = self.schedule[k]
-        positions = self.plans[epoch][step][self.rank]
-        return collate([read_sample(self.root / self.files[p], self.max_len) for p in positions])
+        return self.source.batch(self.plans[epoch][step][self.rank], self.max_len)
 
 
 def count_loss_tokens(store: Store, vocab_size: int, rank: int, world_size: int, threads: int = 8,

@@ -94,7 +94,7 @@ def _capture_pair(tiny_target, xt, **kw):
     """(final, aux) of the tiny target on a fixed right-padded batch, through a Capturer."""
     from transformers import AutoModelForCausalLM
 
-    from pipeline.extract.capture import Capturer
+    from pipeline.capture import Capturer
 
     model = AutoModelForCausalLM.from_pretrained(tiny_target, dtype=torch.float32).eval()
     L = xt.NUM_LAYERS

@@ -62,7 +62,7 @@ def test_a_drafter_memorises_a_handful_of_samples_and_not_the_held_out_ones(shar
 
 def test_the_held_out_slice_is_fixed_by_the_seed_and_never_in_a_training_step(reference_store, tiny_target):
     from pipeline.train.data import BatchPlan, open_store, split_validation
-    from pipeline.train.loop import _schedule
+    from pipeline.train.schedule import build_schedule
 
     store = open_store(reference_store, tiny_target)
     train, val = split_validation(store.samples, 7, seed=3)
@@ -70,7 +70,7 @@ def test_the_held_out_slice_is_fixed_by_the_seed_and_never_in_a_training_step(re
     assert val != split_validation(store.samples, 7, seed=4)[1]
     assert sorted(train + val) == list(range(store.samples)) and len(val) == 7
     plan = BatchPlan(batch_tokens=None, batch_size=4, max_len=256, world_size=1, seed=3)
-    plans, schedule = _schedule(store.lengths, train, plan, epochs=3, steps=None)
+    plans, schedule = build_schedule(store.lengths, train, plan, epochs=3, steps=None)
     trained = {p for e, k in schedule for mb in plans[e][k] for p in mb}
     assert trained == set(train)
 

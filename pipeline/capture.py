@@ -1,4 +1,5 @@
-"""The target's forward pass and what it hands to the writers.
+"""The target's forward pass with the capture layers read out: what extraction hands to its
+writers and what online training feeds its drafter, one mechanism for both.
 
 Capture keeps only what the store needs: forward pre-hooks on the three capture layers copy
 each one's input straight into its third of the `aux [B,T,3H]` buffer, and the base model's
@@ -32,8 +33,7 @@ from typing import Callable
 
 import torch
 
-from .buffers import HostSlot
-from ..program_edge import StageError
+from .program_edge import StageError
 
 
 class StoppedInForward(Exception):
@@ -52,7 +52,8 @@ def _allow_recompiles(n: int) -> None:
 class Capturer:
     def __init__(self, model: torch.nn.Module, layers: list[int], num_layers: int, device: str,
                  compile: bool | None = None, log: Callable[[str], None] = print,
-                 compile_backend: str | Callable = "inductor", stop: threading.Event | None = None) -> None:
+                 compile_backend: str | Callable = "inductor", stop: threading.Event | None = None,
+                 stage: str = "extract") -> None:
         self.base = model.base_model
         self.layers = layers
         self.num_layers = num_layers
@@ -60,6 +61,7 @@ class Capturer:
         self.cuda = self.device.type == "cuda"
         self.side = torch.cuda.Stream(self.device) if self.cuda else None
         self.log = log
+        self.stage = stage
         blocks = getattr(self.base, "layers", None)
         if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) != num_layers:
             got = "none" if not isinstance(blocks, torch.nn.ModuleList) else len(blocks)
@@ -106,7 +108,7 @@ class Capturer:
             h.remove()
         self._uncompile()
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(final [B,T,H], aux [B,T,3H], bad [B]) on the device."""
         x = input_ids.to(self.device, non_blocking=True)
@@ -121,7 +123,7 @@ class Capturer:
             if not self.compiled:
                 raise
             self._uncompile()
-            self.log(f"extract: warning: torch.compile of the decoder layers failed ({type(e).__name__}: "
+            self.log(f"{self.stage}: warning: torch.compile of the decoder layers failed ({type(e).__name__}: "
                      f"{str(e).splitlines()[0][:200] if str(e) else ''}); continuing uncompiled (--no-compile "
                      "skips the attempt)")
             final = self._run(x, b, t, dtype)
@@ -148,8 +150,8 @@ class Capturer:
 
     @torch.inference_mode()
     def to_host(self, final: torch.Tensor, aux: torch.Tensor, bad: torch.Tensor,
-                slot: HostSlot) -> torch.cuda.Event | None:
-        """Copy into the slot; returns the event that marks the copy done (None on CPU)."""
+                slot) -> torch.cuda.Event | None:
+        """Copy into the slot (extract's HostSlot); returns the event that marks the copy done (None on CPU)."""
         b, t, _ = final.shape
         h_final, h_aux, h_bad = slot.views(b, t)
         if not self.cuda:

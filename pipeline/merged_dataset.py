@@ -1,4 +1,5 @@
-"""The merged dataset as extraction reads it: one pass to index, then records by offset.
+"""The merged dataset as extraction and online training read it: one pass to index, then
+records by offset.
 
 A production dataset holds millions of 2k-token records, far more than fits in memory as
 Python lists, so the first pass keeps only each record's byte offset and token count (and
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..program_edge import BadInput
+from .program_edge import BadInput
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,124 @@
+"""Online training's data: the merged dataset read by offset, and the target that turns each
+batch's tokens into the states a store would hold, on the rank's own device.
+
+Nothing reaches the disk: the store's 4.6 KB a token (a 135M target; 50 KB for an 8B one)
+is what limited how many samples a drafter saw. A batch costs one target forward instead,
+under no_grad, with the same capture hooks extraction uses (pipeline.capture), in the dtype
+extraction would store (bf16 on CUDA, fp32 on CPU), so online and offline feed the same
+step the same numbers. The plan, validation slice and resume rules are the offline ones:
+positions here are records of the dataset, as positions there are samples of the store.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..capture import Capturer, StoppedInForward
+from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
+from ..target import capture_layers, read_config, target_fingerprint, text_config
+from .errors import BadInput, TrainError
+from .loss import StepAborted
+
+
+class Records:
+    """The merged dataset as the trainer's source: the same questions a Store answers."""
+
+    kind = "online"
+
+    def __init__(self, index: DatasetIndex, fingerprint: str) -> None:
+        self.index = index
+        self.fingerprint = fingerprint
+        self.lengths = list(index.lengths)
+        self._reader: RecordReader | None = None
+        self._pid = 0
+
+    @property
+    def samples(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+    def describe(self) -> str:
+        return f"{self.index.path} (online: the target computes the states)"
+
+    def identity(self) -> dict:
+        return {"source": "online", "dataset_sha256": self.index.sha256, "target_fingerprint": self.fingerprint,
+                "samples": self.samples, "tokens": self.tokens}
+
+    def _read(self, p: int):
+        if self._reader is None or self._pid != os.getpid():  # a loader worker opens its own handle
+            self._reader, self._pid = self.index.open(), os.getpid()
+        return self._reader.read(p)
+
+    def batch(self, positions: list[int], max_len: int) -> dict[str, torch.Tensor]:
+        """Right-padded input_ids, loss_mask and lengths; the states come from `TargetStates`."""
+        rows = [self._read(p) for p in positions]
+        t = min(max(len(r.input_ids) for r in rows), max_len)
+        ids = torch.zeros(len(rows), t, dtype=torch.int64)
+        mask = torch.zeros(len(rows), t, dtype=torch.uint8)
+        for j, r in enumerate(rows):
+            n = min(len(r.input_ids), max_len)
+            ids[j, :n] = torch.tensor(r.input_ids[:n])
+            mask[j, :n] = torch.tensor(r.loss_mask[:n], dtype=torch.uint8)
+        lengths = torch.tensor([min(len(r.input_ids), max_len) for r in rows], dtype=torch.int64)
+        return {"input_ids": ids, "loss_mask": mask, "lengths": lengths}
+
+    def loss_token_counts(self, vocab_size: int, rank: int, world_size: int,
+                          positions: list[int]) -> torch.Tensor:
+        counts = torch.zeros(vocab_size, dtype=torch.int64)
+        for p in positions[rank::world_size]:
+            r = self._read(p)
+            sel = torch.tensor([t for t, m in zip(r.input_ids, r.loss_mask) if m], dtype=torch.int64)
+            if sel.numel():
+                counts += torch.bincount(sel, minlength=vocab_size)
+        return counts
+
+    def ids_of(self, positions: list[int]) -> set[str]:
+        return {self._read(p).id for p in positions}
+
+
+def open_records(data: Path, target: Path) -> Records:
+    """Index and validate every record (file:line on the first bad one) against the target's vocabulary."""
+    cfg = text_config(read_config(target, BadInput, "--target"))
+    vocab = cfg.get("vocab_size")
+    index = index_dataset(Path(data), vocab_size=vocab if isinstance(vocab, int) else None)
+    return Records(index, target_fingerprint(target))
+
+
+class TargetStates:
+    """The target on the training device, answering a batch with the states a store would hold."""
+
+    def __init__(self, target: Path, device: torch.device, compile: bool | None, log: Callable[[str], None],
+                 stop: threading.Event | None) -> None:
+        from ..target_model import load_target
+
+        cfg = text_config(read_config(target, BadInput, "--target"))
+        layers = int(cfg["num_hidden_layers"])
+        self.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        model = load_target(Path(target), str(device), self.dtype)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        self.capturer = Capturer(model, capture_layers(layers), layers, str(device), compile=compile, log=log,
+                                 stop=stop, stage="train")
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    def fill(self, batch: dict[str, torch.Tensor], lengths: list[int]) -> None:
+        """Adds hidden_state and aux_hidden_state (and a per-row `nonfinite` flag) to a device batch."""
+        try:
+            final, aux, bad = self.capturer.forward(batch["input_ids"], lengths)
+        except StoppedInForward:
+            raise StepAborted from None
+        except torch.cuda.OutOfMemoryError:
+            raise TrainError(f"out of GPU memory in the target's forward on a batch of {tuple(batch['input_ids'].shape)} "
+                             "tokens; lower --batch-tokens") from None
+        batch["hidden_state"], batch["aux_hidden_state"], batch["nonfinite"] = final, aux, bad
+
+    def close(self) -> None:
+        self.capturer.close()

@@ -1,0 +1,144 @@
+"""One optimiser step, and the metrics window it adds to.
+
+A step is refused before the optimiser moves when its loss or gradient is not finite: AdamW
+would carry a NaN into its moments, every later step would log `loss nan`, and the pruning
+of old checkpoints would then keep only poisoned ones. The check costs one host sync per
+step, on a scalar the step computes anyway (the gradient norm).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from .errors import Stopped
+from .loss import StepAborted, prepare, weights
+
+if TYPE_CHECKING:
+    from .setup import Run
+
+
+class NotFinite(Stopped):
+    """The loss or gradient of a step is NaN or infinite: the run stops (exit 3) before the
+    optimiser takes it, keeping the checkpoints it has, all finite."""
+
+
+@dataclass
+class Window:
+    """Metrics summed since the last log line (device tensors: no sync until logged)."""
+
+    n: int
+    device: torch.device
+    steps: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.loss = torch.zeros((), device=self.device)
+        self.sums = torch.zeros(self.n, device=self.device)
+        self.correct = torch.zeros(self.n, device=self.device)
+        self.acc_rows = torch.zeros(self.n, device=self.device)
+        self.loss_rows = torch.zeros(self.n, device=self.device)
+        self.tokens = torch.zeros((), device=self.device)
+
+
+def to_device(run: Run, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch on the run's device, with the target's states added when the run is online."""
+    lengths = batch["lengths"].tolist() if run.states is not None else None
+    moved = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
+    if run.states is not None:
+        run.states.fill(moved, lengths)
+    return moved
+
+
+def forward_backward(run: Run, batch: dict[str, torch.Tensor]):
+    """(loss, per-step sums, correct, prepared, global row counts); StepAborted when a stop came."""
+    world, n = run.dist.world_size, run.opts.ttt_length
+    w = weights(n, run.device)
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cuda):
+        prep = prepare(run.head, batch, n, run.amp_dtype)
+        counts = run.dist.all_reduce_sum(prep.loss_rows.sum((1, 2)).float())
+        sums, correct = run.objective(prep)
+        loss = (w * sums / counts.clamp(min=1)).sum() * world
+    run.opt.zero_grad(set_to_none=True)
+    if world == 1 and run.stop.is_set():
+        raise StepAborted
+    loss.backward()
+    if world == 1 and run.stop.is_set():
+        raise StepAborted
+    return loss, sums, correct, prep, counts
+
+
+def apply(run: Run, step: int, loss: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
+    """Clip and take the optimiser step, unless the loss or the gradient is not finite."""
+    if run.opts.max_grad_norm > 0:
+        norm = torch.nn.utils.clip_grad_norm_(run.params, run.opts.max_grad_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in run.params if p.grad is not None])
+    finite = torch.isfinite(run.dist.all_reduce_sum(torch.stack([loss.detach().float(), norm.float()])))
+    if not bool(finite.all()):
+        run.opt.zero_grad(set_to_none=True)
+        raise NotFinite(_not_finite_message(run, step + 1, loss, norm, batch))
+    run.opt.step()
+    run.sched.step()
+
+
+def _not_finite_message(run: Run, step: int, loss: torch.Tensor, norm: torch.Tensor,
+                        batch: dict[str, torch.Tensor]) -> str:
+    from . import checkpoint
+
+    bad_states = "nonfinite" in batch and bool(batch["nonfinite"].any())
+    kept = checkpoint.latest_checkpoint(run.out) if run.dist.rank == 0 else None
+    cause = ("the target's states for this batch are not finite (check the target's weights and dtype)"
+             if bad_states else "lower --lr or raise --warmup-ratio, or look for extreme values in the data")
+    return (f"step {step}/{run.total}: the loss ({float(loss):.4g}) or gradient norm ({float(norm):.4g}) is not finite; "
+            f"stopped before the optimiser took it; {cause}; "
+            + (f"the last checkpoint, {kept}, holds finite weights: rerun with --resume from it"
+               if kept else "no checkpoint was written yet"))
+
+
+def add_to_window(win: Window, loss: torch.Tensor, sums: torch.Tensor, correct: torch.Tensor, prep,
+                  counts: torch.Tensor, batch: dict[str, torch.Tensor], world: int) -> None:
+    win.steps += 1
+    win.loss += loss.detach() / world
+    win.sums += sums.detach()
+    win.correct += correct.float()
+    win.acc_rows += prep.acc_rows.sum((1, 2)).float()
+    win.loss_rows += counts
+    win.tokens += batch["lengths"].sum()
+
+
+def log_window(run: Run, win: Window, step: int) -> tuple[dict, bool]:
+    """Reduce the window across ranks, log and emit it; ({loss, acc}, whether any rank was asked to stop)."""
+    n, device = run.opts.ttt_length, run.device
+    packed = torch.cat([win.loss[None], win.sums, win.correct, win.acc_rows, win.tokens[None],
+                        torch.tensor([1.0 if run.stop.is_set() else 0.0], device=device)])
+    vals = run.dist.all_reduce_sum(packed).tolist()
+    elapsed = max(time.monotonic() - win.started, 1e-9)
+    loss_v = vals[0] / win.steps
+    acc = [c / max(a, 1.0) for c, a in zip(vals[1 + n:1 + 2 * n], vals[1 + 2 * n:1 + 3 * n])]
+    pos_loss = [s / max(r, 1.0) for s, r in zip(vals[1:1 + n], win.loss_rows.tolist())]
+    tokens = int(vals[1 + 3 * n])
+    run.tokens_total += tokens
+    tps = tokens / elapsed
+    lr = run.sched.get_last_lr()[0]
+    run.history.append({"step": step, "loss": round(loss_v, 6), "acc": [round(a, 4) for a in acc]})
+    if len(run.history) > MAX_HISTORY:
+        run.history = run.history[::2]
+    ev = run.events
+    ev.progress(step, run.total, unit="steps", tokens=run.tokens_total)
+    ev.metric("loss", loss_v, step=step)
+    for i, a in enumerate(acc):
+        ev.metric(f"acc_{i}", a, step=step)
+    for i, pl in enumerate(pos_loss):
+        ev.metric(f"loss_{i}", pl, step=step)
+    ev.metric("tokens_per_s", tps, step=step)
+    ev.metric("lr", lr, step=step)
+    run.log(f"train: step {step}/{run.total} loss {loss_v:.4f} acc " + " ".join(f"{a:.3f}" for a in acc)
+            + f" | {tps:,.0f} tok/s lr {lr:.2e}")
+    return {"loss": loss_v, "acc": acc}, vals[-1] > 0
+
+
+MAX_HISTORY = 4096

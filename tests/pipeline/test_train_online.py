@@ -1,0 +1,133 @@
+"""Online training: the target computes the states batch by batch from the merged dataset, and the
+drafter trains exactly as it would on the store those states would have filled."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipeline.events import iter_events
+
+OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "1", "--workers", "1",
+        "--val-samples", "4", "--ttt-length", "3", "--device", "cpu"]
+
+
+def argv(source: list[str], target: Path, out: Path, *more: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline.train", *source, "--target", str(target), "--out", str(out), *OPTS, *more]
+
+
+def losses(events: Path) -> dict[int, float]:
+    return {e.get("step"): e.get("value") for e in iter_events(events) if e.kind == "metric" and e.get("name") == "loss"}
+
+
+def train(source: list[str], target: Path, out: Path, env: dict, *more: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv(source, target, out, *more), env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+
+
+def test_online_and_offline_train_the_same_steps_over_two_shuffled_epochs(reference_store, tiny_data, tiny_target,
+                                                                          tmp_path, xt):
+    env = xt.cli_env()
+    off = train(["--store", str(reference_store)], tiny_target, tmp_path / "off", env, "--epochs", "2")
+    on = train(["--data", str(tiny_data.path)], tiny_target, tmp_path / "on", env, "--epochs", "2")
+    assert off.returncode == 0, off.stderr
+    assert on.returncode == 0, on.stderr
+    s_off = json.loads((tmp_path / "off" / "summary.json").read_text())
+    s_on = json.loads((tmp_path / "on" / "summary.json").read_text())
+    assert s_on["source"] == "online" and s_off["source"] == "store"
+    # the same steps: same count, same tokens, the same held-out slice, and each step's loss and accuracy
+    assert s_on["total_steps"] == s_off["total_steps"] > 4
+    assert s_on["tokens"] == s_off["tokens"]
+    assert s_on["val"]["samples"] == s_off["val"]["samples"] == 4
+    assert s_on["draft_vocab"]["coverage_chosen_on"] == pytest.approx(s_off["draft_vocab"]["coverage_chosen_on"])
+    for a, b in zip(s_on["history"], s_off["history"], strict=True):
+        assert a["step"] == b["step"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-4), a["step"]
+        assert a["acc"] == pytest.approx(b["acc"], abs=2e-3), a["step"]
+    assert s_on["val"]["loss"] == pytest.approx(s_off["val"]["loss"], rel=1e-3)
+    assert "online" in on.stdout
+    # nothing but the run folder was written: no store
+    assert sorted(p.name for p in (tmp_path / "on").iterdir() if not p.name.startswith(".")) == \
+        ["checkpoints", "summary.json"]
+
+
+def test_an_online_run_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_one(tiny_data, tiny_target,
+                                                                                       tmp_path, xt):
+    env = xt.cli_env()
+    source = ["--data", str(tiny_data.path)]
+    steps = ["--steps", "10", "--save-every", "3"]
+    ref = train(source, tiny_target, tmp_path / "ref", env, *steps)
+    assert ref.returncode == 0, ref.stderr
+    out, ev = tmp_path / "run", tmp_path / "run.jsonl"
+    proc = subprocess.Popen(argv(source, tiny_target, out, *steps),
+                            env={**env, "EAGLE3_EVENTS": str(ev), "EAGLE3_TRAIN_STEP_DELAY": "0.2"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    import time
+
+    deadline = time.monotonic() + 300
+    while max(losses(ev), default=0) < 5:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "timed out waiting for step 5"
+        time.sleep(0.05)  # wait-ok: polling an events file with a deadline
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert max(losses(ev)) < 10
+    done = train(source, tiny_target, out, env, *steps, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stdout
+    a = load_file(out / "checkpoints" / "step_00000010" / "model.safetensors")
+    b = load_file(tmp_path / "ref" / "checkpoints" / "step_00000010" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k].float(), b[k].float(), atol=1e-6), k
+
+
+def test_a_run_names_one_source_and_an_online_checkpoint_does_not_resume_on_a_store(reference_store, tiny_data,
+                                                                                    tiny_target, tmp_path, xt):
+    env = xt.cli_env()
+    neither = train([], tiny_target, tmp_path / "a", env, "--steps", "1")
+    assert neither.returncode == 2 and "--data" in neither.stderr and "Traceback" not in neither.stderr
+    both = train(["--store", str(reference_store), "--data", str(tiny_data.path)], tiny_target, tmp_path / "b", env)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    first = train(["--data", str(tiny_data.path)], tiny_target, tmp_path / "c", env, "--steps", "2")
+    assert first.returncode == 0, first.stderr
+    mixed = train(["--store", str(reference_store)], tiny_target, tmp_path / "c", env, "--steps", "4", "--resume")
+    assert mixed.returncode == 2, mixed.stderr
+    assert "source" in mixed.stderr and "--overwrite" in mixed.stderr
+
+
+def test_online_refuses_a_record_outside_the_targets_vocabulary_naming_its_line(tiny_data, tiny_target, tmp_path, xt):
+    lines = tiny_data.path.read_text().splitlines()
+    rec = json.loads(lines[2])
+    rec["input_ids"][0] = 10 ** 9
+    lines[2] = json.dumps(rec)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    res = train(["--data", str(bad)], tiny_target, tmp_path / "r", xt.cli_env(), "--steps", "1")
+    assert res.returncode == 2, res.stderr
+    assert f"{bad}:3" in res.stderr and "vocabulary" in res.stderr
+
+
+def test_the_estimate_counts_the_target_only_when_the_run_is_online(tiny_data, tiny_target, xt):
+    def est(*more: str) -> dict:
+        res = subprocess.run([sys.executable, "-m", "pipeline.train", "--estimate", "--target", str(tiny_target),
+                              "--json", *more], env=xt.cli_env(), capture_output=True, text=True, timeout=120,
+                             check=False)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    online, offline = est("--data", str(tiny_data.path)), est("--store", "anything")
+    params = sum(t.numel() for t in load_file(next(tiny_target.glob("*.safetensors"))).values())
+    assert online["parts"]["target_weights"] == params * 2
+    assert "target_weights" not in offline["parts"]
+    assert online["gpu_bytes"] > offline["gpu_bytes"]
+    bigger = est("--data", str(tiny_data.path), "--batch-tokens", str(4 * 16384))
+    assert bigger["gpu_bytes"] > online["gpu_bytes"]
