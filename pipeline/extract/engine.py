@@ -128,7 +128,7 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         job.guard.note_written(nbytes)
 
     manifest = ManifestWriter(job.out, job.shard.rank, job.shard.world_size)
-    writers = WriterPool(job.out, job.target.hidden_size, manifest, pool, opts.writers, on_written)
+    writers = WriterPool(job.out, job.target.hidden_size, manifest, pool, opts.writers, on_written, fp8=opts.fp8)
     loader = Loader(job, pin=capturer.cuda)
     t0 = time.monotonic()
     failure: BaseException | None = None

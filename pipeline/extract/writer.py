@@ -1,7 +1,8 @@
 """Writer threads: take captured batches off the GPU loop and put samples on disk.
 
 Disk writes (with fsync) take about as long as the forward pass, so they run on N
-threads beside it; file writes and fsync release the GIL. The job queue needs no bound of
+threads beside it; file writes and fsync release the GIL, and so do the torch ops that
+quantize an fp8 store's states (pipeline/store/fp8.py) on the same threads. The job queue needs no bound of
 its own: every job points into a host slot, and the slot pool (buffers.py) is bounded.
 A writer error stops the run: remaining jobs are drained without writing, so slots come
 back and the GPU loop can see the error and stop.
@@ -44,8 +45,9 @@ class HostBatch:
 
 class WriterPool:
     def __init__(self, out: Path, hidden: int, manifest: ManifestWriter, pool: BufferPool, threads: int,
-                 on_written: Callable[[int, int], None]) -> None:
+                 on_written: Callable[[int, int], None], fp8: bool = False) -> None:
         self.out = Path(out)
+        self.fp8 = fp8
         self.hidden = hidden
         self.manifest = manifest
         self.pool = pool
@@ -123,6 +125,6 @@ class WriterPool:
             hidden_state=batch.final[p, :t],
             aux_hidden_state=batch.aux[p, :t],
         )
-        entry = write_sample(self.out, sample, self.hidden, finite=not bool(batch.bad[p]))
+        entry = write_sample(self.out, sample, self.hidden, finite=not bool(batch.bad[p]), fp8=self.fp8)
         self.manifest.add(entry)
         self.on_written(t, entry["bytes"])
