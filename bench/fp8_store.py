@@ -186,7 +186,8 @@ def report_stores(a: argparse.Namespace, log: quality.Log, extracted: dict[str, 
 
 def report_acceptance(a: argparse.Namespace, log: quality.Log, trained: dict[str, quality.Job]) -> None:
     log("")
-    log("acceptance on held-out prompts (pipeline.evaluate, local, greedy verification):")
+    log("acceptance on held-out prompts (pipeline.evaluate, local, greedy verification); training tokens/s "
+        "(real tokens: the fp8 run dequantizes in its loader workers):")
     for k in a.eval_steps:
         figures = {arm: quality.read_json(quality.eval_report(a, TRAINER, arm, k)) for arm in ARMS}
         for arm, r in figures.items():
@@ -197,8 +198,7 @@ def report_acceptance(a: argparse.Namespace, log: quality.Log, trained: dict[str
                 f"{r.get('prompts')} prompts, {r.get('verify_rounds')} rounds" if r else "not evaluated (see above)")
             loss = t.get("loss") if t.get("loss") is not None else float("nan")
             rate = (t.get("tokens") or 0) / t["train_s"] if t.get("train_s") else float("nan")
-            log(line + f"; trained {t.get('steps')} steps, loss {loss:.4f}, acc_0 {acc[0]:.3f}, "
-                f"{rate:,.0f} tokens/s (the fp8 store dequantized in the loader workers)")
+            log(line + f"; trained {t.get('steps')} steps, loss {loss:.4f}, acc_0 {acc[0]:.3f}, {rate:,.0f} tokens/s")
         if figures["bf16"] and figures["fp8"]:
             b, f = figures["bf16"]["acceptance_length"], figures["fp8"]["acceptance_length"]
             diff = (f - b) / b
