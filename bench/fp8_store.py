@@ -60,13 +60,16 @@ ARMS = ("bf16", "fp8")
 TRAINER = "ours"  # quality's name for pipeline.train's runs and drafters
 
 
-def commit(given: str | None) -> str:
+def commit(given: str | None, result: Path | None) -> str:
+    """HEAD, and whether tracked files differ from it (the --result file this run rewrites aside)."""
     if given:
         return given
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                 capture_output=True, text=True, timeout=10).stdout.splitlines()
+        mine = str(result.resolve().relative_to(REPO)) if result and result.resolve().is_relative_to(REPO) else None
+        dirty = [line for line in changed if line[3:] != mine]
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git here; pass --commit)"
     return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "") if out.returncode == 0 else \
@@ -215,7 +218,7 @@ def run(a: argparse.Namespace) -> int:
 
     a.device = a.device or ("cuda" if torch.cuda.is_available() and not a.small else "cpu")
     log("# " + " ".join(["python", "bench/fp8_store.py", *sys.argv[1:]]))
-    log(f"# commit {commit(a.commit)}")
+    log(f"# commit {commit(a.commit, a.result)}")
     gpu = f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else ""
     log(f"bench/fp8_store: device {a.device}{gpu}, torch {torch.__version__}, work {a.work}; "
         f"{time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}")
