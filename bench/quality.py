@@ -146,6 +146,16 @@ class Runner:
         return done
 
 
+def stage_env(device: str) -> dict:
+    """The stages' environment: this checkout first on PYTHONPATH, no GPU for a CPU run."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
 def py(*args: str) -> list[str]:
     return [sys.executable, *args]
 
@@ -422,12 +432,7 @@ def run(a: argparse.Namespace) -> int:
     a.work.mkdir(parents=True, exist_ok=True)
     for old in ("runs", "drafters", "evals", "logs"):
         shutil.rmtree(a.work / old, ignore_errors=True)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if a.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    runner = Runner(a.work, log, began + a.budget_s + a.grace_s, a.parallel, env)
+    runner = Runner(a.work, log, began + a.budget_s + a.grace_s, a.parallel, stage_env(a.device))
 
     t0 = time.monotonic()
     source, held, texts = split(a, log)

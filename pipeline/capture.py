@@ -153,20 +153,23 @@ class Capturer:
                 slot) -> torch.cuda.Event | None:
         """Copy into the slot (extract's HostSlot); returns the event that marks the copy done (None on CPU)."""
         b, t, _ = final.shape
-        h_final, h_aux, h_bad = slot.views(b, t)
+        return self.copy_out(list(zip((final, aux, bad), slot.views(b, t))))
+
+    @torch.inference_mode()
+    def copy_out(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.cuda.Event | None:
+        """Copy each device tensor into its host view; returns the event that marks the copies
+        done (None on CPU). On CUDA they run on the side stream, after the work queued so far."""
         if not self.cuda:
-            h_final.copy_(final)
-            h_aux.copy_(aux)
-            h_bad.copy_(bad)
+            for src, dst in pairs:
+                dst.copy_(src)
             return None
         assert self.side is not None
         self.side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.side):
-            h_final.copy_(final, non_blocking=True)
-            h_aux.copy_(aux, non_blocking=True)
-            h_bad.copy_(bad, non_blocking=True)
+            for src, dst in pairs:
+                dst.copy_(src, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self.side)
-        for x in (final, aux, bad):
-            x.record_stream(self.side)
+        for src, _dst in pairs:
+            src.record_stream(self.side)
         return done

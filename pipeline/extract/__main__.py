@@ -1,9 +1,9 @@
 """`python -m pipeline.extract`: capture a target's hidden states into the store, or
 estimate how many bytes that will take.
 
-    python -m pipeline.extract --backend hf --model TARGET --data MERGED.jsonl --out STORE [...]
-    python -m pipeline.extract --estimate --model TARGET --stats STATS.json [--dtype bf16] [--json]
-        [--limit N [--data DATASET]]
+    python -m pipeline.extract --backend hf --model TARGET --data MERGED.jsonl --out STORE [--store-dtype fp8] [...]
+    python -m pipeline.extract --estimate --model TARGET --stats STATS.json [--dtype bf16] [--store-dtype fp8]
+        [--json] [--limit N [--data DATASET]]
     python -m pipeline.extract --verify --out STORE [--model TARGET] [--sample N] [--json]
     python -m pipeline.extract --backend sglang --server URL --dump-dir DIR --model TARGET --data MERGED.jsonl --out STORE
 
@@ -21,7 +21,14 @@ last N written), that the manifest lists every sample, and with --model that the
 weights are those the store was written with (pipeline/store/integrity.py). --json
 prints StoreReport.to_json(): {"ok", "out", "expected", "samples", "tokens", "bytes",
 "sizes_checked", "checksums_checked", "target_fingerprint", "model_fingerprint",
-"problems", "problem_count"}.
+"store_dtype", "problems", "problem_count"}.
+
+--store-dtype fp8 stores the final and aux states as float8 e4m3 with float32 scales, one
+per token for the final state and one per token per capture layer for aux: about half the
+bytes of bf16 (1 byte a value and 16 bytes of scales a token against 2 bytes a value).
+Training, --verify and the checksums read such a store as they read any; the trainer gets
+the states dequantized to the dtype they were captured in (pipeline/store/fp8.py says why
+per layer for aux, docs/train.md "fp8 store" what it costs in acceptance).
 """
 
 from __future__ import annotations
@@ -65,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not torch.compile the decoder layers (compiled by default on CUDA, never on CPU)")
     p.add_argument("--limit", type=int, default=None, help="extract only the first N samples of the dataset")
     p.add_argument("--window", type=int, default=2048, help="samples sorted together by length (default 2048)")
+    p.add_argument("--store-dtype", default="bf16", choices=["bf16", "fp8"],
+                   help="what the store holds: bf16 (default) the states in the target's own dtype (bf16 on CUDA; "
+                        "fp32 on CPU runs); fp8 float8 e4m3 with a float32 scale per token (aux: per token per "
+                        "capture layer), about half the bytes; training dequantizes on read. Also for --estimate")
     p.add_argument("--dtype", default="bf16", help="--estimate only: bytes per value (bf16, fp16, fp32)")
     p.add_argument("--json", action="store_true", help="--estimate, --verify: print a JSON object")
     s = p.add_argument_group("--backend sglang")
@@ -85,13 +96,13 @@ def _estimate(args: argparse.Namespace) -> int:
     from .estimate import estimate
 
     need(args, "model", "stats")
-    est = estimate(args.model, args.stats, args.dtype, args.limit, args.data)
+    est = estimate(args.model, args.stats, args.dtype, args.limit, args.data, fp8=args.store_dtype == "fp8")
     if args.json:
         print(json.dumps(est))
     else:
         print(est["bytes"])
         print(f"extract estimate: {format_bytes(est['bytes'])} for {est['tokens']:,} tokens in {est['records']:,} "
-              f"samples (hidden {est['hidden']}, {est['dtype']})", file=sys.stderr)
+              f"samples (hidden {est['hidden']}, {est['store_dtype']})", file=sys.stderr)
     return 0
 
 

@@ -90,7 +90,8 @@ def options_from(args: argparse.Namespace) -> ExtractOptions:
     """The store-side options both backends take from the command line, validated."""
     options = ExtractOptions(data=args.data, out=args.out, stats=args.stats, batch_tokens=args.batch_tokens,
                              max_len=args.max_len, writers=args.writers, queue=args.queue,
-                             reserve=size_flag(args, "reserve"), limit=args.limit, window=args.window)
+                             reserve=size_flag(args, "reserve"), limit=args.limit, window=args.window,
+                             fp8=args.store_dtype == "fp8")
     options.validate()
     return options
 
@@ -133,7 +134,8 @@ def _drive(job: Job, backend: Backend, log: Callable[[str], None]) -> int:
     todo = backend.plan(job)
     tag = f"rank {shard.rank}/{shard.world_size}: " if shard.world_size > 1 else ""
     log(f"extract: {tag}{job.total} samples in the run, {len(job.done)} already in the manifest; "
-        f"{backend.describe(job)}, capture layers {job.layers}, store {job.out}")
+        f"{backend.describe(job)}, capture layers {job.layers}, store {job.out}"
+        + (" (states stored as fp8 e4m3 with per-token scales)" if job.options.fp8 else ""))
     if todo == 0:
         complete = finalize_or_stop(job.out, job.total)
         log(f"extract: {tag}nothing left to do" + ("; store complete" if complete else ""))

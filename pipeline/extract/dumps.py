@@ -130,16 +130,29 @@ class DumpFile:
         """hidden_state's bytes then aux_hidden_state's, read piece by piece into `buf`, each
         piece checked finite before it is handed out and overwritten by the next: consume
         each before asking for the next. Raises BadDump (NaN/Inf, a short or failed read)."""
-        for name, start, length in self.states:
-            offset, end = start, start + length
-            while offset < end:
-                view = buf.view[: min(len(buf.view), end - offset)]
-                _read_into(self.path, self.fd, view, offset)
-                if not buf.finite(len(view), self.dtype):
-                    raise BadDump(f"{self.path}: {name} holds NaN or Inf (in its bytes "
-                                  f"{offset - start}..{offset - start + len(view)})")
-                yield view
-                offset += len(view)
+        for name, _start, _length in self.states:
+            yield from self.state_chunks(name, buf)
+
+    def state_chunks(self, name: str, buf: ChunkBuffer, whole_rows: bool = False) -> Iterator[memoryview]:
+        """chunks() of one state; with `whole_rows` each piece ends on a token's row, as the
+        fp8 store's per-token quantization needs (pipeline/store/fp8.py, quantize_stream)."""
+        _name, start, length = next(s for s in self.states if s[0] == name)
+        step = len(buf.view)
+        if whole_rows:
+            row = length // max(len(self.input_ids) // 8, 1)  # check_dump: length is tokens x row
+            step -= step % row if row else 0
+            if step <= 0:
+                raise BadDump(f"{self.path}: a row of {name} takes {row} bytes, more than the {len(buf.view)}-byte "
+                              "buffer it streams through")
+        offset, end = start, start + length
+        while offset < end:
+            view = buf.view[: min(step, end - offset)]
+            _read_into(self.path, self.fd, view, offset)
+            if not buf.finite(len(view), self.dtype):
+                raise BadDump(f"{self.path}: {name} holds NaN or Inf (in its bytes "
+                              f"{offset - start}..{offset - start + len(view)})")
+            yield view
+            offset += len(view)
 
     def close(self) -> None:
         if self.fd >= 0:

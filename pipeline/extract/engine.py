@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .batching import PlannedBatch
-from .buffers import BufferPool
+from .buffers import BufferPool, HostSlot
 from ..capture import Capturer, StoppedInForward
 from ..program_edge import StageError
 from .driver import RunResult, finalize_or_stop, stopped
@@ -27,6 +27,8 @@ from ..store.manifest import ManifestWriter
 from .progress import Progress
 from .reserve import disk_full, is_disk_full
 from ..sizes import format_bytes
+from ..store.fp8 import quantize
+from ..store.layout import SCALE_COLUMNS
 from ..store.sample_file import TORCH_DTYPES
 from .writer import HostBatch, WriterPool
 
@@ -103,6 +105,20 @@ class Loader:
         self._thread.join()
 
 
+@torch.inference_mode()
+def quantize_to_host(capturer: Capturer, final: torch.Tensor, aux: torch.Tensor, bad: torch.Tensor,
+                     slot: HostSlot) -> tuple[tuple[torch.Tensor, ...], torch.cuda.Event | None]:
+    """An fp8 store's batch: the states quantized where they were computed (pipeline/store/fp8.py),
+    so the copy out and the writers move half the bytes and the writer threads spend no CPU on
+    it. Returns the slot's views (slot.fp8_views) and the copy's event."""
+    b, t, h = final.shape
+    q_final, s_final = quantize(final.reshape(b * t, h), SCALE_COLUMNS["hidden_state"])
+    q_aux, s_aux = quantize(aux.reshape(b * t, 3 * h), SCALE_COLUMNS["aux_hidden_state"])
+    views = slot.fp8_views(b, t)
+    sources = (q_final.view(b, t, h), q_aux.view(b, t, 3 * h), s_final.view(b, t), s_aux.view(b, t, 3), bad)
+    return views, capturer.copy_out(list(zip(sources, views)))
+
+
 def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[str], None] = print,
         stop: threading.Event | None = None, compile: bool | None = None) -> RunResult:
     """Extract this rank's remaining samples; raises StageError subclasses on failure, and
@@ -128,7 +144,8 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
         job.guard.note_written(nbytes)
 
     manifest = ManifestWriter(job.out, job.shard.rank, job.shard.world_size)
-    writers = WriterPool(job.out, job.target.hidden_size, manifest, pool, opts.writers, on_written)
+    writers = WriterPool(job.out, job.target.hidden_size, manifest, pool, opts.writers, on_written,
+                         captured=job.dtype)
     loader = Loader(job, pin=capturer.cuda)
     t0 = time.monotonic()
     failure: BaseException | None = None
@@ -153,12 +170,18 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
             slot = pool.acquire(abort=lambda: writers.error is not None or stop.is_set())
             if slot is None:
                 break
-            ready = capturer.to_host(final, aux, bad, slot)
+            if opts.fp8:
+                (h_final, h_aux, h_final_scale, h_aux_scale, h_bad), ready = quantize_to_host(
+                    capturer, final, aux, bad, slot)
+            else:
+                ready = capturer.to_host(final, aux, bad, slot)
+                h_final, h_aux, h_bad = slot.views(len(lb.plan.indices), lb.plan.padded_len)
+                h_final_scale = h_aux_scale = None
             del final, aux, bad
-            h_final, h_aux, h_bad = slot.views(len(lb.plan.indices), lb.plan.padded_len)
             writers.submit(HostBatch(plan=lb.plan, ids=lb.ids, input_ids=lb.input_ids, loss_mask=lb.loss_mask,
                                      final=h_final, aux=h_aux, bad=h_bad, ready=ready,
-                                     positions=lb.positions, nbytes=nbytes, slot=slot))
+                                     positions=lb.positions, nbytes=nbytes, slot=slot,
+                                     final_scale=h_final_scale, aux_scale=h_aux_scale))
             progress.tick()
     except BaseException as e:  # noqa: BLE001 - in-flight writes are drained first
         failure = e

@@ -4,7 +4,9 @@ Read from the merge stats and the target's config.json only (no torch, no weight
 runs in a second before a multi-hour job. The figure is an upper bound on disk use:
 `tokens x 4 x hidden x dtype_bytes` for the hidden states, plus per token the int64 id and
 uint8 mask, plus per sample the safetensors header (sized for the longest sample), up to
-one filesystem block of slack and its manifest line.
+one filesystem block of slack and its manifest line. With `--store-dtype fp8` a value takes
+1 byte and each token 16 bytes of float32 scales more (pipeline/store/layout.py,
+token_bytes), about half of bf16's.
 
 With `--limit N` the run extracts the dataset's first N samples: their tokens are counted from
 the dataset itself when `--data` is given (one streamed pass reading only the lengths),
@@ -17,7 +19,7 @@ import json
 from pathlib import Path
 
 from ..program_edge import BadInput
-from ..store.layout import DTYPES, dtype_name, header
+from ..store.layout import DTYPES, SCALE_BYTES, dtype_name, header, token_bytes
 from ..store.meta import TargetInfo
 from pipeline.jsonfile import read_json
 
@@ -57,7 +59,7 @@ def first_tokens(data: Path, limit: int) -> tuple[int, int]:
 
 
 def estimate(model_dir: Path, stats_path: Path, dtype: str = "bf16", limit: int | None = None,
-             data: Path | None = None) -> dict:
+             data: Path | None = None, fp8: bool = False) -> dict:
     target = TargetInfo.from_dir(Path(model_dir))
     stats = read_stats(stats_path)
     if limit is not None:
@@ -74,25 +76,29 @@ def estimate(model_dir: Path, stats_path: Path, dtype: str = "bf16", limit: int 
         name = dtype_name(dtype)
     except ValueError as e:
         raise BadInput(f"--dtype: {e}") from None
-    dtype_bytes = DTYPES[name][1]
+    value_bytes = 1 if fp8 else DTYPES[name][1]
     tokens, records, hidden = stats["tokens"], stats["records"], target.hidden_size
     longest = stats.get("max_len") if isinstance(stats.get("max_len"), int) and stats["max_len"] > 0 else max(tokens, 1)
-    hidden_bytes = tokens * 4 * hidden * dtype_bytes
+    hidden_bytes = tokens * 4 * hidden * value_bytes
+    scale_bytes = tokens * SCALE_BYTES if fp8 else 0
     token_overhead = tokens * (8 + 1)
-    per_record = len(header(longest, hidden, name)) + BLOCK_SLACK + MANIFEST_LINE
+    per_record = len(header(longest, hidden, name, fp8)) + BLOCK_SLACK + MANIFEST_LINE
     overhead = token_overhead + records * per_record + META_BYTES
     return {
-        "bytes": hidden_bytes + overhead,
+        "bytes": hidden_bytes + scale_bytes + overhead,
         "tokens": tokens,
         "records": records,
         "limit": limit,
         "hidden": hidden,
         "num_layers": target.num_layers,
         "dtype": name,
-        "dtype_bytes": dtype_bytes,
+        "store_dtype": "float8_e4m3fn" if fp8 else name,
+        "dtype_bytes": value_bytes,
         "hidden_state_bytes": hidden_bytes,
+        "scale_bytes": scale_bytes,
         "overhead_bytes": overhead,
-        "per_token_bytes": 4 * hidden * dtype_bytes + 9,
+        "per_token_bytes": token_bytes(hidden, name, fp8),
         "per_record_overhead_bytes": per_record,
-        "formula": "tokens*4*hidden*dtype_bytes + tokens*9 + records*(header+4096+256) + 4096",
+        "formula": ("tokens*4*hidden*1 + tokens*16 (fp8 scales)" if fp8 else "tokens*4*hidden*dtype_bytes")
+                   + " + tokens*9 + records*(header+4096+256) + 4096",
     }

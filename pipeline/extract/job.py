@@ -40,6 +40,7 @@ class ExtractOptions:
     reserve: int = 10 * 10**9
     limit: int | None = None
     window: int = 2048
+    fp8: bool = False  # --store-dtype fp8: states as e4m3 with scales (pipeline/store/fp8.py)
 
     def validate(self) -> None:
         for name in ("batch_tokens", "writers", "queue", "window"):
@@ -78,7 +79,7 @@ class Job:
         return [p for p, i in enumerate(batch.indices) if i not in self.done]
 
     def bytes_of(self, tokens: int) -> int:
-        return sample_bytes(tokens, self.target.hidden_size, self.dtype)
+        return sample_bytes(tokens, self.target.hidden_size, self.dtype, self.options.fp8)
 
     @property
     def rank_todo_samples(self) -> int:
@@ -115,7 +116,7 @@ def _prepare_locked(options: ExtractOptions, target: TargetInfo, dtype: str, sha
                 "the stats belong to another dataset: rerun pipeline.merge or pass the matching --stats"
             )
     meta = build_meta(target, dtype, dataset.path, dataset.sha256, len(dataset), options.max_len, shard.world_size,
-                      options.limit)
+                      options.limit, fp8=options.fp8)
     ensure_meta(out, meta, shard.rank)
     total = len(dataset) if options.limit is None else min(options.limit, len(dataset))
     mine = list(shard.indices(total))

@@ -18,7 +18,10 @@ for NaN/Inf, checksummed and written to the store's temp file while it is in cac
 over memory, no mmap, no munmap), then fsync, rename and the manifest line, through the same
 write_parts, manifest and meta (pipeline/store) as the HF backend (the loss mask comes from
 the dataset, never from the server). The file and manifest line are byte for byte those write_sample makes
-of the same sample; a store made by either backend is the same to training. Then the thread
+of the same sample; a store made by either backend is the same to training. With
+`--store-dtype fp8` each piece (cut on token rows) is quantized on its way through
+(pipeline/store/fp8.py, quantize_stream) and the scales follow the values: the same file
+write_sample makes with fp8. Then the thread
 deletes the dump and gives back its bytes of the budget, which therefore bounds the bytes
 waiting for a write slot. There are `--concurrency` + `--writers` such threads, so the requests
 in flight keep the server busy while the store writes: the store's fsync'ing writes peak at a
@@ -57,7 +60,7 @@ from pathlib import Path
 
 from ..merged_dataset import Record
 from ..dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
-from .dumps import BadDump, ChunkBuffer, DumpFile, DumpFolder
+from .dumps import STATES, BadDump, ChunkBuffer, DumpFile, DumpFolder
 from .driver import RunResult, drive, finalize_or_stop, need, options_from, size_flag, stopped
 from ..program_edge import BadInput, PeerDead, StageError
 from .errors import ReserveStop
@@ -68,6 +71,7 @@ from .reserve import disk_full, is_disk_full
 from ..sizes import format_bytes
 from .sglang_http import ServerError, SGLangServer
 from .sharding import Shard
+from ..store.fp8 import quantize_stream
 from ..store.sample_file import write_parts
 
 DTYPE = "bfloat16"
@@ -313,9 +317,12 @@ class Extraction:
         try:
             t = len(rec.input_ids)
             self.job.guard.check(self.job.bytes_of(t), done=self.progress.tally.done, total=self.job.total)
-            parts = chain((dump.input_ids,), dump.chunks(buf), (bytes(rec.loss_mask),))
+            fp8 = self.job.options.fp8
+            states = (quantize_stream(DTYPE, self.hidden, [(n, dump.state_chunks(n, buf, whole_rows=True))
+                                                           for n in STATES]) if fp8 else dump.chunks(buf))
+            parts = chain((dump.input_ids,), states, (bytes(rec.loss_mask),))
             try:
-                entry = write_parts(self.job.out, rec.index, rec.id, t, self.hidden, DTYPE, parts)
+                entry = write_parts(self.job.out, rec.index, rec.id, t, self.hidden, DTYPE, parts, fp8=fp8)
                 self.manifest.add(entry)
             except BadDump as e:
                 raise AttemptFailed(f"rejected dump: {e}") from None
@@ -535,7 +542,7 @@ def extract(args) -> int:
 
 class SGLangBackend:
     """The driver's backend that has a patched SGLang server compute the states
-    (driver.Backend): one process, the whole run, the store in bf16."""
+    (driver.Backend): one process, the whole run, the states in bf16 (stored so, or as fp8 with --store-dtype fp8)."""
 
     dtype = DTYPE
     shard = Shard(0, 1)

@@ -1,7 +1,8 @@
 """Writer threads: take captured batches off the GPU loop and put samples on disk.
 
 Disk writes (with fsync) take about as long as the forward pass, so they run on N
-threads beside it; file writes and fsync release the GIL. The job queue needs no bound of
+threads beside it; file writes and fsync release the GIL. An fp8 store's states come
+quantized already (engine.py does it on the device), with their scales. The job queue needs no bound of
 its own: every job points into a host slot, and the slot pool (buffers.py) is bounded.
 A writer error stops the run: remaining jobs are drained without writing, so slots come
 back and the GPU loop can see the error and stop.
@@ -31,7 +32,7 @@ class HostBatch:
     ids: list[str]
     input_ids: list[torch.Tensor]
     loss_mask: list[torch.Tensor]
-    final: torch.Tensor  # [B,T,H] host
+    final: torch.Tensor  # [B,T,H] host (e4m3 for an fp8 store)
     aux: torch.Tensor  # [B,T,3H] host
     bad: torch.Tensor  # [B] host
     ready: torch.cuda.Event | None
@@ -40,12 +41,15 @@ class HostBatch:
     slot: HostSlot
     remaining: int = 0
     waited: bool = False
+    final_scale: torch.Tensor | None = None  # [B,T] float32, fp8 store only
+    aux_scale: torch.Tensor | None = None  # [B,T,3] float32
 
 
 class WriterPool:
     def __init__(self, out: Path, hidden: int, manifest: ManifestWriter, pool: BufferPool, threads: int,
-                 on_written: Callable[[int, int], None]) -> None:
+                 on_written: Callable[[int, int], None], captured: str | None = None) -> None:
         self.out = Path(out)
+        self.captured = captured  # the dtype the states were captured in, for fp8 files' metadata
         self.hidden = hidden
         self.manifest = manifest
         self.pool = pool
@@ -122,7 +126,9 @@ class WriterPool:
             loss_mask=batch.loss_mask[p],
             hidden_state=batch.final[p, :t],
             aux_hidden_state=batch.aux[p, :t],
+            hidden_state_scale=None if batch.final_scale is None else batch.final_scale[p, :t],
+            aux_hidden_state_scale=None if batch.aux_scale is None else batch.aux_scale[p, :t],
         )
-        entry = write_sample(self.out, sample, self.hidden, finite=not bool(batch.bad[p]))
+        entry = write_sample(self.out, sample, self.hidden, finite=not bool(batch.bad[p]), captured=self.captured)
         self.manifest.add(entry)
         self.on_written(t, entry["bytes"])

@@ -11,6 +11,8 @@ Store layout (docs/internals.md, "Hidden-state store"), as readers (training, ch
     <out>/manifest.jsonl                    one line per finished sample:
                                             {"index","id","tokens","bytes","file","xxh3"}
     <out>/rows_<k>/<index>.safetensors      input_ids, loss_mask, hidden_state, aux_hidden_state
+                                            (an fp8 store: the states as e4m3 and their scales
+                                            hidden_state_scale, aux_hidden_state_scale; fp8.py)
     <out>/.extract.rank<r>.lock             held (flock) by the process writing as rank r
 
 API for writers and readers of the store (all but `sample_file` are torch-free):
@@ -28,6 +30,8 @@ API for writers and readers of the store (all but `sample_file` are torch-free):
   -> StoreReport` (`.ok`, `.problems`, `.to_json()`): what `--verify` runs; a trainer
   calls it before it trusts a store.
 - `pipeline.checksum.file_checksum(path)`: a sample file's xxh3, as in its manifest line.
+- `fp8.read_state(f, name, rows)`: a state of an open sample file as captured, dequantized
+  when the store is fp8; `fp8.quantize` / `fp8.dequantize` are the arithmetic under it.
 
 A finished store has exactly one `manifest.jsonl`, sorted by index. While a sharded run is
 in flight each rank appends to `manifest.rank<r>.jsonl`; call `read_manifest(out)` to see

@@ -13,7 +13,9 @@ What the manifest promises for each sample (one JSON line, written by `sample_fi
 - every listed file exists with the manifest's size (one stat each);
 - the checksums of all files ("all"), of `sample` random ones plus the last `sample`
   written ("sample"), or none;
-- with `model`, the target's weight fingerprint equals meta's `target_fingerprint`.
+- with `model`, the target's weight fingerprint equals meta's `target_fingerprint`;
+- meta's `store_dtype`, when it has one, is one this version reads (float8_e4m3fn: an fp8
+  store's samples are checked like any other, their scales inside the checksummed bytes).
 `StoreReport.ok` is True when `problems` is empty; each problem is one line naming the file
 or the field. `to_json()` is what `--verify --json` prints.
 """
@@ -29,7 +31,8 @@ from ..checksum import ALGO, file_checksum
 from ..target import FingerprintError, target_fingerprint
 from ..program_edge import BadInput
 from .manifest import manifest_in_order
-from .meta import FORMAT, read_meta
+from .layout import FP8
+from .meta import FORMAT, read_meta, store_dtype
 
 CHECKSUM_MODES = ("all", "sample", "none")
 RESUME_CHECKSUMS = 64
@@ -99,6 +102,7 @@ class StoreReport:
     checksums_checked: int = 0
     target_fingerprint: str | None = None  # meta's
     model_fingerprint: str | None = None  # of --model, when given
+    store_dtype: str | None = None  # what the sample files hold (meta's store_dtype, else its dtype)
     problems: list[str] = field(default_factory=list)
     problem_count: int = 0
 
@@ -141,6 +145,10 @@ def verify_store(out: Path | str, *, model: Path | str | None = None, checksums:
     elif meta and meta.get("format") != FORMAT:
         rep.add(f"{out / 'meta.json'}: format {meta.get('format')!r}, expected {FORMAT!r}; "
                 "re-extract into a new --out (this store predates size and checksum records)")
+    if meta and meta.get("store_dtype") not in (None, FP8):
+        rep.add(f"{out / 'meta.json'}: store_dtype {meta.get('store_dtype')!r} is not one this version reads "
+                f"({FP8!r}, or none for states as captured); read it with the version that wrote it")
+    rep.store_dtype = store_dtype(meta) if meta else None
     rep.expected = expected_samples(meta)
     rep.target_fingerprint = meta.get("target_fingerprint")
     entries = manifest_in_order(out)

@@ -9,6 +9,12 @@ a new path are accepted. `target` (the path), `world_size`, `limit` and the data
 are informational: a store may be resumed with another number of GPUs, a larger --limit, or
 with the same dataset or target moved. `records` and `limit` say how many samples a
 finished store holds (integrity.expected_samples).
+
+An fp8 store (pipeline/store/fp8.py) adds `store_dtype` ("float8_e4m3fn") and `scaling`
+(layout.SCALING) to its meta.json; `dtype` stays the dtype the states were captured in. A
+store without these keys holds its states in `dtype` as captured, as every store did before
+fp8, so older stores read as they always have. Both keys are part of the identity: a
+resume never mixes fp8 and bf16 samples in one store.
 """
 
 from __future__ import annotations
@@ -22,12 +28,12 @@ from pathlib import Path
 from ..atomic_io import write_json_atomic
 from ..target import TargetError, capture_layers, read_config, target_fingerprint, text_config
 from ..program_edge import BadInput
-from .layout import META
+from .layout import FP8, META, SCALING
 
 FORMAT = "eagle3-hidden-store/2"
 """/2: manifest lines carry an xxh3 checksum and meta.json a target_fingerprint."""
 IDENTITY = ("format", "target_fingerprint", "num_layers", "hidden_size", "capture_layers", "dtype",
-            "dataset_sha256", "max_len")
+            "store_dtype", "scaling", "dataset_sha256", "max_len")
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,9 @@ class TargetInfo:
 
 
 def build_meta(target: TargetInfo, dtype: str, dataset: Path, dataset_sha256: str,
-               records: int, max_len: int | None, world_size: int, limit: int | None = None) -> dict:
-    return {
+               records: int, max_len: int | None, world_size: int, limit: int | None = None,
+               fp8: bool = False) -> dict:
+    meta = {
         "format": FORMAT,
         "target": target.path,
         "target_fingerprint": target.fingerprint,
@@ -96,6 +103,15 @@ def build_meta(target: TargetInfo, dtype: str, dataset: Path, dataset_sha256: st
         "max_len": max_len,
         "world_size": world_size,
     }
+    if fp8:
+        meta.update(store_dtype=FP8, scaling=dict(SCALING))
+    return meta
+
+
+def store_dtype(meta: dict) -> str:
+    """What a store's sample files hold: "float8_e4m3fn", or its capture dtype (a store
+    written before fp8 stores, or without --store-dtype fp8, has no store_dtype key)."""
+    return meta.get("store_dtype") or str(meta.get("dtype"))
 
 
 def read_meta(out: Path) -> dict | None:
@@ -128,6 +144,12 @@ def ensure_meta(out: Path, meta: dict, rank: int) -> None:
                     f"{meta.get('target')} has {meta.get(key)!r}: its weights differ from those the store was "
                     f"written with (changed in place, or another model); a store must not mix two targets: "
                     "restore those weights, or pass a new --out"
+                )
+            if key == "store_dtype":
+                raise BadInput(
+                    f"{out / META}: the store holds {store_dtype(old)} states but this run writes "
+                    f"{store_dtype(meta)} (--store-dtype); one store never mixes the two: rerun with the "
+                    "--store-dtype it was started with, or pass a new --out"
                 )
             raise BadInput(
                 f"{out / META}: field {key!r} is {old.get(key)!r} in the store but {meta.get(key)!r} for this run; "

@@ -218,13 +218,17 @@ def plan_epoch(lengths: list[int], plan: BatchPlan, epoch: int) -> list[list[lis
 
 
 def read_sample(path: Path, max_len: int) -> dict[str, torch.Tensor]:
-    """One sample's four tensors, cut to max_len rows; only those rows are read from the file."""
+    """One sample's four tensors, cut to max_len rows; only those rows are read from the file.
+    The states of an fp8 store come back dequantized to the dtype they were captured in
+    (pipeline/store/fp8.py), so the trainer never knows which store it reads."""
     from safetensors import safe_open
 
-    out = {}
+    from ..store.fp8 import read_state
+
     with safe_open(str(path), framework="pt") as f:
-        for name in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state"):
-            out[name] = f.get_slice(name)[:max_len]
+        out = {name: f.get_slice(name)[:max_len] for name in ("input_ids", "loss_mask")}
+        for name in ("hidden_state", "aux_hidden_state"):
+            out[name] = read_state(f, name, max_len)
     return out
 
 

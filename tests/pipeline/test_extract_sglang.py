@@ -109,6 +109,32 @@ def test_a_normal_run_stores_what_the_server_computed_and_a_rerun_sends_nothing(
     assert any(e.kind == "artifact" for e in events)
 
 
+def test_an_fp8_store_from_dumps_is_byte_for_byte_what_the_hf_writer_makes(tmp_path, target, monkeypatch, capsys):
+    """Dumps streamed through a buffer of a few rows, quantized on the way, give the files
+    write_sample(fp8=True) writes from the same states: one fp8 format whichever backend."""
+    import pipeline.extract.dumps as dumps_module
+    from pipeline.store.sample_file import Sample, write_sample
+
+    monkeypatch.setattr(dumps_module, "CHUNK_BYTES", 400)  # 6 rows of hidden_state, 2 of aux, per piece
+    recs = records(10)
+    data = write_data(tmp_path / "train.jsonl", recs)
+    dumps, out = tmp_path / "shm" / "hs", tmp_path / "store"
+    with StandIn(target, dumps) as server:
+        assert run(target, data, out, dumps, server.url, "--store-dtype", "fp8") == 0
+    assert "stored as fp8" in capsys.readouterr().out
+    done = read_manifest(out)
+    assert json.loads((out / "meta.json").read_text())["store_dtype"] == "float8_e4m3fn"
+    for i, r in enumerate(recs):
+        final, aux = states(r["input_ids"], HIDDEN)
+        sample = Sample(index=i, id=r["id"], input_ids=torch.tensor(r["input_ids"]),
+                        loss_mask=torch.tensor(r["loss_mask"], dtype=torch.uint8), hidden_state=final,
+                        aux_hidden_state=aux)
+        entry = write_sample(tmp_path / "hf", sample, HIDDEN, fp8=True)
+        assert (out / done[i]["file"]).read_bytes() == (tmp_path / "hf" / entry["file"]).read_bytes(), f"sample {i}"
+        assert done[i]["xxh3"] == entry["xxh3"]
+    assert main(["--verify", "--out", str(out), "--model", str(target)]) == 0
+
+
 def test_a_server_that_dies_mid_run_stops_with_exit_4_and_a_rerun_completes(tmp_path, target, capsys):
     recs = records(30, seed=5)
     data = write_data(tmp_path / "train.jsonl", recs)
