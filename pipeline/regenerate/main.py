@@ -27,8 +27,8 @@ from pipeline.program_edge import on_sigterm, run_program
 
 from . import options as opts_mod
 from . import sources
-from .conversation import Chat, checked, seed_for
-from .errors import BadInput, Failure
+from .conversation import Chat, seed_for
+from .errors import BadInput
 from .output import Appender, done_ids, repair_tail
 from .sink import Sink
 from .stats import Stats, previous
@@ -56,20 +56,7 @@ def _hf_backend(o: opts_mod.Options):
 
 
 def _run_hf(o: opts_mod.Options, backend, chats: Iterator[Chat], sink: Sink) -> None:
-    while batch := list(islice(chats, o.batch_size)):
-        failed: dict[int, object] = {}
-        while active := [c for c in batch if not c.done and c.index not in failed]:
-            outs = backend.generate([c.prompt() for c in active], [seed_for(o.seed, c.id, c.turn) for c in active])
-            for chat, out in zip(active, outs):
-                try:
-                    if not isinstance(out, tuple):
-                        raise out
-                    chat.answer(*checked(*out))
-                except Failure as f:
-                    failed[chat.index] = f
-        for chat in batch:
-            sink.put(chat.index, (chat, failed[chat.index]) if chat.index in failed else chat)
-        sink.flush()
+    backend.run(chats, sink, lambda chat: seed_for(o.seed, chat.id, chat.turn), o.batch_size)
 
 
 def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
