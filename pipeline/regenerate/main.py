@@ -4,7 +4,7 @@
         --backend hf --model TARGET_DIR [--device cpu|cuda] [--dtype bf16|fp16|fp32] [--batch-size N]
         --backend server --server URL [--server URL ...] [--served-model NAME] [--concurrency N]
                  [--timeout S] [--retries N] [--max-consecutive-failures N]
-        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--limit N]
+        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--samples-per-prompt N] [--limit N]
         [--role-map a=b,...] [--max-invalid SHARE] [--strict]
     python -m pipeline.regenerate --estimate SOURCE ... [--limit N] [--max-new-tokens N] [--json]
 
@@ -37,16 +37,22 @@ NAME = "regenerate"
 RESUME = "the records written so far are kept; rerun the same command to resume"
 
 
+def sample_ids(rid: str, n: int) -> list[str]:
+    """The output ids of a record's samples: its own id when there is one sample."""
+    return [rid] if n == 1 else [f"{rid}#s{k}" for k in range(n)]
+
+
 def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
     stream = sources.records(o.sources, pol)
     if o.limit is not None:
         stream = islice(stream, o.limit)
     index = 0
     for rec in stream:
-        if rec.id in done:
-            continue
-        yield Chat.start(index, rec.id, rec.conversations)
-        index += 1
+        for rid in sample_ids(rec.id, o.samples_per_prompt):
+            if rid in done:
+                continue
+            yield Chat.start(index, rid, rec.conversations)
+            index += 1
 
 
 def _hf_backend(o: opts_mod.Options):
@@ -99,7 +105,7 @@ def body(argv: list[str] | None) -> int:
             old = previous(o.stats, o.generation())
     plan = sources.Plan()
     counted = sum(1 for _ in sources.records(o.sources, pol, plan))
-    wanted = min(counted, o.limit) if o.limit is not None else counted
+    wanted = (min(counted, o.limit) if o.limit is not None else counted) * o.samples_per_prompt
     stats = Stats(options=o.to_json(), records_in=plan.records_in(), regenerable=counted, wanted=wanted,
                   skipped=+plan.skipped, sources=plan.to_json())
     stats.seconds_before = float(old.get("seconds", 0.0)) if isinstance(old, dict) else 0.0
@@ -110,7 +116,8 @@ def body(argv: list[str] | None) -> int:
     skipped = ", ".join(f"{n} {k}" for k, n in sorted(plan.skipped.items()) if n)
     print(f"{NAME}: {counted} records to regenerate" + (f" (skipped: {skipped})" if skipped else "")
           + (f", {stats.resumed} already in {o.out}" if stale else "")
-          + (f"; --limit {o.limit}" if o.limit is not None else ""), flush=True)
+          + (f"; --limit {o.limit}" if o.limit is not None else "")
+          + (f"; {o.samples_per_prompt} samples each" if o.samples_per_prompt > 1 else ""), flush=True)
     # the target loads before anything is written: a target refused leaves no output behind
     backend = _hf_backend(o) if o.backend == "hf" else None
     events = EventWriter.from_env()
