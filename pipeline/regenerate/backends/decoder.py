@@ -39,13 +39,14 @@ class Admit:
 
 class Decoder:
     def __init__(self, model, slots: int, max_new: int, eos: set[int], sampler: Sampler, device: torch.device,
-                 graphs: bool) -> None:
+                 graphs: bool, max_positions: int = 0) -> None:
         cfg = model.config
         heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
         dtype = next(model.parameters()).dtype
         self.model, self.slots, self.max_new, self.sampler, self.device = model, slots, max_new, sampler, device
+        self.max_positions = max_positions  # the most a slot can need (0: the target does not say)
         self.kv = SlotKV(cfg.num_hidden_layers, slots, kv_heads, head_dim, WIDTH_STEP, dtype, device)
         z = dict(device=device, dtype=torch.int64)
         self.ids, self.pos, self.seeds, self.gen = (torch.zeros(slots, **z) for _ in range(4))
@@ -60,7 +61,8 @@ class Decoder:
     def reserve(self, positions: int) -> None:
         """Room for `positions` per slot; graphs captured for the old buffers are dropped."""
         if positions > self.kv.capacity:
-            self.kv.grow(max(round_up(positions), 2 * self.kv.capacity))
+            grown = max(round_up(positions), 2 * self.kv.capacity)
+            self.kv.grow(min(grown, max(self.max_positions, positions)) if self.max_positions else grown)
             if self.graphs:
                 self.graphs.clear()
 

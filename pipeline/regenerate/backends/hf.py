@@ -93,7 +93,8 @@ class HFBackend:
 
         vocab = self.model.get_output_embeddings().weight.shape[0]
         sampler = Sampler(vocab, self.device, self.temperature, self.top_p)
-        decoder = Decoder(self.model, slots, self.max_new_tokens, self.eos, sampler, self.device, graphs)
+        decoder = Decoder(self.model, slots, self.max_new_tokens, self.eos, sampler, self.device, graphs,
+                          self.max_positions)
         sync = SYNC_EVERY_CUDA if self.device.type == "cuda" else SYNC_EVERY_CPU
         scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync, WINDOW_PER_SLOT * slots)
         try:
