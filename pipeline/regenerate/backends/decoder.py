@@ -19,7 +19,8 @@ import torch
 from .kv_slots import SlotKV, active
 from .sampler import Sampler
 
-WIDTH_STEP = 256  # attention widths are rounded up to this, so few distinct graphs are captured
+WIDTH_STEP = 256  # attention widths are rounded up to this with graphs, so few distinct ones are captured
+WIDTH_STEP_EAGER = 32  # without graphs a narrower width costs nothing to change
 
 
 def round_up(n: int, step: int = WIDTH_STEP) -> int:
@@ -56,6 +57,7 @@ class Decoder:
         self.eos_set = set(eos)
         self.rows = torch.arange(slots, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs and device.type == "cuda" else None
+        self.width_step = WIDTH_STEP if self.graphs is not None else WIDTH_STEP_EAGER
         self._pool = None
 
     def reserve(self, positions: int) -> None:
@@ -72,7 +74,7 @@ class Decoder:
 
     def prefill(self, group: list[Admit]) -> None:
         """Feed each slot's new tokens (left-padded together) and draw its first answer token."""
-        width = round_up(max(len(a.tokens) for a in group))
+        width = round_up(max(len(a.tokens) for a in group), self.width_step)
         self.reserve(width)
         longest = max(len(a.tokens) - a.start for a in group)
         ids, pos = [], []
@@ -110,7 +112,7 @@ class Decoder:
 
     def steps(self, n: int, width: int) -> None:
         """`n` decode steps of every slot, attending over the first `width` positions."""
-        width = min(round_up(width), self.kv.capacity)
+        width = min(round_up(width, self.width_step), self.kv.capacity)
         with active(self.kv):
             graph = self._graph(width) if self.graphs is not None else None
             for _ in range(n):

@@ -5,11 +5,11 @@ per answer.
 The target runs through its own transformers forward, with a slot KV cache behind its
 attention interface (kv_slots.py); the per-token work stays on the device and the host
 looks every few steps (decoder.py, hf_schedule.py). transformers' continuous batching
-(`generate_batch`) was the first candidate; it is left aside because its sampling draws from
-one device generator shared by the batch (an answer would depend on its batch-mates, and a
-resumed run would not repeat itself), its API moves between the 5.x releases the project
-runs on (5.17 on the GPU image, 5.24 here), and a chat's next turn could not reuse the cache
-its slot already holds.
+(`generate_batch`) was the first candidate; it is left aside because it draws from one
+generator shared by the batch (an answer would depend on its batch-mates, and a resumed run
+would not repeat itself), and its API, prefix sharing included, moves between the 5.x
+releases the project runs on (5.17 on the GPU image, 5.24 here); the attention interface the
+slots plug into does not.
 
 Each answer's draws depend on its own seed (conversation.seed_for) and token index only
 (sampler.py), so a resumed run, or one with another batch size, gives the same answers.
