@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     h.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weights' dtype (default fp32 on cpu, bf16 on cuda)")
-    h.add_argument("--batch-size", type=int, default=16, help=f"records generated together (1..{MAX_BATCH}, default 16)")
+    h.add_argument("--batch-size", type=int, default=16,
+                   help=f"slots: answers decoded together, a slot refilled as its record ends (1..{MAX_BATCH}, "
+                   "default 16; 256 for a small target on a big GPU: docs/regenerate.md)")
     h.add_argument("--max-prompt-tokens", type=int, help="skip a turn whose prompt (the chat so far) is longer, "
                    "counted as prompt_too_long (default: the target's positions less --max-new-tokens); on a CPU "
                    "the prefill of long chats is what costs")
