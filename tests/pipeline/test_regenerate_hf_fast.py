@@ -164,6 +164,13 @@ def test_samples_per_prompt_writes_each_sample_as_its_own_record_and_resume_comp
     g = _regen(target, source, tmp_path / "g.jsonl", "--temperature", "0", "--samples-per-prompt", "2")
     assert g.returncode == 2 and "needs --temperature above 0" in g.stderr, g.stderr
     assert not (tmp_path / "g.jsonl").exists()
+    e = subprocess.run([sys.executable, "-m", "pipeline.regenerate", "--estimate", str(source), "--samples-per-prompt",
+                        "3", "--max-new-tokens", str(MAX_NEW), "--json"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert e.returncode == 0, e.stderr
+    figures = json.loads(e.stdout)  # the console's free-space check sizes every sample
+    assert figures["records"] == 12 and figures["answers"] == 3 * (1 + 2 + 3 + 1)
+    assert figures["bytes"] >= (tmp_path / "a.jsonl").stat().st_size
 
 
 def test_progress_reports_the_first_answered_turn_before_any_record_is_done(tmp_path, target):
