@@ -126,7 +126,7 @@ def run_baseline(model, tok, prompts: list[list[int]], batch: int, max_new: int,
         sample = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
         with torch.inference_mode():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, pad_token_id=pad,
-                                 eos_token_id=sorted(eos), top_p=None, top_k=None, **sample)
+                                 eos_token_id=sorted(eos), **sample)
         for row in out[:, width:].tolist():
             n = next((k + 1 for k, t in enumerate(row) if t in eos), len(row))
             tokens += n

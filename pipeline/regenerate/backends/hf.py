@@ -65,8 +65,18 @@ class HFBackend:
         if not self.eos:
             raise BadInput(f"--model {model_dir}: neither generation_config.json nor the tokenizer names an end token")
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        self._use_slots()
+
+    def _use_slots(self) -> None:
+        """Route the target's attention to the slot cache (kv_slots.py)."""
         register()
-        self.model.set_attn_implementation(NAME)
+        try:
+            self.model.set_attn_implementation(NAME)
+        except (ValueError, ImportError, AttributeError):
+            self.model.config._attn_implementation = NAME  # a release whose setter refuses registered names
+        if getattr(self.model.config, "_attn_implementation", None) != NAME:
+            raise BadInput(f"--model {self.model_dir}: this transformers release does not let the target use a "
+                           "registered attention function; use --backend server")
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt's tokens, or the Failure of a prompt past today's bounds."""
