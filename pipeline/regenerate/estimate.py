@@ -14,7 +14,7 @@ import json
 from itertools import islice
 from pathlib import Path
 
-from .options import MAX_NEW_TOKENS, _bound, _role_map
+from .options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound, _role_map
 from .sources import policy, records
 
 BYTES_PER_TOKEN = 8
@@ -28,13 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", type=Path, metavar="SOURCE")
     p.add_argument("--limit", type=int)
     p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--samples-per-prompt", type=int, default=1)
     p.add_argument("--role-map", default="")
     p.add_argument("--max-invalid", type=float, default=0.05)
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     return p
 
 
-def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, pol) -> dict:
+def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, pol, samples: int = 1) -> dict:
     n = answers = kept = 0
     stream = records(sources, pol)
     for rec in islice(stream, limit) if limit is not None else stream:
@@ -43,6 +44,7 @@ def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, 
         answers += sum(1 for i, m in enumerate(conv) if m["role"] == "user"
                        and (i + 1 == len(conv) or conv[i + 1]["role"] != "user"))
         kept += sum(len(m["content"].encode()) + 32 for m in conv if m["role"] != "assistant")
+    n, answers, kept = n * samples, answers * samples, kept * samples  # each sample is a whole record
     answer_bytes = answers * (max_new_tokens * BYTES_PER_TOKEN + 32)
     return {"records": n, "answers": answers, "max_new_tokens": max_new_tokens, "kept_bytes": kept,
             "answer_bytes": answer_bytes, "bytes": kept + answer_bytes + n * LINE_BYTES,
@@ -55,8 +57,9 @@ def run(argv: list[str]) -> int:
     if a.limit is not None:
         _bound("--limit", a.limit, 1, 2**62)
     _bound("--max-invalid", a.max_invalid, 0, 1)
+    _bound("--samples-per-prompt", a.samples_per_prompt, 1, MAX_SAMPLES)
     figures = estimate(tuple(a.sources), a.max_new_tokens, a.limit, policy(_role_map(a.role_map), a.max_invalid,
-                                                                          False))
+                                                                          False), a.samples_per_prompt)
     if a.json:
         print(json.dumps(figures))
     else:

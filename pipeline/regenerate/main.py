@@ -4,7 +4,7 @@
         --backend hf --model TARGET_DIR [--device cpu|cuda] [--dtype bf16|fp16|fp32] [--batch-size N]
         --backend server --server URL [--server URL ...] [--served-model NAME] [--concurrency N]
                  [--timeout S] [--retries N] [--max-consecutive-failures N]
-        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--limit N]
+        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--samples-per-prompt N] [--limit N]
         [--role-map a=b,...] [--max-invalid SHARE] [--strict]
     python -m pipeline.regenerate --estimate SOURCE ... [--limit N] [--max-new-tokens N] [--json]
 
@@ -27,8 +27,8 @@ from pipeline.program_edge import on_sigterm, run_program
 
 from . import options as opts_mod
 from . import sources
-from .conversation import Chat, checked, seed_for
-from .errors import BadInput, Failure
+from .conversation import Chat, seed_for
+from .errors import BadInput
 from .output import Appender, done_ids, repair_tail
 from .sink import Sink
 from .stats import Stats, previous
@@ -37,16 +37,22 @@ NAME = "regenerate"
 RESUME = "the records written so far are kept; rerun the same command to resume"
 
 
+def sample_ids(rid: str, n: int) -> list[str]:
+    """The output ids of a record's samples: its own id when there is one sample."""
+    return [rid] if n == 1 else [f"{rid}#s{k}" for k in range(n)]
+
+
 def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
     stream = sources.records(o.sources, pol)
     if o.limit is not None:
         stream = islice(stream, o.limit)
     index = 0
     for rec in stream:
-        if rec.id in done:
-            continue
-        yield Chat.start(index, rec.id, rec.conversations)
-        index += 1
+        for rid in sample_ids(rec.id, o.samples_per_prompt):
+            if rid in done:
+                continue
+            yield Chat.start(index, rid, rec.conversations)
+            index += 1
 
 
 def _hf_backend(o: opts_mod.Options):
@@ -56,20 +62,7 @@ def _hf_backend(o: opts_mod.Options):
 
 
 def _run_hf(o: opts_mod.Options, backend, chats: Iterator[Chat], sink: Sink) -> None:
-    while batch := list(islice(chats, o.batch_size)):
-        failed: dict[int, object] = {}
-        while active := [c for c in batch if not c.done and c.index not in failed]:
-            outs = backend.generate([c.prompt() for c in active], [seed_for(o.seed, c.id, c.turn) for c in active])
-            for chat, out in zip(active, outs):
-                try:
-                    if not isinstance(out, tuple):
-                        raise out
-                    chat.answer(*checked(*out))
-                except Failure as f:
-                    failed[chat.index] = f
-        for chat in batch:
-            sink.put(chat.index, (chat, failed[chat.index]) if chat.index in failed else chat)
-        sink.flush()
+    backend.run(chats, sink, lambda chat: seed_for(o.seed, chat.id, chat.turn), o.batch_size)
 
 
 def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
@@ -112,7 +105,7 @@ def body(argv: list[str] | None) -> int:
             old = previous(o.stats, o.generation())
     plan = sources.Plan()
     counted = sum(1 for _ in sources.records(o.sources, pol, plan))
-    wanted = min(counted, o.limit) if o.limit is not None else counted
+    wanted = (min(counted, o.limit) if o.limit is not None else counted) * o.samples_per_prompt
     stats = Stats(options=o.to_json(), records_in=plan.records_in(), regenerable=counted, wanted=wanted,
                   skipped=+plan.skipped, sources=plan.to_json())
     stats.seconds_before = float(old.get("seconds", 0.0)) if isinstance(old, dict) else 0.0
@@ -123,7 +116,8 @@ def body(argv: list[str] | None) -> int:
     skipped = ", ".join(f"{n} {k}" for k, n in sorted(plan.skipped.items()) if n)
     print(f"{NAME}: {counted} records to regenerate" + (f" (skipped: {skipped})" if skipped else "")
           + (f", {stats.resumed} already in {o.out}" if stale else "")
-          + (f"; --limit {o.limit}" if o.limit is not None else ""), flush=True)
+          + (f"; --limit {o.limit}" if o.limit is not None else "")
+          + (f"; {o.samples_per_prompt} samples each" if o.samples_per_prompt > 1 else ""), flush=True)
     # the target loads before anything is written: a target refused leaves no output behind
     backend = _hf_backend(o) if o.backend == "hf" else None
     events = EventWriter.from_env()

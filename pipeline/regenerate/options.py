@@ -22,7 +22,9 @@ MAX_TIMEOUT = 3600.0
 MAX_RETRIES = 20
 MAX_SERVERS = 64
 # What the run's output depends on: a resumed run must use the same, or its records would mix.
-GENERATION_KEYS = ("backend", "model", "served_model", "max_new_tokens", "temperature", "top_p", "seed")
+GENERATION_KEYS = ("backend", "model", "served_model", "max_new_tokens", "temperature", "top_p", "seed",
+                   "samples_per_prompt")
+MAX_SAMPLES = 64
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Options:
     temperature: float = 0.7
     top_p: float = 1.0
     seed: int = 0
+    samples_per_prompt: int = 1
     limit: int | None = None
     role_map: dict[str, str] = field(default_factory=dict)
     max_invalid: float = 0.05
@@ -77,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     h.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weights' dtype (default fp32 on cpu, bf16 on cuda)")
-    h.add_argument("--batch-size", type=int, default=16, help=f"records generated together (1..{MAX_BATCH}, default 16)")
+    h.add_argument("--batch-size", type=int, default=16,
+                   help=f"slots: answers decoded together, a slot refilled as its record ends (1..{MAX_BATCH}, "
+                   "default 16; 256 for a small target on a big GPU: docs/regenerate.md)")
     h.add_argument("--max-prompt-tokens", type=int, help="skip a turn whose prompt (the chat so far) is longer, "
                    "counted as prompt_too_long (default: the target's positions less --max-new-tokens); on a CPU "
                    "the prefill of long chats is what costs")
@@ -98,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0: off)")
     g.add_argument("--seed", type=int, default=0, help="every answer's sampling seed derives from it and the "
                    "record's id, so a resumed run gives the same answers (default 0)")
+    g.add_argument("--samples-per-prompt", type=int, default=1, metavar="N",
+                   help=f"answer every record N times (1..{MAX_SAMPLES}, default 1), each sample its own record "
+                   "'<id>#s<k>' with its own seeds; needs --temperature above 0")
     d = p.add_argument_group("data")
     d.add_argument("--limit", type=int, help="regenerate at most this many records (the first ones, in input order)")
     d.add_argument("--role-map", default="", help="extra roles, e.g. bing=assistant,chatgpt=assistant")
@@ -127,6 +135,10 @@ def parse(argv: list[str] | None = None) -> Options:
         raise BadInput(f"--top-p must be more than 0 and at most 1, got {a.top_p:g}")
     _bound("--seed", a.seed, 0, 2**63 - 1)
     _bound("--max-invalid", a.max_invalid, 0, 1)
+    _bound("--samples-per-prompt", a.samples_per_prompt, 1, MAX_SAMPLES)
+    if a.samples_per_prompt > 1 and a.temperature == 0:
+        raise BadInput(f"--samples-per-prompt {a.samples_per_prompt} needs --temperature above 0: greedy decoding "
+                       "gives the same answer every time")
     if a.limit is not None:
         _bound("--limit", a.limit, 1, 2**62)
     if a.backend == "hf":
@@ -164,5 +176,5 @@ def parse(argv: list[str] | None = None) -> Options:
         served_model=a.served_model if a.served_model is not None else (str(a.model) if a.model else None),
         concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
         max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
-        temperature=a.temperature, top_p=a.top_p, seed=a.seed, limit=a.limit, role_map=_role_map(a.role_map),
+        temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt, limit=a.limit, role_map=_role_map(a.role_map),
         max_invalid=a.max_invalid, strict=a.strict)

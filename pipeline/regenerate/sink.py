@@ -3,6 +3,11 @@
 Answers may finish out of order (many servers, many threads); the sink holds the early ones
 until those before them are done, so the output of a run, interrupted and resumed or not,
 is the same file. Flushes are one write and one fsync, at most every FLUSH_S seconds.
+
+A record of many turns, or a first batch of long answers, can take minutes before the first
+record is done; progress also counts answered turns and the tokens generated so far
+(`answers`, `generated`), and the first answered turn is reported at once, so a phase that
+works is never silent until its first record.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ class Sink:
         self.done = stats.resumed
         self.failed = 0
         self.tokens = 0
+        self.answers = 0  # turns answered by this run, written or not
+        self.answered_tokens = 0  # their tokens
+        self.in_flight = 0  # tokens of answers still being generated
         self._t0 = time.monotonic()
         self._flushed = self._stats_at = self._progress_at = self._t0
 
@@ -51,19 +59,32 @@ class Sink:
                 self.stats.answers += r.turn
         self.tick()
 
+    def answered(self, tokens: int) -> None:
+        """One turn answered (its record may still have turns to go)."""
+        self.answers += 1
+        self.answered_tokens += tokens
+        self.tick(force_progress=self.answers == 1)
+
+    def generating(self, tokens: int) -> None:
+        """`tokens` generated so far by the answers not yet finished."""
+        self.in_flight = tokens
+        self.tick()
+
     @property
     def holding(self) -> int:
         return len(self.held)
 
-    def tick(self, force: bool = False) -> None:
+    def tick(self, force: bool = False, force_progress: bool = False) -> None:
         now = time.monotonic()
         if force or now - self._flushed >= FLUSH_S:
             self.flush()
-        if force or now - self._progress_at >= PROGRESS_S:
+        if force or force_progress or now - self._progress_at >= PROGRESS_S:
             self._progress_at = now
-            rate = self.tokens / max(now - self._t0, 1e-9)
+            generated = max(self.tokens, self.answered_tokens + self.in_flight)
+            rate = generated / max(now - self._t0, 1e-9)
             self.events.progress(self.done, self.total, unit="records", tokens=self.stats.generated_tokens,
-                                 tokens_per_s=round(rate, 1), failed=self.failed)
+                                 tokens_per_s=round(rate, 1), failed=self.failed, answers=self.answers,
+                                 generated=generated)
         if force or now - self._stats_at >= STATS_S:
             self._stats_at = now
             self.stats.records_out = self.stats.resumed + self.out.records

@@ -17,6 +17,7 @@ from pipeline.atomic_io import write_bytes_atomic
 from .errors import BadInput
 
 EXAMPLES = 5  # failure examples kept per reason
+LATER_KEYS = {"samples_per_prompt": 1}  # options added after outputs existed: the value those runs had
 
 
 @dataclass
@@ -69,7 +70,7 @@ def previous(path: Path, generation: dict) -> dict | None:
     except (OSError, ValueError) as e:
         raise BadInput(f"{path}: cannot read the earlier run's stats ({e}); delete it to start over") from None
     was = old.get("options", {}) if isinstance(old, dict) else {}
-    changed = [k for k, v in generation.items() if was.get(k) != v]
+    changed = [k for k, v in generation.items() if was.get(k, LATER_KEYS.get(k)) != v]
     if changed:
         shown = ", ".join(f"{k}: {was.get(k)!r} then, {generation[k]!r} now" for k in changed)
         raise BadInput(f"{path}: the output was started with other options ({shown}); a resumed run must use the "

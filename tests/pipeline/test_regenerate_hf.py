@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_chat_target import build_chat_target, greedy_answers
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 6
@@ -17,20 +18,7 @@ MAX_NEW = 6
 
 @pytest.fixture(scope="module")
 def chat_target(tmp_path_factory) -> Path:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from pipeline.tokenizer_build import build_tokenizer
-
-    path = tmp_path_factory.mktemp("chat-target") / "tiny-chat-llama"
-    tok = build_tokenizer([f"question {i} answer {i * 7} words and more words" for i in range(200)], vocab_size=300)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_chat_target(tmp_path_factory.mktemp("chat-target") / "tiny-chat-llama")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +43,6 @@ def regen(model: Path, src: Path, out: Path, *more: str) -> subprocess.Completed
 
 
 def test_hf_greedy_answers_are_what_the_target_generates_with_its_chat_template(tmp_path, chat_target, chats):
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = regen(chat_target, chats, tmp_path / "out.jsonl", "--temperature", "0", "--batch-size", "4")
@@ -67,15 +54,8 @@ def test_hf_greedy_answers_are_what_the_target_generates_with_its_chat_template(
     for rec in got:
         conv = rec["conversations"]
         assert [m["role"] for m in conv if m["role"] != "system"] == ["user", "assistant"] * (len(conv) // 2)
-        for k, m in enumerate(conv):
-            if m["role"] != "assistant":
-                continue
-            ids = tok.apply_chat_template(conv[:k], add_generation_prompt=True, return_tensors="pt",
-                                          return_dict=True)["input_ids"]
-            with torch.inference_mode():
-                seq = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=tok.pad_token_id)
-            want = tok.decode(seq[0, ids.shape[1]:], skip_special_tokens=True)
-            assert m["content"] == want, (rec["id"], k)
+        got_answers = [m["content"] for m in conv if m["role"] == "assistant"]
+        assert got_answers == greedy_answers(model, tok, conv, MAX_NEW), rec["id"]
     stats = json.loads((tmp_path / "out.stats.json").read_text())
     assert stats["answers"] == 10 and stats["records_out"] == 7
 

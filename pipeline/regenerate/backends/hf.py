@@ -1,22 +1,36 @@
-"""Answers from a local HF model: batched, left-padded prompts, a KV cache, and one
-random generator per answer.
+"""Answers from a local HF model at serving speed: a fixed set of slots decoding together,
+each slot refilled with the next chat the moment its record is done, and one random stream
+per answer.
 
-`model.generate` draws from one generator for the whole batch, so an answer would depend
-on which records share its batch; here each row samples with its own `torch.Generator`
-seeded from the record (conversation.seed_for), and a resumed run gives the same answers.
+The target runs through its own transformers forward, with a slot KV cache behind its
+attention interface (kv_slots.py); the per-token work stays on the device and the host
+looks every few steps (decoder.py, hf_schedule.py). transformers' continuous batching
+(`generate_batch`) was the first candidate; it is left aside because it draws from one
+generator shared by the batch (an answer would depend on its batch-mates, and a resumed run
+would not repeat itself), and its API, prefix sharing included, moves between the 5.x
+releases the project runs on (5.17 on the GPU image, 5.24 here); the attention interface the
+slots plug into does not.
+
+Each answer's draws depend on its own seed (conversation.seed_for) and token index only
+(sampler.py), so a resumed run, or one with another batch size, gives the same answers.
 Temperature 0 is greedy. The prompt is the target's own chat template with
 `add_generation_prompt`, as the target saw chats in training.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pipeline.hf_cache import cache_kwarg
-
+from ..conversation import Chat
 from ..errors import BadInput, Failure
+from ..sink import Sink
+from .kv_slots import NAME, register
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+SYNC_EVERY_CUDA = 16  # decode steps between the host's looks: a finished slot idles at most this many
+SYNC_EVERY_CPU = 4
+WINDOW_PER_SLOT = 8  # records admitted ahead of the oldest unwritten one, per slot
 
 
 class HFBackend:
@@ -39,8 +53,8 @@ class HFBackend:
             raise BadInput(f"--model {model_dir}: the tokenizer has no chat template (tokenizer_config.json "
                            "'chat_template', or chat_template.jinja); regenerate prompts the target as it was "
                            "trained to chat, so it needs one")
-        self.tok.padding_side = "left"
         self.torch = torch
+        self.model_dir = Path(model_dir)
         self.device = torch.device(device)
         self.model = load_target(Path(model_dir), device, getattr(torch, DTYPES[dtype]))
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
@@ -50,73 +64,51 @@ class HFBackend:
         self.eos = set(eos if isinstance(eos, list) else [eos]) - {None}
         if not self.eos:
             raise BadInput(f"--model {model_dir}: neither generation_config.json nor the tokenizer names an end token")
-        pad = self.tok.pad_token_id
-        self.pad = pad if pad is not None else next(iter(self.eos))
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self.cache_kw = cache_kwarg(self.model)
+        self._use_slots()
 
-    def _sample(self, logits, generators):
-        torch = self.torch
-        if self.temperature == 0:
-            return logits.argmax(dim=-1)
-        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
-        if self.top_p < 1:
-            sorted_p, order = probs.sort(dim=-1, descending=True)
-            drop = sorted_p.cumsum(dim=-1) - sorted_p > self.top_p
-            sorted_p = sorted_p.masked_fill(drop, 0.0)
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        rows = [torch.multinomial(probs[i].cpu(), 1, generator=g) for i, g in enumerate(generators)]
-        return torch.cat(rows).to(logits.device)
+    def _use_slots(self) -> None:
+        """Route the target's attention to the slot cache (kv_slots.py)."""
+        register()
+        try:
+            self.model.set_attn_implementation(NAME)
+        except (ValueError, ImportError, AttributeError):
+            self.model.config._attn_implementation = NAME  # a release whose setter refuses registered names
+        if getattr(self.model.config, "_attn_implementation", None) != NAME:
+            raise BadInput(f"--model {self.model_dir}: this transformers release does not let the target use a "
+                           "registered attention function; use --backend server")
 
-    def generate(self, prompts: list[list[dict[str, str]]], seeds: list[int]) -> list[tuple[str, int] | Failure]:
-        """One answer per prompt, or the Failure that prompt met."""
-        torch = self.torch
-        results: list[tuple[str, int] | Failure | None] = [None] * len(prompts)
-        texts = [self.tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-        ids = self.tok(texts, add_special_tokens=False)["input_ids"]
-        live = []
-        for i, seq in enumerate(ids):
-            if self.max_positions and len(seq) + self.max_new_tokens > self.max_positions:
-                results[i] = Failure("prompt_too_long", f"the prompt is {len(seq)} tokens; with --max-new-tokens "
-                                     f"{self.max_new_tokens} it exceeds the target's {self.max_positions} positions")
-            elif self.max_prompt_tokens is not None and len(seq) > self.max_prompt_tokens:
-                results[i] = Failure("prompt_too_long", f"the prompt is {len(seq)} tokens, more than "
-                                     f"--max-prompt-tokens {self.max_prompt_tokens}")
-            else:
-                live.append(i)
-        if live:
-            with torch.inference_mode():
-                for i, out in zip(live, self._decode([ids[i] for i in live], [seeds[i] for i in live])):
-                    results[i] = out
-        return results  # type: ignore[return-value]
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt's tokens, or the Failure of a prompt past today's bounds."""
+        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        seq = self.tok(text, add_special_tokens=False)["input_ids"]
+        if self.max_positions and len(seq) + self.max_new_tokens > self.max_positions:
+            raise Failure("prompt_too_long", f"the prompt is {len(seq)} tokens; with --max-new-tokens "
+                          f"{self.max_new_tokens} it exceeds the target's {self.max_positions} positions")
+        if self.max_prompt_tokens is not None and len(seq) > self.max_prompt_tokens:
+            raise Failure("prompt_too_long", f"the prompt is {len(seq)} tokens, more than "
+                          f"--max-prompt-tokens {self.max_prompt_tokens}")
+        return seq
 
-    def _decode(self, batch: list[list[int]], seeds: list[int]) -> list[tuple[str, int]]:
-        torch = self.torch
-        width = max(len(s) for s in batch)
-        input_ids = torch.tensor([[self.pad] * (width - len(s)) + s for s in batch], device=self.device)
-        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in batch], device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        generators = [torch.Generator().manual_seed(s) for s in seeds]
-        out = [[] for _ in batch]
-        finished = [False] * len(batch)
-        past = None
-        step_ids, step_pos = input_ids, positions
-        for _ in range(self.max_new_tokens):
-            res = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos, use_cache=True,
-                             logits_to_keep=1, **{self.cache_kw: past})
-            past = res.get(self.cache_kw)
-            nxt = self._sample(res.logits[:, -1, :], generators)
-            for i, t in enumerate(nxt.tolist()):
-                if finished[i]:
-                    continue
-                if t in self.eos:
-                    finished[i] = True
-                else:
-                    out[i].append(t)
-            if all(finished):
-                break
-            step_ids = nxt[:, None]
-            step_pos = step_pos[:, -1:] + 1
-            mask = torch.cat([mask, mask.new_ones((len(batch), 1))], dim=-1)
-        return [(self.tok.decode(o, skip_special_tokens=True), len(o) + (1 if finished[i] else 0))
-                for i, o in enumerate(out)]
+    def decode(self, tokens: list[int]) -> str:
+        return self.tok.decode(tokens, skip_special_tokens=True)
+
+    def run(self, chats: Iterator[Chat], sink: Sink, seed_of: Callable[[Chat], int], slots: int,
+            graphs: bool = True) -> None:
+        """Answer every turn of every chat, handing each finished record to `sink`."""
+        from .decoder import Decoder
+        from .hf_schedule import Scheduler
+        from .kv_slots import UnsupportedAttention
+        from .sampler import Sampler
+
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        sampler = Sampler(vocab, self.device, self.temperature, self.top_p)
+        decoder = Decoder(self.model, slots, self.max_new_tokens, self.eos, sampler, self.device, graphs,
+                          self.max_positions)
+        sync = SYNC_EVERY_CUDA if self.device.type == "cuda" else SYNC_EVERY_CPU
+        scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync, WINDOW_PER_SLOT * slots)
+        try:
+            with self.torch.inference_mode():
+                scheduler.run(chats)
+        except UnsupportedAttention as e:
+            raise BadInput(f"--model {self.model_dir}: {e}; use --backend server for this target") from None

@@ -1,0 +1,171 @@
+"""The device half of the hf backend: a fixed number of slots, each decoding one answer, with
+every per-token decision (the draw, the end token, the length bound) taken on the device.
+
+The host looks only every `sync_every` steps, when it copies the finished slots' tokens
+out and gives those slots their next prompt; between looks nothing waits for the device.
+A finished slot keeps stepping until then, on its last token at its last position, which
+writes nothing another answer reads. On CUDA each decode step at each attention width is
+captured once as a CUDA graph and replayed, so a step costs one launch instead of a few
+hundred; where capture fails the step runs eagerly, with a warning.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from .kv_slots import SlotKV, active
+from .sampler import Sampler
+
+WIDTH_STEP = 256  # attention widths are rounded up to this with graphs, so few distinct ones are captured
+WIDTH_STEP_EAGER = 32  # without graphs a narrower width costs nothing to change
+
+
+def round_up(n: int, step: int = WIDTH_STEP) -> int:
+    return -(-n // step) * step
+
+
+@dataclass
+class Admit:
+    """One slot's next prompt: the tokens to feed from `start` (what the slot already holds
+    before it stays), and the answer's seed."""
+
+    slot: int
+    tokens: list[int]
+    start: int
+    seed: int
+
+
+class Decoder:
+    def __init__(self, model, slots: int, max_new: int, eos: set[int], sampler: Sampler, device: torch.device,
+                 graphs: bool, max_positions: int = 0) -> None:
+        cfg = model.config
+        heads = cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        dtype = next(model.parameters()).dtype
+        self.model, self.slots, self.max_new, self.sampler, self.device = model, slots, max_new, sampler, device
+        self.max_positions = max_positions  # the most a slot can need (0: the target does not say)
+        self.kv = SlotKV(cfg.num_hidden_layers, slots, kv_heads, head_dim, WIDTH_STEP, dtype, device)
+        z = dict(device=device, dtype=torch.int64)
+        self.ids, self.pos, self.seeds, self.gen = (torch.zeros(slots, **z) for _ in range(4))
+        self.done = torch.ones(slots, dtype=torch.bool, device=device)
+        self.out = torch.zeros(slots, max_new, **z)
+        self.eos = torch.tensor(sorted(eos), **z)
+        self.eos_set = set(eos)
+        self.rows = torch.arange(slots, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs and device.type == "cuda" else None
+        self.width_step = WIDTH_STEP if self.graphs is not None else WIDTH_STEP_EAGER
+        self._pool = None
+
+    def reserve(self, positions: int) -> None:
+        """Room for `positions` per slot; graphs captured for the old buffers are dropped."""
+        if positions > self.kv.capacity:
+            grown = max(round_up(positions), 2 * self.kv.capacity)
+            self.kv.grow(min(grown, max(self.max_positions, positions)) if self.max_positions else grown)
+            if self.graphs:
+                self.graphs.clear()
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def prefill(self, group: list[Admit]) -> None:
+        """Feed each slot's new tokens (left-padded together) and draw its first answer token."""
+        width = round_up(max(len(a.tokens) for a in group), self.width_step)
+        self.reserve(width)
+        longest = max(len(a.tokens) - a.start for a in group)
+        ids, pos = [], []
+        for a in group:
+            new = a.tokens[a.start:]
+            pad = longest - len(new)
+            ids.append([0] * pad + new)
+            pos.append([-1] * pad + list(range(a.start, len(a.tokens))))
+        ids_t = torch.tensor(ids, device=self.device)
+        pos_t = torch.tensor(pos, device=self.device)
+        rows = torch.tensor([a.slot for a in group], device=self.device)
+        seeds = torch.tensor([a.seed for a in group], device=self.device, dtype=torch.int64)
+        with active(self.kv):
+            self.kv.set_prefill(rows, pos_t, width)
+            logits = self._forward(ids_t, pos_t.clamp(min=0))
+        first = self.sampler(logits, seeds, torch.zeros_like(seeds))
+        self.ids[rows] = first
+        self.pos[rows] = torch.tensor([len(a.tokens) for a in group], device=self.device)
+        self.seeds[rows] = seeds
+        self.gen[rows] = 1
+        self.out[rows, 0] = first
+        self.done[rows] = torch.isin(first, self.eos) | (self.max_new <= 1)
+
+    def _step(self, width: int) -> None:
+        live = ~self.done
+        self.kv.set_decode(self.pos, width)
+        logits = self._forward(self.ids[:, None], self.pos[:, None])
+        nxt = self.sampler(logits, self.seeds, self.gen)
+        at = self.gen.clamp(max=self.max_new - 1)
+        self.out[self.rows, at] = torch.where(live, nxt, self.out[self.rows, at])
+        self.gen.add_(live.long())
+        self.pos.add_(live.long())
+        self.ids.copy_(torch.where(live, nxt, self.ids))
+        self.done.logical_or_(live & (torch.isin(nxt, self.eos) | (self.gen >= self.max_new)))
+
+    def steps(self, n: int, width: int) -> None:
+        """`n` decode steps of every slot, attending over the first `width` positions."""
+        width = min(round_up(width, self.width_step), self.kv.capacity)
+        with active(self.kv):
+            graph = self._graph(width) if self.graphs is not None else None
+            for _ in range(n):
+                if graph is not None:
+                    graph.replay()
+                else:
+                    self._step(width)
+
+    def _graph(self, width: int):
+        if width in self.graphs:
+            return self.graphs[width]
+        saved = [t.clone() for t in (self.ids, self.pos, self.gen, self.done, self.out)]
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._step(width)  # warm-up, outside the graph, as capture needs
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self._pool):
+                self._step(width)
+        except Exception as e:  # noqa: BLE001 - capture is an optimisation; eager steps give the same answers
+            print(f"regenerate: warning: CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
+                  "decoding without graphs, slower", file=sys.stderr, flush=True)
+            self.graphs = None
+            graph = None
+        finally:
+            for t, s in zip((self.ids, self.pos, self.gen, self.done, self.out), saved):
+                t.copy_(s)  # the warm-up and capture steps must not count
+        if graph is not None:
+            self.graphs[width] = graph
+        return graph
+
+    def finished(self) -> tuple[list[int], list[list[int]], list[bool], int]:
+        """(slots whose answer ended, their tokens, whether each ended on an end token, tokens of
+        the answers still going): the host's one look at the device per round."""
+        ended = self.done & (self.gen > 0)
+        count, total = torch.stack([ended.sum(), self.gen.sum()]).tolist()
+        if count == 0:
+            return [], [], [], total
+        idx = ended.nonzero().flatten()
+        gen = self.gen[idx]
+        rows = self.out[idx, : int(gen.max())].tolist()
+        lens = gen.tolist()
+        toks = [r[:n] for r, n in zip(rows, lens)]
+        hit = [t[-1] in self.eos_set for t in toks]
+        return idx.tolist(), toks, hit, total - sum(lens)
+
+    def release(self, slots: list[int]) -> None:
+        """Slots with nothing to do: they stay finished, and `finished` stops naming them."""
+        if slots:
+            idx = torch.tensor(slots, device=self.device)
+            self.gen[idx] = 0

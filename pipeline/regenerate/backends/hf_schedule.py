@@ -1,0 +1,147 @@
+"""The host half of the hf backend: which chat each slot answers, and what happens when an
+answer ends.
+
+A slot takes a record and keeps it for all its turns: when an answer ends, the chat so far
+(with that answer) is the next turn's prompt, and the slot already holds the keys and values
+of every token the new prompt shares with what it fed (the longest common prefix), so only
+the rest is prefilled. A slot whose record is done, or failed, takes the next record at
+once: no slot waits for the longest answer of a batch. Records enter in input order and no
+further than `window` ahead of the oldest unwritten one, so the sink's held records stay few.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ..conversation import Chat, checked
+from ..errors import Failure
+from ..sink import Sink
+from .decoder import Admit, Decoder
+
+PREFILL_TOKENS = 8192  # tokens fed in one prefill forward (padding included)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Slots:
+    """What the host knows of each slot: its chat, the tokens its cache holds, its bound."""
+
+    def __init__(self, n: int) -> None:
+        self.chat: list[Chat | None] = [None] * n
+        self.held: list[list[int]] = [[] for _ in range(n)]  # tokens whose keys and values the slot holds
+        self.prompt: list[list[int]] = [[] for _ in range(n)]
+        self.since: list[int] = [0] * n  # decode step at which the current answer began
+        self.free = list(range(n - 1, -1, -1))
+
+    def active(self) -> list[int]:
+        return [s for s, c in enumerate(self.chat) if c is not None]
+
+
+def _groups(admits: list[Admit], budget: int) -> Iterator[list[Admit]]:
+    """Prefill groups of similar new lengths, each under `budget` tokens with its padding."""
+    admits = sorted(admits, key=lambda a: len(a.tokens) - a.start)
+    group: list[Admit] = []
+    for a in admits:
+        longest = len(a.tokens) - a.start
+        if group and longest * (len(group) + 1) > budget:
+            yield group
+            group = []
+        group.append(a)
+    if group:
+        yield group
+
+
+class Scheduler:
+    def __init__(self, decoder: Decoder, prompt_ids: Callable[[list[dict[str, str]]], list[int]],
+                 decode: Callable[[list[int]], str], seed_of: Callable[[Chat], int], sink: Sink,
+                 sync_every: int, window: int) -> None:
+        self.dec, self.prompt_ids, self.decode, self.seed_of = decoder, prompt_ids, decode, seed_of
+        self.sink, self.sync_every, self.window = sink, sync_every, window
+        self.slots = Slots(decoder.slots)
+        self.step = 0
+
+    def run(self, chats: Iterator[Chat]) -> None:
+        due: list[int] = []
+        waiting: Chat | None = None
+        exhausted = False
+        while True:
+            while self.slots.free and not exhausted:
+                waiting = waiting or next(chats, None)
+                if waiting is None:
+                    exhausted = True
+                elif waiting.index < self.sink.next + self.window:
+                    slot = self.slots.free.pop()
+                    self.slots.chat[slot], self.slots.held[slot] = waiting, []
+                    due.append(slot)
+                    waiting = None
+                else:
+                    break
+            self._admit(due)
+            due = []
+            active = self.slots.active()
+            if not active:
+                if exhausted and waiting is None:
+                    return
+                continue
+            width = max(len(self.slots.prompt[s]) + min(self.step - self.slots.since[s] + self.sync_every,
+                                                       self.dec.max_new) + 1 for s in active)
+            self.dec.steps(self.sync_every, width)
+            self.step += self.sync_every
+            due = self._collect()
+
+    def _admit(self, due: list[int]) -> None:
+        admits = []
+        for slot in due:
+            chat = self.slots.chat[slot]
+            try:
+                tokens = self.prompt_ids(chat.prompt())
+            except Failure as f:
+                self._fail(slot, f)
+                continue
+            held = self.slots.held[slot]
+            start = min(common_prefix(held, tokens), len(tokens) - 1)
+            self.dec.reserve(len(tokens) + self.dec.max_new)
+            self.slots.prompt[slot], self.slots.since[slot] = tokens, self.step
+            admits.append(Admit(slot, tokens, start, self.seed_of(chat)))
+        for group in _groups(admits, PREFILL_TOKENS):
+            self.dec.prefill(group)
+
+    def _collect(self) -> list[int]:
+        """Finished answers into their chats; the slots that have a next turn to feed."""
+        slots, toks, hit, in_flight = self.dec.finished()
+        self.sink.generating(in_flight)
+        due, idle = [], []
+        for slot, answer, ended in zip(slots, toks, hit):
+            chat = self.slots.chat[slot]
+            self.slots.held[slot] = self.slots.prompt[slot] + answer[:-1]
+            text = self.decode(answer[:-1] if ended else answer)
+            try:
+                chat.answer(*checked(text, len(answer)))
+            except Failure as f:
+                self._fail(slot, f, release=False)
+                idle.append(slot)
+                continue
+            self.sink.answered(len(answer))
+            if chat.done:
+                self.slots.chat[slot] = None
+                self.slots.free.append(slot)
+                idle.append(slot)
+                self.sink.put(chat.index, chat)
+            else:
+                due.append(slot)
+        self.dec.release(idle)
+        return due
+
+    def _fail(self, slot: int, failure: Failure, release: bool = True) -> None:
+        chat = self.slots.chat[slot]
+        self.slots.chat[slot] = None
+        self.slots.free.append(slot)
+        if release:
+            self.dec.release([slot])
+        self.sink.put(chat.index, (chat, failure))

@@ -1,0 +1,190 @@
+"""The fast hf backend (slots refilled per record, a KV cache a chat's next turn reuses,
+seeded draws on the device) answers as plain `model.generate` does under greedy decoding;
+its seeded draws follow the target's distribution whatever the batch; `--samples-per-prompt`
+writes each sample as its own resumable record; progress comes per answered turn."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_chat_target import build_chat_target, greedy_answers
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_NEW = 10
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    """The tiny target, with end tokens chosen among what it says greedily, so that its
+    answers end at different lengths and slots free up at different steps."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    path = build_chat_target(tmp_path_factory.mktemp("fast-target") / "tiny", layers=3)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    ends = {tok.eos_token_id}
+    for i, k in ((0, 2), (3, 5), (5, 7)):
+        ids = tok.apply_chat_template(_conv(i)[:1], add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)["input_ids"]
+        with torch.inference_mode():
+            seq = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=tok.pad_token_id)
+        ends.add(int(seq[0, ids.shape[1] + k]))
+    GenerationConfig(eos_token_id=sorted(ends), pad_token_id=tok.pad_token_id).save_pretrained(path)
+    return path
+
+
+def _conv(i: int) -> list[dict[str, str]]:
+    words = " ".join(f"words {j}" for j in range(1 + (i * 7) % 13))  # prompts of mixed lengths
+    conv = [{"role": "user", "content": f"question {i} {words}"}, {"role": "assistant", "content": "old"}]
+    for t in range(i % 3):  # one, two or three user turns
+        conv += [{"role": "user", "content": f"and {t} more {i * 7}?"}, {"role": "assistant", "content": "old"}]
+    return conv
+
+
+class ListSink:
+    """What the scheduler hands over, in the order the real sink would write it."""
+
+    def __init__(self) -> None:
+        self.got: dict[int, object] = {}
+        self.next = 0
+        self.answers = 0
+
+    def put(self, index, result) -> None:
+        self.got[index] = result
+        while self.next in self.got:
+            self.next += 1
+
+    def answered(self, tokens: int) -> None:
+        self.answers += 1
+
+    def generating(self, tokens: int) -> None:
+        pass
+
+
+def test_greedy_answers_equal_model_generate_for_mixed_lengths_and_turns_with_slots_refilled(target, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline.regenerate.backends import decoder as decoder_mod
+    from pipeline.regenerate.backends.hf import HFBackend
+    from pipeline.regenerate.conversation import Chat
+
+    fed: list[tuple[int, int]] = []  # (tokens in the prompt, tokens the slot already held) per prefilled turn
+    real_prefill = decoder_mod.Decoder.prefill
+
+    def prefill(self, group):
+        fed.extend((len(a.tokens), a.start) for a in group)
+        return real_prefill(self, group)
+
+    monkeypatch.setattr(decoder_mod.Decoder, "prefill", prefill)
+    backend = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0)
+    chats = [Chat.start(i, f"r{i}", _conv(i)) for i in range(9)]
+    sink = ListSink()
+    backend.run(iter(chats), sink, lambda chat: 0, slots=3)
+
+    tok = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target, attn_implementation="sdpa").eval()
+    ends = set(backend.eos)
+    lengths = set()
+    for i, chat in enumerate(chats):
+        assert sink.got[i] is chat, (chat.id, sink.got[i])
+        got = [m["content"] for m in chat.messages if m["role"] == "assistant"]
+        assert len(got) == 1 + i % 3
+        assert got == greedy_answers(model, tok, chat.messages, MAX_NEW, ends), chat.id
+        lengths.update(len(tok(g)["input_ids"]) for g in got)
+    assert len(lengths) > 2  # answers ended at different lengths: slots were refilled mid-run
+    later_turns = sum(i % 3 for i in range(9))
+    reused = [(n, start) for n, start in fed if start > 0]
+    # each later turn fed only what its slot did not hold: at least the record's first prompt is kept
+    assert len(fed) == 9 + later_turns and len(reused) == later_turns, fed
+    assert sink.answers == sum(1 + i % 3 for i in range(9))
+
+
+def test_seeded_draws_follow_the_softmax_and_do_not_depend_on_batch_mates():
+    import torch
+
+    from pipeline.regenerate.backends.sampler import Sampler
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0, 1.5, 0.2])
+    sampler = Sampler(len(logits), torch.device("cpu"), temperature=0.8, top_p=1.0)
+    n = 20000
+    seeds = torch.arange(n, dtype=torch.int64) * 7919 + 12345
+    draws = sampler(logits.expand(n, -1), seeds, torch.full((n,), 3, dtype=torch.int64))
+    freq = torch.bincount(draws, minlength=len(logits)).double() / n
+    want = torch.softmax(logits.double() / 0.8, dim=-1)
+    assert (freq - want).abs().max() < 0.015, (freq, want)
+    alone = [int(sampler(logits[None], seeds[i:i + 1], torch.tensor([3]))) for i in range(0, 200, 7)]
+    assert alone == draws[0:200:7].tolist()
+    other = sampler(logits.expand(n, -1), seeds, torch.full((n,), 4, dtype=torch.int64))
+    assert (other != draws).float().mean() > 0.3  # the next token index draws afresh
+    nucleus = Sampler(len(logits), torch.device("cpu"), temperature=1.0, top_p=0.5)
+    kept = set(nucleus(logits.expand(n, -1), seeds, torch.zeros(n, dtype=torch.int64)).tolist())
+    assert kept == {0, 6}  # the smallest set of probability >= 0.5: 2.0 and 1.5
+
+
+def _regen(model: Path, src: Path, out: Path, *more: str, events: Path | None = None) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    if events is not None:
+        env["EAGLE3_EVENTS"] = str(events)
+    return subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(out), "--backend",
+                           "hf", "--model", str(model), "--max-new-tokens", str(MAX_NEW), *more],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps({"id": f"r{i}", "conversations": _conv(i)}) + "\n" for i in range(4)))
+    return path
+
+
+def test_samples_per_prompt_writes_each_sample_as_its_own_record_and_resume_completes_them(tmp_path, target, source):
+    a = _regen(target, source, tmp_path / "a.jsonl", "--temperature", "1.0", "--samples-per-prompt", "3")
+    assert a.returncode == 0, a.stderr
+    recs = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in recs] == [f"r{i}#s{k}" for i in range(4) for k in range(3)]
+    answers = {r["id"]: [m["content"] for m in r["conversations"] if m["role"] == "assistant"] for r in recs}
+    for i in range(4):
+        assert len({json.dumps(answers[f"r{i}#s{k}"]) for k in range(3)}) > 1, answers  # samples differ
+    stats = json.loads((tmp_path / "a.stats.json").read_text())
+    assert stats["wanted"] == 12 and stats["records_out"] == 12
+    b = _regen(target, source, tmp_path / "b.jsonl", "--temperature", "1.0", "--samples-per-prompt", "3",
+               "--limit", "2", "--batch-size", "2")
+    assert b.returncode == 0, b.stderr
+    b = _regen(target, source, tmp_path / "b.jsonl", "--temperature", "1.0", "--samples-per-prompt", "3")
+    assert b.returncode == 0, b.stderr
+    assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
+    c = _regen(target, source, tmp_path / "b.jsonl", "--temperature", "1.0", "--samples-per-prompt", "2")
+    assert c.returncode == 2 and "samples_per_prompt: 3 then, 2 now" in c.stderr, c.stderr
+    g = _regen(target, source, tmp_path / "g.jsonl", "--temperature", "0", "--samples-per-prompt", "2")
+    assert g.returncode == 2 and "needs --temperature above 0" in g.stderr, g.stderr
+    assert not (tmp_path / "g.jsonl").exists()
+    e = subprocess.run([sys.executable, "-m", "pipeline.regenerate", "--estimate", str(source), "--samples-per-prompt",
+                        "3", "--max-new-tokens", str(MAX_NEW), "--json"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert e.returncode == 0, e.stderr
+    figures = json.loads(e.stdout)  # the console's free-space check sizes every sample
+    assert figures["records"] == 12 and figures["answers"] == 3 * (1 + 2 + 3 + 1)
+    assert figures["bytes"] >= (tmp_path / "a.jsonl").stat().st_size
+
+
+def test_progress_reports_the_first_answered_turn_before_any_record_is_done(tmp_path, target):
+    from pipeline.events import iter_events
+
+    source = tmp_path / "chats.jsonl"  # r1 first: two turns, then r2 with three, r3 with one, r4 with two
+    source.write_text("".join(json.dumps({"id": f"r{i}", "conversations": _conv(i)}) + "\n" for i in range(1, 5)))
+    events = tmp_path / "events.jsonl"
+    p = _regen(target, source, tmp_path / "out.jsonl", "--temperature", "0", "--batch-size", "1", events=events)
+    assert p.returncode == 0, p.stderr
+    progress = [e for e in iter_events(events) if e.kind == "progress"]
+    first_done = next(k for k, e in enumerate(progress) if e.get("done", 0) >= 1)
+    early = [e for e in progress[:first_done] if e.get("answers", 0) >= 1]
+    assert early, [e.data for e in progress]  # r0's first turn was reported while r0 still had a turn to go
+    assert early[0].get("generated", 0) >= 1 and early[0].get("total") == 4
+    assert progress[-1].get("answers") == 2 + 3 + 1 + 2 and progress[-1].get("done") == 4
+    assert os.path.getsize(tmp_path / "out.jsonl") > 0
