@@ -140,3 +140,14 @@ def test_an_appender_refuses_a_record_line_its_own_resume_could_not_read(tmp_pat
     out.close()
     with open(path, "rb") as f:
         assert output.done_ids(f.fileno(), path)[0] == {"small"}
+
+
+def test_an_atomic_write_never_truncates_what_a_link_planted_at_its_temp_name_points_to(tmp_path):
+    from pipeline.atomic_io import write_bytes_atomic
+
+    victim = tmp_path / "source.jsonl"
+    victim.write_text('{"id": "keep"}\n')
+    (tmp_path / ".stats.json.tmp").symlink_to(victim)
+    write_bytes_atomic(tmp_path / "stats.json", b"{}\n")
+    assert victim.read_text() == '{"id": "keep"}\n'
+    assert (tmp_path / "stats.json").read_bytes() == b"{}\n" and not (tmp_path / "stats.json").is_symlink()

@@ -17,7 +17,7 @@ from standin_sglang import StandIn, answer
 from test_regenerate import MODEL, argv, expected, lines, run, write_source
 
 DRIP_S = 0.05  # one byte every DRIP_S seconds; --timeout 1 must end each request long before the drip does
-DRIP_BYTES = 400
+DRIP_BYTES = 1200
 
 
 def _raw(handler, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
