@@ -10,6 +10,7 @@ The console writes its run files with this same code, which is why it may import
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Sequence
@@ -40,6 +41,19 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def _open_temp(tmp: str, mode: int) -> int:
+    """The temp file, never through a symlink planted at its predictable name (O_TRUNC would
+    cut whatever the link names): a link there is removed, not followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(tmp, flags, mode)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+    os.unlink(tmp)
+    return os.open(tmp, flags | os.O_EXCL, mode)
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Sequence[bytes | memoryview], tag: str = "",
                        mode: int = 0o644) -> None:
     """Temp + fsync + rename + folder fsync: a reader sees the old file or the complete new
@@ -50,7 +64,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Sequence[byte
     path = os.fspath(path)
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}{tag}{TEMP_SUFFIX}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    fd = _open_temp(tmp, mode)
     try:
         try:
             for part in parts:

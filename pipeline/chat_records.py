@@ -40,7 +40,8 @@ NO_ASSISTANT = "no_assistant"
 NOT_TEXT = "not_text"
 NOT_JSON = "not_json"
 BAD_ID = "bad_id"
-REASONS = (NO_MESSAGES, UNKNOWN_ROLE, EMPTY_VALUE, NO_ASSISTANT, NOT_TEXT, NOT_JSON, BAD_ID)
+NOT_UTF8 = "not_utf8"  # a lone surrogate (JSON "\ud800"): valid JSON, but no UTF-8 file can hold it
+REASONS = (NO_MESSAGES, UNKNOWN_ROLE, EMPTY_VALUE, NO_ASSISTANT, NOT_TEXT, NOT_JSON, BAD_ID, NOT_UTF8)
 
 
 class RecordError(Exception):
@@ -164,13 +165,26 @@ def record_from_obj(
     if not isinstance(conv, list) or not conv:
         shown = "missing" if key not in obj else repr(conv)[:60]
         raise RecordError(path, line, key, f"must be a non-empty list of messages, got {shown}", NO_MESSAGES, rid)
+    _utf8(rid, path, line, "id", None)
     roles = role_table(shape, role_map)
     try:
         messages = [_message(msg, shape, roles, path, line, f"{key}[{i}]") for i, msg in enumerate(conv)]
+        for i, msg in enumerate(messages):
+            _utf8(msg["content"], path, line, f"{key}[{i}]", rid)
     except RecordError as exc:
         exc.record_id = rid
         raise
     return ChatRecord(rid, messages, line, shape)
+
+
+def _utf8(text: str, path: str, line: int, field: str, rid: str | None) -> None:
+    """RecordError (NOT_UTF8) when `text` holds a lone surrogate, which every writer downstream
+    (merge's output, regenerate's records, a tokenizer) would fail on."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RecordError(path, line, field, f"holds a lone surrogate (U+{ord(text[e.start]):04X} at character "
+                          f"{e.start}): not UTF-8 text", NOT_UTF8, rid) from None
 
 
 def decode_line(raw: bytes | str, path: str, line: int) -> object:

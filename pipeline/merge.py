@@ -77,6 +77,7 @@ from pipeline.process_alive import pid_alive
 from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 
 CHUNK_RECORDS = 256
+STATS_KEYS = ("dataset_sha256", "sources")  # what makes a stats file merge's own
 CHUNK_CHARS = 16 * 2**20
 """A chunk closes at this many records or characters of content, whichever comes first."""
 
@@ -400,7 +401,7 @@ def _write_merged(out: Path, entries: list[tuple[str, int, int]], stats_path: Pa
     digest = hashlib.sha256()
     reader = _PartReader()
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(output_guard.open_output(tmp, create=True), "wb") as f:  # never through a planted link
             for part, off, n in entries:
                 blob = reader.read(part, off, n)
                 digest.update(blob)
@@ -505,7 +506,8 @@ def merge(opts: MergeOptions, events: EventWriter) -> dict:
     inputs = [Path(a) for a in opts.sources] + [Path(opts.tokenizer)]
     output_guard.refuse_overlap(out, inputs)
     output_guard.refuse_overlap(stats_path, inputs, "--stats")
-    output_guard.refuse_foreign_file(out, stats_path, ("dataset_sha256", "sources"), "merge")
+    output_guard.refuse_foreign_file(out, stats_path, STATS_KEYS, "merge")
+    output_guard.refuse_foreign_stats(stats_path, STATS_KEYS, "merge")
     out.parent.mkdir(parents=True, exist_ok=True)
     stats_path.parent.mkdir(parents=True, exist_ok=True)
     stale = remove_stale_leftovers(out)
@@ -562,6 +564,9 @@ def merge(opts: MergeOptions, events: EventWriter) -> dict:
                 f"every sample was dropped ({too_long} too long, {empty} with no assistant tokens, {skipped} "
                 f"skipped or left out by the reader); nothing written to {out}. Raise --max-len or use --on-long truncate"
             )
+        # again, just before replacing them: the merge took a while, and somebody may have put a file there
+        output_guard.refuse_foreign_file(out, stats_path, STATS_KEYS, "merge")
+        output_guard.refuse_foreign_stats(stats_path, STATS_KEYS, "merge")
         sha = _write_merged(out, _shuffled_entries(results, opts.seed), stats_path)
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)

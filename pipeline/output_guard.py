@@ -10,6 +10,11 @@ in with one atomic exchange (Linux `renameat2(RENAME_EXCHANGE)`), so there is no
 without a folder; the temporary is removed on any failure, and a full disk becomes
 `OutOfSpace` (exit 3) naming the volume and the bytes needed.
 
+An output file is opened once, without following a symlink (`open_output`), and worked on
+through that descriptor; before writing, `refuse_replaced` checks that the path still names
+it. A `--stats` path is rewritten only when it holds the writer's own stats
+(`refuse_foreign_stats`): a rerun rewrites its own, never an operator's file.
+
 Torch-free and console-free, so any stage can use it.
 """
 
@@ -21,6 +26,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +39,7 @@ from pipeline.program_edge import BadInput, OutOfSpace  # the edge's: a refusal 
 
 MARKER = ".eagle3-writer"
 MAX_MARKER_BYTES = 4096
+MAX_STATS_BYTES = 1 << 24  # a stage's stats file; a larger one is not a stage's
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What libraries print instead of raising OSError: safetensors (Rust io::Error), torch's zip writer.
 _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
@@ -61,25 +68,92 @@ def refuse_overlap(out: Path, inputs: Iterable[Path], flag: str = "--out") -> No
                        f"reads: pass a {flag} folder outside it")
 
 
+def _own_json(path: Path, keys: Iterable[str]) -> bool:
+    """`path` is a regular file (not a link, a FIFO or a device) holding a JSON object with
+    every one of `keys`, read without following a link and at most MAX_STATS_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read(MAX_STATS_BYTES + 1)
+        obj = json.loads(raw) if len(raw) <= MAX_STATS_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return False
+    finally:
+        os.close(fd)
+    return isinstance(obj, dict) and all(k in obj for k in keys)
+
+
 def refuse_foreign_file(out: Path, stats: Path, keys: Iterable[str], writer: str, flag: str = "--out") -> None:
     """BadInput when `out` is a non-empty file that `writer` did not write. A stage that
     replaces (merge) or resumes and appends to (regenerate) its output file keeps a stats file
     beside it; an `out` whose stats file is missing or lacks the writer's `keys` is somebody
     else's file, and is left exactly as it is."""
     try:
-        if out.stat().st_size == 0:
+        if os.lstat(out).st_size == 0 and not out.is_symlink():
             return
     except FileNotFoundError:
         return
-    try:
-        with open(stats, "rb") as f:
-            obj = json.loads(f.read(1 << 24))
-    except (OSError, ValueError):
-        obj = None
-    if isinstance(obj, dict) and all(k in obj for k in keys):
+    if _own_json(stats, keys):
         return
     raise BadInput(f"{flag} {out} exists and was not written by {writer} (no {writer} stats at {stats}); "
                    f"nothing was touched: pass another {flag}, or remove that file if it is yours to lose")
+
+
+def refuse_foreign_stats(stats: Path, keys: Iterable[str], writer: str, flag: str = "--stats") -> None:
+    """BadInput when `stats` exists and is not a stats file `writer` wrote (a JSON object with
+    its `keys`): a rerun or a resume rewrites its own stats, never an operator's file."""
+    if not os.path.lexists(stats) or _own_json(stats, keys):
+        return
+    raise BadInput(f"{flag} {stats} exists and is not {writer}'s stats (a {writer} stats file holds "
+                   f"{', '.join(keys)}); nothing was touched: pass another {flag}, or remove that file if it is "
+                   "yours to lose")
+
+
+def open_output(path: Path, create: bool, flag: str = "--out") -> int | None:
+    """The output file, opened once to read, cut and append to, never through a symlink;
+    None when it is absent and `create` is false. A created file must be new (O_EXCL): one that
+    appeared meanwhile is somebody else's. The caller works on the descriptor from then on and
+    calls `refuse_replaced` before it writes, so a path swapped while it waited is never touched."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except FileExistsError:
+        raise BadInput(f"{flag} {path} appeared while this stage was starting; another writer is at work there: "
+                       "nothing was touched; rerun when it is done, or pass another path") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadInput(f"{flag} {path} is a symlink; a stage writes only the file it names, never through a "
+                           "link: pass the file's own path") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"{flag} {path} is not a regular file (a FIFO, a device or a socket); pass a file path")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def refuse_replaced(fd: int, path: Path, flag: str = "--out") -> None:
+    """BadInput when `path` no longer names the file open on `fd`: it was moved, removed or
+    swapped (for a symlink to an input, say) after this stage opened it."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        now = None
+    held = os.fstat(fd)
+    if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+        return
+    what = "removed" if now is None else "a symlink" if stat.S_ISLNK(now.st_mode) else "another file"
+    raise BadInput(f"{flag} {path} changed while this stage waited: it is now {what}, not the file it opened; "
+                   "nothing was written through it: put the output back (or pass another path) and rerun")
 
 
 def writer_of(folder: Path) -> str | None:

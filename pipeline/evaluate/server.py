@@ -10,10 +10,10 @@ which is reported as such rather than as an acceptance of 1.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from pipeline.http_client import TOO_LARGE, HttpFailure, post_json
 
 from .errors import BadInput, EvalError
 from .prompts import Prompt
@@ -30,22 +30,20 @@ class ServerResult:
 
 
 def _post(url: str, body: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    """One request through pipeline.http_client: `timeout` bounds the whole request, not each read."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read(MAX_RESPONSE_BYTES + 1)
-    except urllib.error.HTTPError as e:
-        detail = e.read(300).decode(errors="replace").strip()
-        raise EvalError(f"{url}: HTTP {e.code}: {detail or e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise BadInput(f"{url}: cannot reach the server ({reason}); is it running (--server)?") from None
-    if len(raw) > MAX_RESPONSE_BYTES:
-        raise EvalError(f"{url}: response larger than {MAX_RESPONSE_BYTES >> 20} MiB")
+        resp = post_json(url, body, timeout, MAX_RESPONSE_BYTES)
+    except HttpFailure as f:
+        if f.kind == TOO_LARGE:
+            raise EvalError(f.detail) from None
+        raise BadInput(f"{url}: cannot reach the server ({f.detail}); is it running (--server)?") from None
+    if resp.status != 200:
+        detail = resp.body[:300].decode(errors="replace").strip()
+        raise EvalError(f"{url}: HTTP {resp.status}: {detail}")
     try:
-        return json.loads(raw)
-    except ValueError:
-        raise EvalError(f"{url}: response is not JSON: {raw[:120]!r}") from None
+        return json.loads(resp.body)
+    except (ValueError, RecursionError):
+        raise EvalError(f"{url}: response is not JSON: {resp.body[:120]!r}") from None
 
 
 def _one(url: str, prompt: Prompt, max_new: int, timeout: float) -> ServerResult:

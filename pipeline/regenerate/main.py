@@ -10,8 +10,10 @@
 
 Exit codes: 0 done (a record that failed is counted in the stats, not fatal), 1 a bug,
 2 bad input, 3 the disk filled, 4 a server died (after --max-consecutive-failures failed
-requests in a row, or unreachable at the start), 130 interrupted, 143 terminated. After any
-of them the same command resumes: records already in OUT are kept and not asked again.
+requests in a row, or unreachable at the start) or the run failed as a whole (more than
+--max-failed-share of its records failed, or it wrote no record: stats `status: failed`),
+130 interrupted, 143 terminated. After any of them the same command resumes: records already
+in OUT are kept and not asked again; the failed ones are asked again.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ from pipeline.program_edge import on_sigterm, run_program
 from . import options as opts_mod
 from . import sources
 from .conversation import Chat, seed_for
-from .errors import BadInput
+from .errors import BadInput, PeerDead
 from .output import Appender, done_ids, repair_tail
 from .sink import Sink
 from .stats import Stats, previous
 
 NAME = "regenerate"
 RESUME = "the records written so far are kept; rerun the same command to resume"
+STATS_KEYS = ("records_in", "regenerable", "options")
+NOT_COUNTED = ("prompt_too_long",)  # the data's own size, as fixed as a skip: not a failure of the run
 
 
 def sample_ids(rid: str, n: int) -> list[str]:
@@ -87,7 +91,27 @@ def body(argv: list[str] | None) -> int:
     inputs = [*o.sources, o.model]
     output_guard.refuse_overlap(o.out, inputs)
     output_guard.refuse_overlap(o.stats, inputs, "--stats")
-    output_guard.refuse_foreign_file(o.out, o.stats, ("records_in", "regenerable", "options"), NAME)
+    output_guard.refuse_foreign_file(o.out, o.stats, STATS_KEYS, NAME)
+    output_guard.refuse_foreign_stats(o.stats, STATS_KEYS, NAME)
+    # opened once, before the wait for the server; the Appender closes it (an error exits the process)
+    return _run(o, output_guard.open_output(o.out, create=False))
+
+
+def _verdict(o: opts_mod.Options, stats: Stats, asked: int) -> str | None:
+    """Why this run failed as a whole, or None: a run that wrote nothing, or past --max-failed-share."""
+    failed = sum(n for k, n in stats.failures.items() if k not in NOT_COUNTED)
+    why = ", ".join(f"{n} {k}" for k, n in stats.failures.most_common(3))
+    if stats.wanted and not stats.records_out:
+        return (f"wrote no record: {asked} asked, every one failed ({why or 'no answer'}; see {o.stats}); "
+                "fix the server or the flags and rerun the same command")
+    if asked and failed / asked > o.max_failed_share:
+        return (f"{failed} of {asked} records failed ({failed / asked:.1%}), more than --max-failed-share "
+                f"{o.max_failed_share:g}: {why} (see {o.stats}); the {stats.records_out} records written are kept; "
+                "fix the cause and rerun the same command to ask the failed ones again")
+    return None
+
+
+def _run(o: opts_mod.Options, fd: int | None) -> int:
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
     if o.backend == "server":
         from .backends.server import check_server
@@ -96,11 +120,12 @@ def body(argv: list[str] | None) -> int:
             check_server(url, o.served_model)
     done: set[str] = set()
     old = None
-    if o.out.exists():
-        cut = repair_tail(o.out)
+    if fd is not None:
+        output_guard.refuse_replaced(fd, o.out)  # swapped while the server was asked: never followed
+        cut = repair_tail(fd)
         if cut:
             print(f"{NAME}: {o.out}: cut a torn last line of {cut} bytes left by an interrupted run", flush=True)
-        done, _ = done_ids(o.out)
+        done, _ = done_ids(fd, o.out)
         if done:
             old = previous(o.stats, o.generation())
     plan = sources.Plan()
@@ -123,17 +148,25 @@ def body(argv: list[str] | None) -> int:
     events = EventWriter.from_env()
     o.out.parent.mkdir(parents=True, exist_ok=True)
     o.stats.parent.mkdir(parents=True, exist_ok=True)
-    out = Appender(o.out)
+    if fd is None:
+        fd = output_guard.open_output(o.out, create=True)
+    output_guard.refuse_replaced(fd, o.out)
+    output_guard.refuse_foreign_stats(o.stats, STATS_KEYS, NAME)  # again: the target may take minutes to load
+    out = Appender(o.out, fd)
     sink = Sink(out, stats, o.stats, events, wanted)
     stats.write(o.stats)
     started = time.monotonic()
+    failed_run = None
     try:
         chats = _todo(o, pol, done)
         if o.backend == "hf":
             _run_hf(o, backend, chats, sink)
         else:
             _run_server(o, chats, sink)
-        stats.status = "done"
+        sink.flush()
+        stats.records_out = stats.resumed + out.records
+        failed_run = _verdict(o, stats, sink.next)
+        stats.status = "failed" if failed_run else "done"
     except BaseException:
         stats.status = "stopped"
         raise
@@ -147,6 +180,8 @@ def body(argv: list[str] | None) -> int:
     fails = ", ".join(f"{n} {k}" for k, n in sorted(stats.failures.items()))
     print(f"{NAME}: wrote {out.records} records ({stats.records_out} in {o.out}), {stats.generated_tokens} tokens "
           f"generated in {took:.1f} s" + (f"; failed: {fails} (see {o.stats})" if fails else ""), flush=True)
+    if failed_run:
+        raise PeerDead(failed_run)
     return 0
 
 

@@ -53,6 +53,7 @@ class Options:
     role_map: dict[str, str] = field(default_factory=dict)
     max_invalid: float = 0.05
     strict: bool = False
+    max_failed_share: float = 0.05
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -112,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-invalid", type=float, default=0.05,
                    help="share of a source's records that may be unusable before it is refused (default 0.05)")
     d.add_argument("--strict", action="store_true", help="stop at the first unusable record (exit 2)")
+    d.add_argument("--max-failed-share", type=float, default=0.05,
+                   help="share of this run's records that may fail (bad answers, refusals; a prompt too long for "
+                   "the target does not count) before the run is exit 4, not done; a run that writes no record "
+                   "is exit 4 too (default 0.05)")
     return p
 
 
@@ -139,6 +144,7 @@ def parse(argv: list[str] | None = None) -> Options:
     if a.samples_per_prompt > 1 and a.temperature == 0:
         raise BadInput(f"--samples-per-prompt {a.samples_per_prompt} needs --temperature above 0: greedy decoding "
                        "gives the same answer every time")
+    _bound("--max-failed-share", a.max_failed_share, 0, 1)
     if a.limit is not None:
         _bound("--limit", a.limit, 1, 2**62)
     if a.backend == "hf":
@@ -176,5 +182,6 @@ def parse(argv: list[str] | None = None) -> Options:
         served_model=a.served_model if a.served_model is not None else (str(a.model) if a.model else None),
         concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
         max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
-        temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt, limit=a.limit, role_map=_role_map(a.role_map),
-        max_invalid=a.max_invalid, strict=a.strict)
+        temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt,
+        limit=a.limit, role_map=_role_map(a.role_map),
+        max_invalid=a.max_invalid, strict=a.strict, max_failed_share=a.max_failed_share)

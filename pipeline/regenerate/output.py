@@ -2,7 +2,10 @@
 
 Lines are appended with one write() and one fsync per flush, so a kill leaves at most one
 torn last line; the next run cuts it off before reading the ids it holds. A record is in
-the output only once: resume never regenerates an id that is there.
+the output only once: resume never regenerates an id that is there. Everything here works on
+the one descriptor the stage opened (pipeline.output_guard.open_output: no symlink followed),
+never on the path again, so a path swapped while the stage waited is never cut or appended
+to; and a record line is never longer than the resume reads back (MAX_LINE).
 """
 
 from __future__ import annotations
@@ -12,44 +15,47 @@ import os
 from pathlib import Path
 
 from pipeline.atomic_io import write_all
+from pipeline.output_guard import open_output
 
-from .errors import BadInput, StoppedShort
+from .errors import BadInput, Failure, StoppedShort
 
 MAX_LINE = 64 * 1024 * 1024  # one output record; past it the file is not ours
 _BLOCK = 1 << 20
 
 
-def repair_tail(path: Path) -> int:
-    """Cut a torn last line (no newline) off `path`; the bytes removed."""
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return 0
-        pos = size
-        while pos > 0:
-            step = min(_BLOCK, pos)
-            f.seek(pos - step)
-            block = f.read(step)
-            nl = block.rfind(b"\n")
-            if nl >= 0:
-                keep = pos - step + nl + 1
-                break
-            pos -= step
-        else:
-            keep = 0
-        if keep < size:
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-        return size - keep
+class TooLarge(Failure):
+    """A record whose line would be longer than a resume reads back."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__("record_too_large", f"a record of {size} bytes, more than the {MAX_LINE} a line may hold")
 
 
-def done_ids(path: Path) -> tuple[set[str], int]:
-    """(the ids already in `path`, its line count), read line by line."""
+def repair_tail(fd: int) -> int:
+    """Cut a torn last line (no newline) off the file open on `fd`; the bytes removed."""
+    size = os.fstat(fd).st_size
+    pos = size
+    keep = 0
+    while pos > 0:
+        step = min(_BLOCK, pos)
+        block = os.pread(fd, step, pos - step)
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            keep = pos - step + nl + 1
+            break
+        pos -= step
+    if keep < size:
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+    return size - keep
+
+
+def done_ids(fd: int, path: Path) -> tuple[set[str], int]:
+    """(the ids already in the file open on `fd`, its line count), read line by line; `path` names it."""
     ids: set[str] = set()
     lines = 0
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
+    with os.fdopen(os.dup(fd), "rb") as f:
+        f.seek(0)
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
             if len(raw) > MAX_LINE:
                 raise BadInput(f"{path}:{n}: a line of {len(raw)} bytes; this is not a regenerate output "
                                "(choose another --out)")
@@ -76,16 +82,27 @@ class Appender:
     file's size what an interrupted call already wrote and writes only the rest: a record is
     never written twice."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, fd: int | None = None) -> None:
+        """`fd`: the output, opened once by output_guard.open_output (default: opened here the
+        same way); the Appender closes it."""
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if fd is None:
+            fd = open_output(path, create=False)
+        self._fd = fd if fd is not None else open_output(path, create=True)
         self._pending: list[bytes] = []
         self._size = os.fstat(self._fd).st_size  # bytes of records already counted
         self.records = 0
         self.bytes = 0
 
     def add(self, record: dict) -> None:
-        self._pending.append((json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+        """Queue one record; TooLarge (the record's failure) when its line would pass MAX_LINE."""
+        try:
+            line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        except UnicodeEncodeError:
+            raise Failure("bad_text", "the record holds a lone surrogate: not UTF-8 text") from None
+        if len(line) > MAX_LINE:
+            raise TooLarge(len(line))
+        self._pending.append(line)
 
     @property
     def pending(self) -> int:

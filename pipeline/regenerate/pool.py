@@ -3,8 +3,8 @@ record and asking its server for every turn in order, while the main thread feed
 queue (never more than WINDOW_PER_WORKER records ahead of the oldest unwritten one, so
 memory stays bounded when one record is slow) and hands finished records to the sink.
 
-A record whose requests failed on the way (refused, reset, timed out, 5xx, 429: the server's
-trouble, not the record's) becomes the record's failure only once its server has answered
+A record whose requests failed for the server's trouble, not the record's (refused, reset,
+timed out, 5xx, 429, or anything but an answer: see backends/server.py) becomes the record's failure only once its server has answered
 another request since, or nothing else is in flight. If the server dies first, the record is
 never committed: the sink writes nothing past it, the run stops with exit 4, and the rerun asks
 it again in its place, so a resumed output is in input order like an uninterrupted one."""
@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from .backends.server import RETRIED, Client, Sampling, Server
+from .backends.server import RECORD_FAULTS, Client, Sampling, Server
 from .conversation import Chat, checked, seed_for
 from .errors import Failure, PeerDead, RegenError
 from .sink import Sink
@@ -83,7 +83,7 @@ def run(chats: Iterator[Chat], sink: Sink, urls: tuple[str, ...], model: str, sa
             received += 1
             if isinstance(result, tuple) and result[1].reason == "stopped":
                 continue
-            if isinstance(result, tuple) and result[1].reason in RETRIED:
+            if isinstance(result, tuple) and result[1].reason not in RECORD_FAULTS:
                 pending[index] = result
             else:
                 sink.put(index, result if isinstance(result, Chat) else result[:2])  # type: ignore[arg-type]

@@ -47,13 +47,17 @@ class Sink:
             r = self.held.pop(self.next)
             self.next += 1
             self.done += 1
+            if not isinstance(r, tuple):
+                try:
+                    self.out.add(r.record())
+                except Failure as f:
+                    r = (r, f)
             if isinstance(r, tuple):
                 chat, failure = r
                 self.failed += 1
                 self.stats.fail(failure.reason, f"{chat.id}: {failure.detail}")
                 self.events.message(f"record {chat.id}: {failure.reason}: {failure.detail}"[:500], level="warning")
             else:
-                self.out.add(r.record())
                 self.tokens += r.tokens
                 self.stats.generated_tokens += r.tokens
                 self.stats.answers += r.turn

@@ -15,7 +15,9 @@ max_tokens)`, a deterministic text of at most max_tokens words, so the regenerat
 what each record must hold. `chat_latency` slows each chat answer; `chat_inflight` /
 `chat_max_inflight` count the chat requests answered at once; a user turn holding
 `too_long_marker` gets HTTP 400 (context length), as SGLang answers a prompt past it, and one
-holding `fail_marker` gets HTTP 503, a server's trouble the client retries.
+holding `fail_marker` gets HTTP 503, a server's trouble the client retries. `reply`, a callable
+(handler, the parsed request body) -> bool, may answer a POST itself (a hostile server: a
+refusal, a drip, a lie); returning False leaves the request to the normal answer.
 
 Fault knobs: `die_after` (answer N /generate or chat requests, then drop every connection and stop
 listening), `corrupt` ({sample index: "truncate" | "nan" | "nan-last" | "ids"} on that
@@ -95,11 +97,12 @@ class StandIn:
                  die_after: int | None = None, corrupt: dict[int, str] | None = None, dump_delay: float = 0.0,
                  latency: float = 0.0, fast: bool = False, served_model: str | None = None,
                  chat_latency: float = 0.0, too_long_marker: str | None = None,
-                 fail_marker: str | None = None) -> None:
+                 fail_marker: str | None = None, reply=None) -> None:
         self.model_path = str(model_path)
         self.served_model = served_model or self.model_path
         self.chat_latency, self.too_long_marker = chat_latency, too_long_marker
         self.fail_marker = fail_marker
+        self.reply = reply
         self.chat_requests = 0
         self.chat_inflight = self.chat_max_inflight = 0
         self.dump_dir = Path(dump_dir) if dump_dir else None
@@ -300,6 +303,8 @@ def _handler(standin: StandIn):
                 return
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            if standin.reply is not None and standin.reply(self, json.loads(raw)):
+                return
             if self.path == "/v1/chat/completions":
                 self._chat(raw)
                 return
