@@ -439,7 +439,11 @@ def _save_overrides(config_arg: str, assignments: Sequence[str], clear: Sequence
 def _cmd_journal(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.phase:
         project.config.phase(args.phase)
-    records = project.journal.read(phase=args.phase, limit=args.limit)
+    scan = project.journal.scan(phase=args.phase, limit=args.limit, max_bytes=None)
+    records = scan.records
+    if scan.skipped:
+        print(f"eagle3: skipped {scan.skipped} line(s) of {project.journal.path} that are not journal records "
+              "(torn, or fields of the wrong type)", file=sys.stderr)
     if args.json:
         _print_json(records, out)
         return EXIT_OK

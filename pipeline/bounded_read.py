@@ -47,7 +47,10 @@ class NotRegularFile(RefusedFile):
 
 
 class FileTooLarge(RefusedFile):
-    pass
+    def __init__(self, path: str | os.PathLike[str], limit: int, size: int | None = None) -> None:
+        self.size = size  # None: a file that grew past the bound while it was read
+        held = f"is {size} bytes" if size is not None else f"is larger than {limit:,} bytes"
+        super().__init__(path, f"{held}, more than the {limit:,} this file may hold; is this the right file?")
 
 
 def open_regular(path: str | os.PathLike[str]) -> int:
@@ -83,7 +86,7 @@ def read_fd(fd: int, limit: int, path: str | os.PathLike[str]) -> bytes:
         chunks.append(block)
         n += len(block)
     if n > limit:
-        raise FileTooLarge(path, f"is larger than {limit:,} bytes, the most this file may hold; is this the right file?")
+        raise FileTooLarge(path, limit)
     return b"".join(chunks)
 
 
@@ -91,6 +94,9 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
     """The whole of a regular file of at most `limit` bytes."""
     fd = open_regular(path)
     try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise FileTooLarge(path, limit, size)
         return read_fd(fd, limit, path)
     finally:
         os.close(fd)
