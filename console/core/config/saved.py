@@ -13,9 +13,12 @@ the line and the key, with a did-you-mean and the command that removes it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -47,6 +50,19 @@ class Saved(dict[str, str]):
 def overlay_path(config_path: str | os.PathLike[str]) -> Path:
     p = Path(config_path)
     return p.with_name(p.stem + SUFFIX)
+
+
+@contextmanager
+def overlay_lock(config_path: str | os.PathLike[str]) -> Iterator[None]:
+    """Held by `eagle3 set` from reading the overlay to writing it back, so two at once each
+    keep the other's value. The lock is the kernel's (flock), taken on the config file
+    itself: every `set` can open it, nothing else locks it, and it leaves no file behind."""
+    fd = os.open(config_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def read_saved(config_path: str | os.PathLike[str]) -> Saved:
