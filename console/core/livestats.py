@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import threading
 import time
 from collections import deque
@@ -305,9 +306,12 @@ class EventTail:
     def poll(self) -> list[Event]:
         with self._lock:
             try:
-                size = os.stat(self.path).st_size
+                st = os.stat(self.path)
             except OSError:
                 return []
+            if not stat.S_ISREG(st.st_mode):
+                return []  # a FIFO or a device put in its place: opening it could block the poller for ever
+            size = st.st_size
             if size < self.offset:
                 self.offset = 0
                 self.stats = LiveStats(self.window_s)

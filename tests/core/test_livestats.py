@@ -188,3 +188,15 @@ def test_an_event_stamped_in_milliseconds_cannot_silence_the_stall_alert(tmp_pat
     last = tail.stats.snapshot().last_progress_t
     assert started <= last <= read_at  # the time it was read, not 50,000 years ahead
     assert silence(read_at + 700, started, last, None) >= 700  # ten minutes on, the phase is silent
+
+
+def test_an_events_file_replaced_by_a_fifo_is_not_waited_on(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    ev = tmp_path / "events.jsonl"
+    os.mkfifo(ev)
+    probe = f"from console.core.livestats import EventTail\nassert EventTail({str(ev)!r}).poll() == []\n"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
