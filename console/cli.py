@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from console.core.checks.subproc import kill_live
 from console.core.config.loader import load_config
 from console.core.config.model import UnknownPhase
-from console.core.config.saved import overlay_path, read_saved, write_saved
+from console.core.config.saved import overlay_lock, overlay_path, read_saved, write_saved
 from console.core.durations import format_duration
 from console.core.errors import ConfigError, Eagle3Error
 from console.core.project import Project
@@ -396,8 +396,15 @@ def _cmd_set(args: argparse.Namespace, out: TextIO) -> int:
 def _save_overrides(config_arg: str, assignments: Sequence[str], clear: Sequence[str], out: TextIO,
                     what: str = "set") -> None:
     """Write the overlay with `assignments` set and `clear` removed, validated first, and
-    journal the change."""
+    journal the change. Read, changed and written under one lock: two `eagle3 set` at once
+    must both land, not the second overwrite the first's value."""
     base = load_config(config_arg, saved={})  # the config alone: an overlay it rejects stays fixable
+    with overlay_lock(base.path):
+        _save_locked(config_arg, base, assignments, clear, out, what)
+
+
+def _save_locked(config_arg: str, base: Any, assignments: Sequence[str], clear: Sequence[str], out: TextIO,
+                 what: str) -> None:
     file = overlay_path(base.path)
     current = dict(read_saved(base.path))
     given = {}
@@ -439,7 +446,11 @@ def _save_overrides(config_arg: str, assignments: Sequence[str], clear: Sequence
 def _cmd_journal(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.phase:
         project.config.phase(args.phase)
-    records = project.journal.read(phase=args.phase, limit=args.limit)
+    scan = project.journal.scan(phase=args.phase, limit=args.limit, max_bytes=None)
+    records = scan.records
+    if scan.skipped:
+        print(f"eagle3: skipped {scan.skipped} line(s) of {project.journal.path} that are not journal records "
+              "(torn, or fields of the wrong type)", file=sys.stderr)
     if args.json:
         _print_json(records, out)
         return EXIT_OK

@@ -35,6 +35,7 @@ from pipeline.chat_records import (
     default_id,
     record_from_obj,
 )
+from pipeline.bounded_read import open_file
 from pipeline.chat_template import ROLES
 from pipeline.json_stream import ArrayReader, StreamError, first_char, read_lines
 
@@ -217,7 +218,7 @@ def _id_key(rid: str) -> bytes:
 def _raw_records(path: Path, source: str, policy: SourcePolicy, report: SourceReport) -> Iterator[tuple[object, int, str]]:
     """(decoded value or RecordError, line, fallback id) for every record of one file."""
     name = str(path)
-    with open(path, "rb") as f:
+    with open_file(path) as f:  # a FIFO or a device is refused, never read
         if first_char(f) == "[":
             reader = ArrayReader(f, name, policy.max_record_bytes)
             base = report.bytes_read

@@ -237,12 +237,9 @@ def trained_target_fingerprint(ckpt: Path) -> str | None:
     path = Path(ckpt) / STATE_FILE
     if not path.is_file():
         return None
-    import torch
+    from pipeline.torch_state import load_state_file
 
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as e:  # noqa: BLE001 - a corrupt file is an operator-facing refusal
-        raise BadInput(f"{path}: cannot be read ({type(e).__name__}: {e}); export another checkpoint") from None
+    state = load_state_file(path, "export another checkpoint", mmap=True)
     ident = state.get("identity") if isinstance(state, dict) else None
     store = ident.get("store") if isinstance(ident, dict) else None
     fp = store.get("target_fingerprint") if isinstance(store, dict) else None

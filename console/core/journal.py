@@ -5,22 +5,36 @@ may be killed mid-write. Each record is one line sent with a single write() on a
 O_APPEND descriptor and fsynced before `append` returns, so a record that was reported
 written survives a crash, records never interleave, and the worst a crash leaves is a
 torn last line, which readers skip.
+
+Reading trusts nothing: the journal is read from its end backwards by offsets (the newest
+records of a 1 GB journal cost what they weigh), within a byte budget unless the caller
+asks for all of it, from a regular file only; a line whose fields have the wrong types (a
+text `t`, a `t` of 1e308, `results: ["x"]`) is skipped and counted, never handed to a view.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+import math
 import os
 import socket
 import stat
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pipeline.bounded_read import open_regular
 
 from console.core.terminal_text import strip_format
 
 FILE = "journal.jsonl"
+TAIL_BYTES = 16 << 20  # what a bounded read looks at: the newest records, never the whole history
+MAX_LINE = 1 << 20  # a longer line is not a record the core wrote
+MAX_T = 1e11  # a record time past the year 5000 is not a time
+_BLOCK = 1 << 20
 
 # Events the core writes; others are allowed, these are the ones readers can rely on.
 EVENTS = ("run_started", "run_ended", "checks", "override", "stop", "confirm", "verify")
@@ -96,30 +110,117 @@ class Journal:
         return rec
 
     def read(self, phase: str | None = None, limit: int | None = None,
-             events: set[str] | None = None) -> list[dict[str, Any]]:
+             events: set[str] | None = None, max_bytes: int | None = TAIL_BYTES) -> list[dict[str, Any]]:
         """Records oldest first, optionally only one phase's or some events', at most the
-        last `limit`. A line that does not parse (a torn write) is skipped."""
+        last `limit`, from the last `max_bytes` of the file (None: all of it). A line that
+        is not a record (a torn write, a field of the wrong type) is skipped."""
+        return self.scan(phase, limit, events, max_bytes).records
+
+    def scan(self, phase: str | None = None, limit: int | None = None,
+             events: set[str] | None = None, max_bytes: int | None = TAIL_BYTES) -> Scan:
+        """`read`, and how many lines were skipped. Reads from the end backwards and stops at
+        `limit` matches, so the newest records of a 1 GB journal cost what they weigh."""
+        out = Scan()
+        if limit is not None and limit <= 0:
+            return out
         try:
-            with open(self.path, "rb") as f:
-                raw = f.read()
+            fd = open_regular(self.path)
         except FileNotFoundError:
-            return []
-        out: list[dict[str, Any]] = []
-        for line in raw.split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except (ValueError, UnicodeDecodeError):
-                continue
-            if not isinstance(rec, dict):
-                continue
-            if phase is not None and rec.get("phase") != phase:
-                continue
-            if events is not None and rec.get("event") not in events:
-                continue
-            # Only a line with non-ASCII bytes or a \u escape can hold a format character.
-            out.append(rec if line.isascii() and b"\\u" not in line else _readable(rec))
-        if limit is not None:
-            out = out[-limit:] if limit > 0 else []
+            return out
+        try:
+            size = os.fstat(fd).st_size
+            budget = size if max_bytes is None else min(size, max_bytes)
+            keys = [phase.encode()] if phase is not None else []
+            wanted = [e.encode() for e in events] if events is not None else None
+            for line in _lines_backward(fd, size, budget, out):
+                if not line.strip() or any(k not in line for k in keys) \
+                        or (wanted is not None and not any(w in line for w in wanted)):
+                    continue
+                rec = _record(line)
+                if rec is None:
+                    out.skipped += 1
+                    continue
+                if (phase is not None and rec.get("phase") != phase) or (events is not None and rec["event"] not in events):
+                    continue
+                out.records.append(rec)
+                if limit is not None and len(out.records) >= limit:
+                    break
+        finally:
+            os.close(fd)
+        out.records.reverse()
         return out
+
+
+@dataclass
+class Scan:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0  # lines that are not records: torn, over-long, or fields of the wrong type
+    cut: bool = False  # the read stopped at its byte budget before the start of the file
+
+
+def _lines_backward(fd: int, size: int, budget: int, scan: Scan) -> Iterator[bytes]:
+    """The complete lines of the last `budget` bytes, newest first; a last line still being
+    written (no newline yet) is left out, and a line over MAX_LINE is skipped and counted."""
+    pos, tail, skipping = size, b"", False
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        skipping = True  # the line in flight: not a record yet
+    while pos > size - budget:
+        n = min(_BLOCK, pos - (size - budget))
+        pos -= n
+        parts = os.pread(fd, n, pos).split(b"\n")
+        if len(parts) > 1:
+            if not skipping:
+                yield parts[-1] + tail
+            skipping = False
+            yield from reversed(parts[1:-1])
+            tail = parts[0]
+        elif not skipping:
+            tail = parts[0] + tail
+        if len(tail) > MAX_LINE and not skipping:
+            scan.skipped += 1
+            tail, skipping = b"", True
+    if pos == 0 and not skipping:
+        yield tail
+    scan.cut = pos > 0
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """The record a line holds, or None when it is not one a reader can trust."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or not all(ok(rec[k]) for k, ok in _FIELDS.items() if k in rec) \
+            or "t" not in rec or "event" not in rec:
+        return None
+    # Only a line with non-ASCII bytes or a \u escape can hold a format character.
+    return rec if line.isascii() and b"\\u" not in line else _readable(rec)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int_or_none(x: Any) -> bool:
+    return x is None or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _text_or_none(x: Any) -> bool:
+    return x is None or isinstance(x, str)
+
+
+# The fields readers use, and what each must be: a record with any other shape is skipped.
+_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "t": lambda x: _number(x) and 0 <= x < MAX_T,
+    "event": lambda x: isinstance(x, str),
+    "phase": _text_or_none,
+    "run_id": _text_or_none,
+    **dict.fromkeys(("user", "host", "check", "reason", "message", "summary", "text", "state", "error", "verify"),
+                    _text_or_none),
+    **dict.fromkeys(("code", "exit_code", "signal"), _int_or_none),
+    **dict.fromkeys(("duration_s", "silent_s"), lambda x: x is None or _number(x)),
+    "results": lambda x: isinstance(x, list) and all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                     and isinstance(r.get("status", ""), str) for r in x),
+    "set": lambda x: isinstance(x, dict) and all(isinstance(v, str) for v in x.values()),
+    "cleared": lambda x: isinstance(x, list) and all(isinstance(v, str) for v in x),
+}

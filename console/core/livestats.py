@@ -7,11 +7,14 @@ polls irregularly computes the same figures as one that watched from the start.
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline.events import Event, read_events
@@ -289,7 +292,8 @@ class EventTail:
     missing file gives []. A file that shrank below the saved offset (a new run reusing the
     path) is read again from the start into a fresh `stats`. Thread-safe for one poller.
     Reads use `pipeline.events.read_events`: at most about 1 MiB parsed a poll, over-long
-    lines skipped once (never re-read), a hostile line ignored.
+    lines skipped once (never re-read), a hostile line ignored, an event's `t` clamped to
+    the time it was read.
     """
 
     def __init__(self, path: str | os.PathLike[str], stats: LiveStats | None = None, window_s: float = 30.0) -> None:
@@ -302,9 +306,12 @@ class EventTail:
     def poll(self) -> list[Event]:
         with self._lock:
             try:
-                size = os.stat(self.path).st_size
+                st = os.stat(self.path)
             except OSError:
                 return []
+            if not stat.S_ISREG(st.st_mode):
+                return []  # a FIFO or a device put in its place: opening it could block the poller for ever
+            size = st.st_size
             if size < self.offset:
                 self.offset = 0
                 self.stats = LiveStats(self.window_s)
@@ -312,5 +319,13 @@ class EventTail:
                 events, self.offset = read_events(self.path, self.offset)
             except Exception:  # noqa: BLE001 - unreadable now; try again next poll
                 return []
+            events = clamp_times(events, time.time())
             self.stats.feed(events)
             return events
+
+
+def clamp_times(events: list[Event], now: float) -> list[Event]:
+    """Each event's `t` no later than `now`, the time it was read: a phase that stamps its
+    events in milliseconds (or from a clock set ahead) would otherwise seem to have spoken
+    in the future, and silence the stall alert for the rest of the run."""
+    return [e if math.isfinite(e.t) and e.t <= now else replace(e, t=now) for e in events]

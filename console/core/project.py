@@ -20,9 +20,10 @@ from console.core.redaction import redactor_for
 from console.core.config.model import Config, Phase
 from console.core.errors import Eagle3Error, PhaseError
 from console.core.interpreter import locate, missing_message, path_with_interpreter
-from console.core.journal import Journal
+from console.core.journal import Journal, private_dir
 from console.core.notify import Notifier
 from console.core.runs import manager
+from console.core.runs.locks import start_lock
 from console.core.runs.rundir import RunDir
 from pipeline.sizes import format_bytes
 from console.core.state import PhaseStatus, derive_states
@@ -242,9 +243,21 @@ class Project:
         for name, reason in overrides.items():
             if not reason or not reason.strip():
                 raise PhaseError(f"--override {name} needs a reason (--reason TEXT); it is recorded in the journal")
+        with start_lock(private_dir(Path(self.config.state_dir).absolute())):
+            return self._start_locked(phase, overrides, confirmed, run_env)
+
+    def _start_locked(self, phase: Phase, overrides: dict[str, str], confirmed: bool,
+                      run_env: Mapping[str, str] | None) -> RunDir:
+        """The start itself, under the project's start lock: what the needs check saw (a
+        needed phase done, no phase that needs this one running) still holds when the run
+        begins, whoever else is starting a phase of this project at the same moment."""
         rs = self._live_status(phase.id)
         if rs is not None:
             raise PhaseError(f"phase {phase.id} is already running (pid {rs.pid}); stop it first or wait")
+        users = [ph.id for ph in self.config.phases if phase.id in ph.needs and self._live_status(ph.id) is not None]
+        if users:
+            raise PhaseError(f"phase {', '.join(users)} needs {phase.id} and is running: running {phase.id} now "
+                             f"would change what it reads; stop it first or wait")
         results = self.check(phase.id, overrides=overrides, journal=False)
         self._journal_checks(phase, results, create=True)
         if any(r.blocking for r in results):

@@ -16,10 +16,15 @@ replaced. A full disk stops the run with exit 3, naming the volume and the bytes
 leaves no temp folder. `--keep-last K` deletes older ones after the new one is in place.
 Export reads `latest_checkpoint(run)` and the two model files with
 `pipeline.drafter.load_drafter(folder)`.
+
+A checkpoint is read back as outside input: train_state.pt without running code
+(pipeline.torch_state), then checked against its folder (state_check.py); `latest` never
+moves back to an earlier step. One train at a time holds a run folder (claim_run_folder).
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import random
@@ -30,14 +35,19 @@ import torch
 
 from .. import output_guard
 from ..atomic_io import fsync_dir, write_all, write_bytes_atomic
+from ..bounded_read import read_text
 from ..drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter, save_drafter
+from ..torch_state import load_state_file
 from .errors import BadInput, Stopped
+from .state_check import check_state
 
 DIR = "checkpoints"
 LATEST = "latest"
 STATE_FILE = "train_state.pt"
 PREFIX = "step_"
 WRITER = "pipeline.train"
+RUN_LOCK = ".train.lock"
+MAX_LATEST_BYTES = 4096
 
 
 def step_name(step: int) -> str:
@@ -121,8 +131,15 @@ def _is_legacy_checkpoint(folder: Path) -> bool:
 def save(run: Path, drafter: Eagle3Drafter, state: dict, keep_last: int | None = None) -> Path:
     """Write checkpoint `state["step"]` atomically, point `latest` at it, prune old ones."""
     root = Path(run) / DIR
+    step = state["step"]
+    if type(step) is not int or step < 0:
+        raise BadInput(f"checkpoint step {step!r}: a step is a whole number from 0 up")
+    newest = _latest_step(root)
+    if newest is not None and newest > step:
+        raise BadInput(f"{root / LATEST} names {step_name(newest)}; saving step {step} would move it back "
+                       "(a run continues from its latest checkpoint: pass --resume, or --overwrite to start over)")
     root.mkdir(parents=True, exist_ok=True)
-    name = step_name(int(state["step"]))
+    name = step_name(step)
     final = root / name
     for stale in root.glob(f".{name}.tmp*"):  # a save killed midway
         shutil.rmtree(stale, ignore_errors=True)
@@ -156,7 +173,7 @@ def save(run: Path, drafter: Eagle3Drafter, state: dict, keep_last: int | None =
 
 RUN_WRITER = "train"
 # what a run folder of a version before the marker holds: still train's own
-_LEGACY_RUN = {DIR, "summary.json"}
+_LEGACY_RUN = {DIR, "summary.json", RUN_LOCK}  # RUN_LOCK: a train killed before it marked the folder
 
 
 def refuse_run_folder(run: Path, inputs: list[Path]) -> None:
@@ -175,20 +192,55 @@ def refuse_run_folder(run: Path, inputs: list[Path]) -> None:
         raise BadInput(str(e)) from None
 
 
+# run folder (resolved) -> the descriptor holding its lock: held until this process ends
+_held: dict[str, int] = {}
+
+
 def claim_run_folder(run: Path) -> None:
-    """Marks `run` as train's own (created if need be), so a later run may resume or overwrite it."""
+    """Marks `run` as train's own (created if need be), so a later run may resume or overwrite
+    it, and takes its lock for the rest of this process: two trains on one folder would sweep
+    each other's temporary checkpoints and interleave their steps. The lock is the kernel's
+    (flock on `<run>/.train.lock`), so a train killed outright leaves none behind; a second
+    train is refused (exit 2) naming the folder and the holder's pid."""
     Path(run).mkdir(parents=True, exist_ok=True)
+    _lock_run(Path(run))
     if output_guard.writer_of(run) != RUN_WRITER:
         output_guard.mark(run, RUN_WRITER)
+
+
+def _lock_run(run: Path) -> None:
+    key = os.path.realpath(run)
+    if key in _held:
+        return
+    fd = os.open(run / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    holder = _flock_or_holder(fd)
+    if holder is not None:
+        os.close(fd)
+        raise BadInput(f"{run}: another train is using this run folder (pid {holder}); wait for it to end, "
+                       "or stop it, or pass another --out")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = fd
+
+
+def _flock_or_holder(fd: int) -> str | None:
+    """None once this process holds the lock; else the pid its holder wrote in the file."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
 
 
 def latest_checkpoint(run: Path) -> Path | None:
     """The newest complete checkpoint of a run, or None when there is none."""
     root = Path(run) / DIR
     try:
-        name = (root / LATEST).read_text().strip()
+        name = read_text(root / LATEST, MAX_LATEST_BYTES).strip()
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{root / LATEST}: cannot be read ({e}); point it at an existing step_* folder") from None
     folder = root / name
     if not name.startswith(PREFIX) or "/" in name or not all((folder / f).exists()
                                                               for f in (CONFIG_FILE, WEIGHTS_FILE, STATE_FILE)):
@@ -197,8 +249,21 @@ def latest_checkpoint(run: Path) -> Path | None:
     return folder
 
 
-def load_state(folder: Path) -> dict:
+def _latest_step(root: Path) -> int | None:
+    """The step `latest` names, or None when it names none (no checkpoint yet, or damaged)."""
     try:
-        return torch.load(Path(folder) / STATE_FILE, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 - a corrupt file is an operator-facing refusal
-        raise BadInput(f"{Path(folder) / STATE_FILE}: cannot be read ({type(e).__name__}: {e})") from None
+        name = read_text(root / LATEST, MAX_LATEST_BYTES).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    digits = name[len(PREFIX):]
+    return int(digits) if name.startswith(PREFIX) and digits.isdigit() and digits.isascii() else None
+
+
+def load_state(folder: Path) -> dict:
+    """A checkpoint's train_state.pt, read without running code and checked against its folder
+    (the step its name says, the weights' shapes, the optimiser's tensors): a crafted or damaged
+    checkpoint is exit 2 naming the file, not a resume that runs it or dies mid-step."""
+    folder = Path(folder)
+    state = load_state_file(folder / STATE_FILE, "resume from another checkpoint or pass --overwrite")
+    check_state(folder, state, STATE_FILE)
+    return state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,29 @@ def test_a_phase_inventing_metric_names_cannot_grow_the_console_without_bound():
     st = LiveStats()
     st.feed([Event(i, "metric", {"name": f"m{i}", "value": 1.0}) for i in range(10_000)])
     assert len(st.metrics) <= 64
+
+
+def test_an_event_stamped_in_milliseconds_cannot_silence_the_stall_alert(tmp_path):
+    from console.core.stall import silence
+
+    ev = tmp_path / "events.jsonl"
+    started = time.time()
+    ev.write_text(json.dumps({"t": started * 1000, "kind": "progress", "done": 1, "total": 10}) + "\n")
+    tail = EventTail(ev)
+    tail.poll()
+    read_at = time.time()
+    last = tail.stats.snapshot().last_progress_t
+    assert started <= last <= read_at  # the time it was read, not 50,000 years ahead
+    assert silence(read_at + 700, started, last, None) >= 700  # ten minutes on, the phase is silent
+
+
+def test_an_events_file_replaced_by_a_fifo_is_not_waited_on(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    ev = tmp_path / "events.jsonl"
+    os.mkfifo(ev)
+    probe = f"from console.core.livestats import EventTail\nassert EventTail({str(ev)!r}).poll() == []\n"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pipeline import bounded_read
 
 from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config.composer import compose, restore
@@ -174,14 +175,16 @@ def load_config(
     beside the config, read here unless `saved` gives them)."""
     file = Path(path).expanduser()
     try:
-        if file.is_file() and file.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(file, f"is {file.stat().st_size} bytes; a pipeline config is at most "
-                                    f"{MAX_CONFIG_BYTES} (is this the right file?)")
-        text = file.read_text(encoding="utf-8")
+        text = bounded_read.read_text(file, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError(file, "config file not found; pass the path of a pipeline YAML (e.g. configs/demo.yaml)") from None
     except IsADirectoryError:
         raise ConfigError(file, "is a folder; pass the path of a pipeline YAML file") from None
+    except bounded_read.FileTooLarge as e:
+        size = f"is {e.size} bytes" if e.size is not None else f"is larger than {MAX_CONFIG_BYTES} bytes"
+        raise ConfigError(file, f"{size}; a pipeline config is at most {MAX_CONFIG_BYTES} (is this the right file?)") from None
+    except bounded_read.RefusedFile as e:
+        raise ConfigError(file, e.why) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(file, f"cannot read the config: {e}") from None
     file = file.resolve()

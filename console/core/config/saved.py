@@ -13,12 +13,16 @@ the line and the key, with a did-you-mean and the command that removes it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+from pipeline import bounded_read
 
 from console.core.config.composer import compose, restore
 from console.core.errors import ConfigError
@@ -48,17 +52,32 @@ def overlay_path(config_path: str | os.PathLike[str]) -> Path:
     return p.with_name(p.stem + SUFFIX)
 
 
+@contextmanager
+def overlay_lock(config_path: str | os.PathLike[str]) -> Iterator[None]:
+    """Held by `eagle3 set` from reading the overlay to writing it back, so two at once each
+    keep the other's value. The lock is the kernel's (flock), taken on the config file
+    itself: every `set` can open it, nothing else locks it, and it leaves no file behind."""
+    fd = os.open(config_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def read_saved(config_path: str | os.PathLike[str]) -> Saved:
     """The remembered variables (empty when there is no overlay); ConfigError if it is bad."""
     file = overlay_path(config_path)
     try:
-        size = file.stat().st_size
-        if size > MAX_BYTES:
-            raise ConfigError(file, f"is {size} bytes; an overrides file is at most {MAX_BYTES}: "
-                                    f"clear some with `eagle3 set {config_path} --clear VAR`")
-        text = file.read_text(encoding="utf-8")
+        text = bounded_read.read_text(file, MAX_BYTES)
     except FileNotFoundError:
         return Saved()
+    except bounded_read.FileTooLarge as e:
+        size = f"is {e.size} bytes" if e.size is not None else f"is larger than {MAX_BYTES} bytes"
+        raise ConfigError(file, f"{size}; an overrides file is at most {MAX_BYTES}: "
+                                f"clear some with `eagle3 set {config_path} --clear VAR`") from None
+    except bounded_read.RefusedFile as e:
+        raise ConfigError(file, f"{e.why}; remove it, then save overrides with `eagle3 set`") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(file, f"cannot read the saved overrides: {e}") from None
     return parse(file, text)
@@ -97,6 +116,9 @@ def parse(file: Path, text: str) -> Saved:
             if not isinstance(v, yaml.ScalarNode):
                 raise ConfigError(file, "expected a text value", line=line(v), key=where)
             value = restore(v.value)
+            if "\x00" in value:
+                raise ConfigError(file, "the value holds a NUL character, which no command argument, path or "
+                                        "environment variable can carry", line=line(v), key=where)
             if len(value) > MAX_VALUE:
                 raise ConfigError(file, f"the value is {len(value)} characters; at most {MAX_VALUE}",
                                   line=line(v), key=where)

@@ -12,10 +12,30 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from console.core.errors import PhaseError
+
+
+START_LOCK = "_start.lock"  # `_` never begins a phase id: no phase's lock has this name
+
+
+@contextmanager
+def start_lock(state_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Held by a start from its live and needs checks until its run exists, so two starts
+    in one project (a rerun of `a` beside a start of `b`, which needs it) are one after the
+    other: the second sees the first's run. Blocking: a start waits for another's checks."""
+    path = Path(state_dir) / "locks" / START_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def lock_path(state_dir: str | os.PathLike[str], phase_id: str) -> Path:
