@@ -116,8 +116,9 @@ class ChainDrafter:
         self.cache = self._new_cache()
         self.rows = 0
 
-    @torch.inference_mode()
-    def propose(self, seq: list[int], aux: torch.Tensor, k: int) -> list[int]:
+    def extend(self, seq: list[int], aux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """SGLang's draft extend: rows for the positions verified since the last call, from
+        the target's states; the last row's logits [Vd] and hidden_out [1, 1, H]."""
         n = len(seq)
         if aux.shape[0] != n - 1:
             raise ValueError(f"{aux.shape[0]} target states for {n} tokens; expected one per token but the last")
@@ -130,12 +131,19 @@ class ChainDrafter:
         hidden = aux[start : n - 1][None].to(device=self.device, dtype=self.model.fc.weight.dtype)
         logits, out = self.model(ids, hidden, pos, cache=self.cache)
         self.rows = n - 1
+        return logits[0, -1], out[:, -1:]
+
+    @torch.inference_mode()
+    def propose(self, seq: list[int], aux: torch.Tensor, k: int) -> list[int]:
+        n = len(seq)
+        logits, out = self.extend(seq, aux)
         drafts: list[int] = []
         for j in range(k):
-            tok = self.model.draft_to_target(logits[0, -1].float().argmax())
+            tok = self.model.draft_to_target(logits.float().argmax())
             drafts.append(int(tok))
             if j == k - 1:
                 break
-            logits, out = self.model(tok.view(1, 1), out[:, -1:], torch.tensor([[n - 1 + j]], device=self.device),
+            logits, out = self.model(tok.view(1, 1), out, torch.tensor([[n - 1 + j]], device=self.device),
                                      cache=self.cache)
+            logits, out = logits[0, -1], out[:, -1:]
         return drafts

@@ -80,3 +80,28 @@ def speculate(target: Target, proposer: Proposer, prompt: list[int], max_new: in
         seq += drafts[:a] + [choice[a]]
         result.tokens, done = _finish(seq[len(prompt):], max_new, target.eos)
     return result
+
+
+def speculate_tree(target: Target, drafter, prompt: list[int], max_new: int, setting) -> Decoded:
+    """Tree rounds as SGLang serves them (pipeline.evaluate.tree): the drafter builds a tree of
+    num_draft_tokens - 1 drafts, the target verifies it in one forward under the tree mask,
+    the longest accepted path plus the bonus token is committed, and the drafter's cache is
+    rebuilt along that path from the target's states."""
+    from .tree import accept
+
+    drafter.reset()
+    first = target.step(list(prompt), keep=1)
+    seq = list(prompt) + [int(first.next_ids[-1])]
+    aux = first.aux
+    out, done = _finish(seq[len(prompt):], max_new, target.eos)
+    result = Decoded(out, forwards=1)
+    while not done:
+        tree = drafter.propose_tree(seq, aux, setting)
+        choice = target.verify_tree(seq, tree).tolist()
+        result.forwards += 1
+        path, bonus = accept(tree, choice)
+        result.accepted.append(len(path))
+        aux = target.commit(path)
+        seq += [tree.tokens[i] for i in path] + [bonus]
+        result.tokens, done = _finish(seq[len(prompt):], max_new, target.eos)
+    return result
