@@ -58,13 +58,17 @@ def greedy(target: Target, prompt: list[int], max_new: int) -> Decoded:
     return Decoded(out, forwards)
 
 
-def speculate(target: Target, proposer: Proposer, prompt: list[int], max_new: int, k: int) -> Decoded:
+def _prefill(target: Target, proposer, prompt: list[int], max_new: int):
+    """The prompt's forward: its first token is the target's, no draft produced it."""
     proposer.reset()
     first = target.step(list(prompt), keep=1)
     seq = list(prompt) + [int(first.next_ids[-1])]
-    aux = first.aux
     out, done = _finish(seq[len(prompt):], max_new, target.eos)
-    result = Decoded(out, forwards=1)
+    return seq, first.aux, Decoded(out, forwards=1), done
+
+
+def speculate(target: Target, proposer: Proposer, prompt: list[int], max_new: int, k: int) -> Decoded:
+    seq, aux, result, done = _prefill(target, proposer, prompt, max_new)
     while not done:
         drafts = [int(t) for t in proposer.propose(seq, aux, k)]
         if len(drafts) != k:
@@ -89,12 +93,7 @@ def speculate_tree(target: Target, drafter, prompt: list[int], max_new: int, set
     rebuilt along that path from the target's states."""
     from .tree import accept
 
-    drafter.reset()
-    first = target.step(list(prompt), keep=1)
-    seq = list(prompt) + [int(first.next_ids[-1])]
-    aux = first.aux
-    out, done = _finish(seq[len(prompt):], max_new, target.eos)
-    result = Decoded(out, forwards=1)
+    seq, aux, result, done = _prefill(target, drafter, prompt, max_new)
     while not done:
         tree = drafter.propose_tree(seq, aux, setting)
         choice = target.verify_tree(seq, tree).tolist()

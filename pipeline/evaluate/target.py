@@ -61,6 +61,7 @@ class Target:
         except StageError as e:
             raise BadInput(str(e).replace("--model", "--target")) from None
         self.device = torch.device(device)
+        self.model_dir, self._fingerprint = Path(model_dir), None
         layers = self.model.base_model.layers
         self.num_layers = len(layers)
         try:
@@ -81,6 +82,18 @@ class Target:
         self._pending = None  # what the last verify_tree computed, until commit keeps its accepted path
         for i in self.capture:
             layers[i].register_forward_pre_hook(self._hook(i), with_kwargs=True)
+
+    @property
+    def fingerprint(self) -> str:
+        """The weights' fingerprint (pipeline.target): what kept greedy references are keyed by."""
+        if self._fingerprint is None:
+            from pipeline.target import FingerprintError, target_fingerprint
+
+            try:
+                self._fingerprint = target_fingerprint(self.model_dir)
+            except FingerprintError as e:
+                raise BadInput(f"--target {self.model_dir}: {e}") from None
+        return self._fingerprint
 
     def _hook(self, index: int):
         def grab(_module, args, kwargs):

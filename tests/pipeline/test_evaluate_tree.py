@@ -20,27 +20,12 @@ from pipeline.evaluate.tree import Candidates, Setting, Tree, accept, build_tree
 from pipeline.evaluate.tree_drafter import TreeDrafter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_evaluate import MAX_NEW, VOCAB, Oracle
+import test_evaluate as base  # noqa: E402
+from test_evaluate import MAX_NEW, VOCAB, Oracle  # noqa: E402
+
+one_thread, tiny, target = base.one_thread, base.tiny, base.target  # the same fixtures, one definition
 
 PROMPT = [5, 9, 17, 33, 2, 64]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny(evaluation_tiny) -> dict:
-    return evaluation_tiny
-
-
-@pytest.fixture(scope="module")
-def target(tiny) -> Target:
-    return Target(tiny["target"], "cpu", torch.float32)
 
 
 @pytest.fixture(scope="module")
