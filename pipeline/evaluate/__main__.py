@@ -191,7 +191,7 @@ def _settings(args: EvalOptions):
     if args.num_steps is not None:
         raise BadInput("give --num-steps or --configs, not both (--configs 3,1,4 is --num-steps 3)")
     settings = []
-    for text in args.configs:
+    for text in " ".join(args.configs).split():  # one argument may hold several (a config variable)
         try:
             s = parse_setting(text, MAX_STEPS, MAX_TOPK, MAX_DRAFT_TOKENS)
         except ValueError as e:
