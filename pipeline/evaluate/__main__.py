@@ -1,8 +1,8 @@
 """`python -m pipeline.evaluate`: how many tokens an exported drafter saves its target.
 
     python -m pipeline.evaluate --drafter DRAFTER --target TARGET (--prompts FILE | --demo-prompts N)
-        [--baseline] [--exclude TRAIN.jsonl] [--num-steps 3] [--limit 32] [--max-new-tokens 64]
-        [--no-kv-cache] [--report OUT.json]
+        [--baseline] [--exclude TRAIN.jsonl] [--num-steps 3 | --configs 3,1,4 5,4,8 ...] [--limit 32]
+        [--max-new-tokens 64] [--batch N] [--references DIR] [--no-kv-cache] [--report OUT.json]
     python -m pipeline.evaluate --baseline --target TARGET (--prompts FILE | --demo-prompts N) [...]
     python -m pipeline.evaluate --server URL (--prompts FILE | --demo-prompts N) [--target TARGET] [...]
 
@@ -14,6 +14,13 @@ rate per draft position, and the speedup in target forwards. Speculative output 
 equal greedy output token for token; when it does not, nothing is reported (exit 3).
 The target keeps a KV cache, cut back to the accepted prefix after each rejection;
 --no-kv-cache runs every forward on the whole sequence (same figures, slower).
+
+--configs STEPS,TOPK,DRAFT_TOKENS ... scores SGLang settings (trees when TOPK > 1, built and
+verified as SGLang does: pipeline/evaluate/tree.py) on the same prompts against one greedy
+reference each, with a wall-clock speedup estimate per setting; the last line of stdout is
+the best setting's SGLang flags. --batch N decodes chain settings N prompts at a time
+(batch.py); --references DIR keeps greedy answers per target fingerprint and prompt for the
+next evaluation (references.py). docs/export-evaluate.md explains the figures.
 
 --baseline also scores the untrained drafter training starts from (same shape and
 vocabulary as --drafter; without --drafter, built from the target alone), on the same
@@ -81,6 +88,7 @@ class EvalOptions:
     num_steps: int | None = None
     configs: list[str] | None = None
     references: Path | None = None
+    batch: int | None = None
     limit: int = 32
     max_new_tokens: int = 64
     device: str | None = None
@@ -112,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--references", type=Path, metavar="DIR",
                    help="keep greedy references here, per target fingerprint and prompt, so the next evaluation "
                         "of the same target does not decode them again (default: keep none)")
+    p.add_argument("--batch", type=int, metavar="N",
+                   help="prompts decoded in lockstep, 1..256 (default 16 on a GPU, 1 on a CPU; chains only)")
     p.add_argument("--limit", type=int, default=32, help="prompts evaluated (default 32)")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"tokens generated per prompt, 1..{MAX_NEW} (default 64)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -135,6 +145,8 @@ def _check_args(args: EvalOptions) -> None:
         raise BadInput(f"--max-new-tokens must be between 1 and {MAX_NEW}, got {args.max_new_tokens}")
     if args.demo_prompts is not None and args.target is None:
         raise BadInput("--demo-prompts needs --target (its tokenizer renders the chats)")
+    if args.batch is not None and not 1 <= args.batch <= 256:
+        raise BadInput(f"--batch must be between 1 and 256, got {args.batch}")
     if not 1 <= args.concurrency <= 64:
         raise BadInput(f"--concurrency must be between 1 and 64, got {args.concurrency}")
     if not 0 < args.timeout <= 86400:
@@ -218,6 +230,16 @@ def _load_arms(args: EvalOptions, target, settings, device, dtype):
     return (arms or baseline), (baseline if arms else []), trained
 
 
+def _batch_size(args: EvalOptions, settings, device: str) -> int:
+    """Prompts decoded in lockstep: --batch, else 16 on a GPU (where a forward of B prompts
+    costs about what one does) and 1 on a CPU (where it costs B times as much). Trees and
+    --no-kv-cache go one prompt at a time."""
+    want = args.batch if args.batch is not None else (16 if device.startswith("cuda") else 1)
+    if want > 1 and (args.no_kv_cache or any(s.topk > 1 for s in settings)):
+        return 1
+    return want
+
+
 def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dict:
     import torch
 
@@ -246,20 +268,29 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
     events.progress(0, n, unit="prompts")
     per_prompt = []
     greedy_fw = 0
+    redecoded = 0
+    batch = _batch_size(args, settings, device)
     decode_started = time.monotonic()
-    for i, p in enumerate(chosen.prompts, 1):
-        progress.current = p.id
-        ref = sweep.score_prompt(target, p, arms + baseline, args.max_new_tokens, refs)
-        greedy_fw += ref.forwards
-        entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
-                 "acceptance_length": arms[0].lengths[p.id]}
-        if baseline:
-            entry["baseline_acceptance_length"] = baseline[0].lengths[p.id]
-        per_prompt.append(entry)
-        progress.scored, progress.current = i, None
+    for start in range(0, n, batch):
+        chunk = chosen.prompts[start:start + batch]
+        progress.current = chunk[0].id if len(chunk) == 1 else f"{chunk[0].id} .. {chunk[-1].id}"
+        if batch == 1:
+            refs_used = [sweep.score_prompt(target, chunk[0], arms + baseline, args.max_new_tokens, refs)]
+        else:
+            refs_used, again = sweep.score_chunk(target, chunk, arms + baseline, args.max_new_tokens, refs)
+            redecoded += again
+        for p, ref in zip(chunk, refs_used):
+            greedy_fw += ref.forwards
+            entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
+                     "acceptance_length": arms[0].lengths[p.id]}
+            if baseline:
+                entry["baseline_acceptance_length"] = baseline[0].lengths[p.id]
+            per_prompt.append(entry)
+        done = start + len(chunk)
+        progress.scored, progress.current = done, None
         progress.so_far = (f"acceptance length so far "
-                           f"{arms[0].summary(settings[0].num_steps, i, greedy_fw).acceptance_length:.3f}")
-        events.progress(i, n, unit="prompts")
+                           f"{arms[0].summary(settings[0].num_steps, done, greedy_fw).acceptance_length:.3f}")
+        events.progress(done, n, unit="prompts")
     decode_seconds = time.monotonic() - decode_started
     times = estimate.forward_times(target, timed_model, chosen.prompts[0].input_ids, settings)
     target.forget()
@@ -290,7 +321,8 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
               "excluded_as_training": chosen.excluded, "too_long": chosen.too_long,
               "max_new_tokens": args.max_new_tokens, "output_equals_greedy": True,
               "kv_cache": not args.no_kv_cache, "target_positions_run": target.positions_run,
-              "greedy_references_kept": refs.hits if refs is not None else 0,
+              "greedy_references_kept": refs.hits if refs is not None else 0, "batch": batch,
+              "redecoded_one_by_one": redecoded,
               "decode_seconds": round(decode_seconds, 3), **s.to_json()}
     if before is not None:
         report["drafter_files"] = fingerprint.summary(before)

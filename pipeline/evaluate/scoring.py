@@ -33,13 +33,18 @@ class Arm:
     forwards: int = 0
     lengths: dict[str, float | None] = field(default_factory=dict)
 
-    def score(self, target, prompt, ref, k: int, max_new: int) -> None:
+    def decode(self, target, prompt, k: int, max_new: int):
         from .speculative import speculate, speculate_tree
 
         if self.setting is None or self.setting.topk == 1:
-            got = speculate(target, self.proposer, prompt.input_ids, max_new, k)
-        else:
-            got = speculate_tree(target, self.proposer, prompt.input_ids, max_new, self.setting)
+            return speculate(target, self.proposer, prompt.input_ids, max_new, k)
+        return speculate_tree(target, self.proposer, prompt.input_ids, max_new, self.setting)
+
+    def score(self, target, prompt, ref, k: int, max_new: int) -> None:
+        self.record(prompt, self.decode(target, prompt, k, max_new), ref)
+
+    def record(self, prompt, got, ref) -> None:
+        """Count one prompt's rounds; Mismatch when its output is not the greedy reference."""
         if got.tokens != ref.tokens:
             at = next((j for j, (a, b) in enumerate(zip(got.tokens, ref.tokens)) if a != b),
                       min(len(got.tokens), len(ref.tokens)))

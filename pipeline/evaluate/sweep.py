@@ -83,3 +83,32 @@ def lines(rows: list[dict]) -> list[str]:
         out.append(f"  {r['setting']:<32} {r['acceptance_length']:>17.3f}  {rates:<28} "
                    f"{r['target_forwards_saved']:>14}  {est:>16}")
     return out
+
+
+def score_chunk(target, prompts, arms: list[Arm], max_new: int, refs) -> list:
+    """Every arm on a chunk of prompts decoded in lockstep (batch.py; top-1 settings only).
+    A batched answer is a hint like a kept one: where a prompt's speculative output and its
+    reference disagree, both are decoded again one prompt at a time, and those decide."""
+    from .batch import greedy_batch, speculate_batch
+    from .speculative import Decoded, greedy
+
+    ids = [p.input_ids for p in prompts]
+    kept = [refs.get(i, max_new) if refs is not None else None for i in ids]
+    todo = [j for j, k in enumerate(kept) if k is None]
+    fresh = dict(zip(todo, greedy_batch(target, [ids[j] for j in todo], max_new))) if todo else {}
+
+    ref = [fresh[j] if kept[j] is None else Decoded(kept[j], forwards=len(kept[j])) for j in range(len(ids))]
+    got = [speculate_batch(target, arm.proposer.model, ids, max_new, arm.setting.num_steps) for arm in arms]
+    redone = [j for j in range(len(ids)) if any(g[j].tokens != ref[j].tokens for g in got)]
+    for j in redone:
+        ref[j] = greedy(target, ids[j], max_new)
+        for arm, g in zip(arms, got):
+            if g[j].tokens != ref[j].tokens:
+                g[j] = arm.decode(target, prompts[j], arm.setting.num_steps, max_new)
+    for arm, g in zip(arms, got):
+        for j, p in enumerate(prompts):
+            arm.record(p, g[j], ref[j])
+    if refs is not None:
+        for j in set(todo) | set(redone):
+            refs.put(ids[j], max_new, ref[j].tokens)
+    return ref, len(redone)
