@@ -110,6 +110,14 @@ def test_a_wide_tree_commits_its_right_branch_and_output_stays_greedy(target, re
     assert set(got.accepted[:-1]) == {right}
 
 
+def test_trees_decode_the_same_with_full_forwards_as_with_the_kv_cache(tiny, target, ref):
+    full = Target(tiny["target"], "cpu", torch.float32, kv_cache=False)
+    oracle = OracleTree(ref, 2, width=2, rank=1)
+    cached = speculate_tree(target, oracle, PROMPT, MAX_NEW, Setting(3, 3, 10))
+    uncached = speculate_tree(full, oracle, PROMPT, MAX_NEW, Setting(3, 3, 10))
+    assert uncached.tokens == cached.tokens == ref and uncached.accepted == cached.accepted
+
+
 def test_a_hand_built_tree_accepts_the_path_a_brute_force_check_finds(target, ref):
     seq = PROMPT + ref[:3]
     good = ref[3:7]
