@@ -11,7 +11,7 @@ Llama of SmolLM2-135M-Instruct's shape (--shape 135m) or a tiny one (--shape tin
 the untrained baseline drafter built from it (--baseline); with --model DIR [--drafter DIR]
 it scores the real ones.
 
-    python bench/evaluate_speed.py [--model DIR [--drafter DIR]] [--shape 135m|tiny] [--prompts 20]
+    python bench/evaluate_speed.py [--model DIR [--drafter DIR]] [--shape 135m|tiny] [--prompts 20] [--prompts-file F]
         [--new-tokens 128] [--batch 20] [--device cpu|cuda] [--dtype fp32|bf16] [--threads N] [--out FILE]
         [--sweep "3,1,4 5,1,6 5,4,8 7,4,8 7,8,32"]
 """
@@ -76,7 +76,8 @@ def main() -> int:
     p.add_argument("--model", type=Path)
     p.add_argument("--drafter", type=Path)
     p.add_argument("--shape", default="135m", choices=["135m", "tiny"])
-    p.add_argument("--prompts", type=int, default=20)
+    p.add_argument("--prompts", type=int, default=20, help="prompts evaluated (--limit)")
+    p.add_argument("--prompts-file", type=Path, help="evaluate's --prompts (default: random merged records)")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
@@ -92,7 +93,7 @@ def main() -> int:
         tmp = Path(tmp)
         target = a.model or build_target(tmp / "target", a.shape)
         vocab = json.loads((target / "config.json").read_text())["vocab_size"]
-        prompts = write_prompts(tmp / "prompts.jsonl", a.prompts, vocab)
+        prompts = a.prompts_file or write_prompts(tmp / "prompts.jsonl", a.prompts, vocab)
         who = ["--drafter", str(a.drafter)] if a.drafter else ["--baseline"]
         common = [*who, "--target", str(target), "--prompts", str(prompts), "--limit", str(a.prompts),
                   "--max-new-tokens", str(a.new_tokens), "--device", a.device, "--dtype", a.dtype]
