@@ -1,8 +1,8 @@
 """`python -m pipeline.evaluate`: how many tokens an exported drafter saves its target.
 
     python -m pipeline.evaluate --drafter DRAFTER --target TARGET (--prompts FILE | --demo-prompts N)
-        [--baseline] [--exclude TRAIN.jsonl] [--num-steps 3] [--limit 32] [--max-new-tokens 64]
-        [--no-kv-cache] [--report OUT.json]
+        [--baseline] [--exclude TRAIN.jsonl] [--num-steps 3 | --configs 3,1,4 5,4,8 ...] [--limit 32]
+        [--max-new-tokens 64] [--batch N] [--references DIR] [--no-kv-cache] [--report OUT.json]
     python -m pipeline.evaluate --baseline --target TARGET (--prompts FILE | --demo-prompts N) [...]
     python -m pipeline.evaluate --server URL (--prompts FILE | --demo-prompts N) [--target TARGET] [...]
 
@@ -14,6 +14,13 @@ rate per draft position, and the speedup in target forwards. Speculative output 
 equal greedy output token for token; when it does not, nothing is reported (exit 3).
 The target keeps a KV cache, cut back to the accepted prefix after each rejection;
 --no-kv-cache runs every forward on the whole sequence (same figures, slower).
+
+--configs STEPS,TOPK,DRAFT_TOKENS ... scores SGLang settings (trees when TOPK > 1, built and
+verified as SGLang does: pipeline/evaluate/tree.py) on the same prompts against one greedy
+reference each, with a wall-clock speedup estimate per setting; the last line of stdout is
+the best setting's SGLang flags. --batch N decodes chain settings N prompts at a time
+(batch.py); --references DIR keeps greedy answers per target fingerprint and prompt for the
+next evaluation (references.py). docs/export-evaluate.md explains the figures.
 
 --baseline also scores the untrained drafter training starts from (same shape and
 vocabulary as --drafter; without --drafter, built from the target alone), on the same
@@ -55,11 +62,13 @@ from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
 from pipeline.program_edge import SigtermGuard, Terminated, on_sigterm, run_program
 
-from .errors import BadInput
-from .scoring import Arm, Progress, emit_metrics
+from .errors import BadInput, EvalError
+from .scoring import Progress, emit_metrics
 
 PROG = "python -m pipeline.evaluate"
 MAX_STEPS = 16
+MAX_TOPK = 16
+MAX_DRAFT_TOKENS = 64
 MAX_NEW = 4096
 
 
@@ -76,7 +85,10 @@ class EvalOptions:
     demo_prompts: int | None = None
     demo_seed: int = 1
     exclude: Path | None = None
-    num_steps: int = 3
+    num_steps: int | None = None
+    configs: list[str] | None = None
+    references: Path | None = None
+    batch: int | None = None
     limit: int = 32
     max_new_tokens: int = 64
     device: str | None = None
@@ -100,7 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--demo-prompts", type=int, metavar="N", help="N chats from the demo's generator at --demo-seed")
     p.add_argument("--demo-seed", type=int, default=1, help="seed for --demo-prompts (default 1; the demo trains on 0)")
     p.add_argument("--exclude", type=Path, metavar="TRAIN.jsonl", help="merged training set whose prompts are dropped")
-    p.add_argument("--num-steps", type=int, default=3, help=f"drafts per round, 1..{MAX_STEPS} (default 3)")
+    p.add_argument("--num-steps", type=int, default=None,
+                   help=f"drafts per round of a chain, 1..{MAX_STEPS} (default 3; the same as --configs N,1,N+1)")
+    p.add_argument("--configs", nargs="+", metavar="STEPS,TOPK,DRAFT_TOKENS",
+                   help="SGLang settings to sweep (--speculative-num-steps, --speculative-eagle-topk, "
+                        "--speculative-num-draft-tokens), e.g. 3,1,4 5,4,8 7,8,32")
+    p.add_argument("--references", type=Path, metavar="DIR",
+                   help="keep greedy references here, per target fingerprint and prompt, so the next evaluation "
+                        "of the same target does not decode them again (default: keep none)")
+    p.add_argument("--batch", type=int, metavar="N",
+                   help="prompts decoded in lockstep, 1..256 (default 16 on a GPU, 1 on a CPU; chains only)")
     p.add_argument("--limit", type=int, default=32, help="prompts evaluated (default 32)")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"tokens generated per prompt, 1..{MAX_NEW} (default 64)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -116,14 +137,16 @@ def _check_args(args: EvalOptions) -> None:
         raise BadInput(f"give --prompts FILE or --demo-prompts N; see {PROG} --help")
     if args.server is None and (args.target is None or (args.drafter is None and not args.baseline)):
         raise BadInput("local evaluation needs --target and --drafter, --baseline or both (or pass --server URL)")
-    if args.server is not None and (args.baseline or args.no_kv_cache):
-        raise BadInput("--baseline and --no-kv-cache are for local evaluation; drop them with --server")
-    if not 1 <= args.num_steps <= MAX_STEPS:
+    if args.server is not None and (args.baseline or args.no_kv_cache or args.configs):
+        raise BadInput("--baseline, --no-kv-cache and --configs are for local evaluation; drop them with --server")
+    if args.num_steps is not None and not 1 <= args.num_steps <= MAX_STEPS:
         raise BadInput(f"--num-steps must be between 1 and {MAX_STEPS}, got {args.num_steps}")
     if not 1 <= args.max_new_tokens <= MAX_NEW:
         raise BadInput(f"--max-new-tokens must be between 1 and {MAX_NEW}, got {args.max_new_tokens}")
     if args.demo_prompts is not None and args.target is None:
         raise BadInput("--demo-prompts needs --target (its tokenizer renders the chats)")
+    if args.batch is not None and not 1 <= args.batch <= 256:
+        raise BadInput(f"--batch must be between 1 and 256, got {args.batch}")
     if not 1 <= args.concurrency <= 64:
         raise BadInput(f"--concurrency must be between 1 and 64, got {args.concurrency}")
     if not 0 < args.timeout <= 86400:
@@ -141,8 +164,8 @@ def _tokenizer(target: Path | None):
         raise BadInput(f"cannot load the tokenizer of {target} (--target): {str(e).splitlines()[0]}") from None
 
 
-def _prompts(args: EvalOptions, max_prompt_len: int):
-    from .prompts import demo_prompts, read_file, select, training_prompts
+def _prompts(args: EvalOptions, max_prompt_len: int, vocab_size: int | None = None):
+    from .prompts import check_ids, demo_prompts, read_file, select, training_prompts
 
     if args.demo_prompts is not None:
         if not 1 <= args.demo_prompts <= 10_000:
@@ -150,10 +173,12 @@ def _prompts(args: EvalOptions, max_prompt_len: int):
         candidates = demo_prompts(_tokenizer(args.target), args.demo_prompts * 4, args.demo_seed)
         limit = min(args.limit, args.demo_prompts)
     else:
-        candidates = read_file(args.prompts, lambda: _tokenizer(args.target))
+        candidates = read_file(args.prompts, lambda: _tokenizer(args.target), max_prompt_len)
         limit = args.limit
     exclude = training_prompts(args.exclude) if args.exclude is not None else None
     chosen = select(candidates, limit, max_prompt_len, exclude)
+    if vocab_size is not None:
+        check_ids(chosen.prompts, vocab_size, f"--prompts {args.prompts}" if args.prompts else "--demo-prompts")
     if not chosen.prompts:
         raise BadInput(f"no prompts left to evaluate ({chosen.excluded} also in --exclude, "
                        f"{chosen.too_long} too long for the target's context)")
@@ -169,52 +194,105 @@ def _arm_names(args: EvalOptions) -> list[str]:
     return ([str(args.drafter)] if args.drafter is not None else []) + (["the untrained baseline"] if args.baseline else [])
 
 
+def _settings(args: EvalOptions):
+    from .tree import Setting, parse_setting
+
+    if args.configs is None:
+        k = args.num_steps or 3
+        return [Setting(k, 1, k + 1)]
+    if args.num_steps is not None:
+        raise BadInput("give --num-steps or --configs, not both (--configs 3,1,4 is --num-steps 3)")
+    settings = []
+    for text in " ".join(args.configs).split():  # one argument may hold several (a config variable)
+        try:
+            s = parse_setting(text, MAX_STEPS, MAX_TOPK, MAX_DRAFT_TOKENS)
+        except ValueError as e:
+            raise BadInput(f"--configs {e}") from None
+        if s in settings:
+            raise BadInput(f"--configs {text!r} is given twice")
+        settings.append(s)
+    return settings
+
+
+def _load_arms(args: EvalOptions, target, settings, device, dtype):
+    from .drafter import load_exported, untrained
+    from .sweep import arms_for
+
+    trained = None
+    arms, baseline = [], []
+    if args.drafter is not None:
+        trained = load_exported(args.drafter, args.target, target.capture, device, dtype)
+        arms = arms_for("trained", trained, settings)
+    if args.baseline:
+        model = untrained(trained, args.target, device, dtype)
+        baseline = arms_for("untrained", model, settings)
+        trained = trained if trained is not None else model
+    return (arms or baseline), (baseline if arms else []), trained
+
+
+def _batch_size(args: EvalOptions, settings, device: str) -> int:
+    """Prompts decoded in lockstep: --batch, else 16 on a GPU (where a forward of B prompts
+    costs about what one does) and 1 on a CPU (where it costs B times as much). Trees and
+    --no-kv-cache go one prompt at a time."""
+    want = args.batch if args.batch is not None else (16 if device.startswith("cuda") else 1)
+    if want > 1 and (args.no_kv_cache or any(s.topk > 1 for s in settings)):
+        return 1
+    return want
+
+
 def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dict:
     import torch
 
-    from . import fingerprint
-    from .drafter import BASELINE_SEED, ChainDrafter, load_exported, untrained
+    from . import estimate, fingerprint, sweep
+    from .drafter import BASELINE_SEED
+    from .references import References
     from .report import describe
-    from .speculative import greedy
     from .target import Target
 
+    settings = _settings(args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     before = fingerprint.take(args.drafter) if args.drafter is not None else None
     target = Target(args.target, device, dtype, kv_cache=not args.no_kv_cache)
-    arms: list[Arm] = []
-    trained = None
-    if args.drafter is not None:
-        trained = load_exported(args.drafter, args.target, target.capture, device, dtype)
-        arms.append(Arm("trained", ChainDrafter(trained)))
-    if args.baseline:
-        arms.append(Arm("untrained", ChainDrafter(untrained(trained, args.target, device, dtype))))
-    chosen = _prompts(args, target.max_positions - args.max_new_tokens - args.num_steps - 1)
-    k = args.num_steps
+    arms, baseline, timed_model = _load_arms(args, target, settings, device, dtype)
+    refs = None if args.references is None else References(args.references, target.fingerprint, args.dtype,
+                                                           torch.device(device).type, target.vocab_size)
+    deepest = max(s.num_steps for s in settings)
+    chosen = _prompts(args, target.max_positions - args.max_new_tokens - deepest - 1, target.vocab_size)
     n = len(chosen.prompts)
     _say(events, f"{n} held-out prompts ({chosen.excluded} dropped as training prompts), "
-                 f"{k} draft steps, up to {args.max_new_tokens} new tokens each, "
-                 f"scoring {' and '.join(_arm_names(args))}, KV cache {'off' if args.no_kv_cache else 'on'}")
+                 f"settings {' '.join(s.label for s in settings)} (steps,topk,draft tokens), "
+                 f"up to {args.max_new_tokens} new tokens each, scoring {' and '.join(_arm_names(args))}, "
+                 f"KV cache {'off' if args.no_kv_cache else 'on'}")
     progress.total = n
     events.progress(0, n, unit="prompts")
     per_prompt = []
     greedy_fw = 0
+    redecoded = 0
+    batch = _batch_size(args, settings, device)
     decode_started = time.monotonic()
-    for i, p in enumerate(chosen.prompts, 1):
-        progress.current = p.id
-        ref = greedy(target, p.input_ids, args.max_new_tokens)
-        for arm in arms:
-            arm.score(target, p, ref, k, args.max_new_tokens)
-        greedy_fw += ref.forwards
-        entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
-                 "acceptance_length": arms[0].lengths[p.id]}
-        if len(arms) > 1:
-            entry["baseline_acceptance_length"] = arms[1].lengths[p.id]
-        per_prompt.append(entry)
-        progress.scored, progress.current = i, None
-        progress.so_far = f"acceptance length so far {arms[0].summary(k, i, greedy_fw).acceptance_length:.3f}"
-        events.progress(i, n, unit="prompts")
+    for start in range(0, n, batch):
+        chunk = chosen.prompts[start:start + batch]
+        progress.current = chunk[0].id if len(chunk) == 1 else f"{chunk[0].id} .. {chunk[-1].id}"
+        if batch == 1:
+            refs_used = [sweep.score_prompt(target, chunk[0], arms + baseline, args.max_new_tokens, refs)]
+        else:
+            refs_used, again = sweep.score_chunk(target, chunk, arms + baseline, args.max_new_tokens, refs)
+            redecoded += again
+        for p, ref in zip(chunk, refs_used):
+            greedy_fw += ref.forwards
+            entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
+                     "acceptance_length": arms[0].lengths[p.id]}
+            if baseline:
+                entry["baseline_acceptance_length"] = baseline[0].lengths[p.id]
+            per_prompt.append(entry)
+        done = start + len(chunk)
+        progress.scored, progress.current = done, None
+        progress.so_far = (f"acceptance length so far "
+                           f"{arms[0].summary(settings[0].num_steps, done, greedy_fw).acceptance_length:.3f}")
+        events.progress(done, n, unit="prompts")
     decode_seconds = time.monotonic() - decode_started
+    times = estimate.forward_times(target, timed_model, chosen.prompts[0].input_ids, settings)
     target.forget()
     if before is not None:
         changed = fingerprint.differences(before, fingerprint.take(args.drafter))
@@ -222,17 +300,20 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
             raise BadInput(f"--drafter {args.drafter} changed while it was evaluated ({'; '.join(changed)}): the "
                            "figures belong to a drafter that is no longer there, so no report was written; "
                            "rerun the evaluation once the folder stays put (is an export running?)")
-    summaries = [a.summary(k, n, greedy_fw) for a in arms]
-    s = summaries[0]
+    summaries = [a.summary(a.setting.num_steps, n, greedy_fw) for a in arms]
+    s, k = summaries[0], settings[0].num_steps
     _say(events, describe(s))
-    if len(arms) > 1:
-        b = summaries[1]
+    rows = sweep.table(settings, summaries, times)
+    if baseline:
+        b = baseline[0].summary(k, n, greedy_fw)
         _say(events, f"trained {s.acceptance_length:.3f} vs untrained {b.acceptance_length:.3f} acceptance length "
                      f"at {k} draft steps (untrained per-position accept rate "
                      f"{' '.join(f'{r:.2f}' for r in b.accept_rate)})")
     emit_metrics(events, s, k)
-    if len(arms) > 1:
-        emit_metrics(events, summaries[1], k, prefix="baseline_")
+    if baseline:
+        emit_metrics(events, b, k, prefix="baseline_")
+    for j, row in enumerate(rows):
+        events.metric("sweep_acceptance_length", row["acceptance_length"], step=j, setting=row["setting"])
     baseline_label = f"untrained (train's initial drafter: seed {BASELINE_SEED}, lm_head from the target)"
     report = {"mode": "local", "drafter": str(args.drafter) if args.drafter is not None else baseline_label,
               "target": str(args.target),
@@ -240,12 +321,27 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
               "excluded_as_training": chosen.excluded, "too_long": chosen.too_long,
               "max_new_tokens": args.max_new_tokens, "output_equals_greedy": True,
               "kv_cache": not args.no_kv_cache, "target_positions_run": target.positions_run,
+              "greedy_references_kept": refs.hits if refs is not None else 0, "batch": batch,
+              "redecoded_one_by_one": redecoded,
               "decode_seconds": round(decode_seconds, 3), **s.to_json()}
     if before is not None:
         report["drafter_files"] = fingerprint.summary(before)
-    if args.drafter is not None and args.baseline:
-        report["baseline"] = {"drafter": baseline_label, **summaries[1].to_json()}
+    if baseline:
+        report["baseline"] = {"drafter": baseline_label, **b.to_json(),
+                              "settings": sweep.table(settings, [a.summary(a.setting.num_steps, n, greedy_fw)
+                                                                 for a in baseline], times)}
+    report["forward_ms"] = {"target_by_tokens": {str(d): round(t * 1e3, 3) for d, t in times["target"].items()},
+                            "drafter_by_rows": {str(r): round(t * 1e3, 3) for r, t in times["drafter"].items()}}
+    report["settings"] = rows
+    top = sweep.best(rows)
+    report["best"] = {"setting": top["setting"], "flags": top["flags"]}
     report["per_prompt"] = per_prompt
+    if len(rows) > 1:
+        for line in sweep.lines(rows):
+            _say(events, line)
+    est = f"estimated ~{top['speedup_estimate']:.2f}x wall clock here" if top["speedup_estimate"] else "no estimate"
+    _say(events, f"best setting {top['setting']} (acceptance length {top['acceptance_length']:.3f}, {est}); "
+                 "serve it with the flags on the last line")
     return report
 
 
@@ -279,6 +375,17 @@ def _stopped(progress: Progress, events: EventWriter | None) -> int:
     return 143
 
 
+def _refuse_non_finite(report: dict) -> None:
+    """A report is standard JSON with finite figures, or it is not written (exit 1)."""
+    import json
+
+    try:
+        json.dumps(report, allow_nan=False)
+    except ValueError:
+        raise EvalError("a figure of this evaluation is NaN or infinite; nothing is reported (a bug: "
+                        "please report it with the log)") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = EvalOptions(**vars(build_parser().parse_args(argv)))
     started = time.monotonic()
@@ -292,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     report = run_server(opts, events) if opts.server else run_local(opts, events, progress)
                     report["seconds"] = round(time.monotonic() - started, 2)
+                    _refuse_non_finite(report)
                     if opts.report is not None:
                         opts.report.parent.mkdir(parents=True, exist_ok=True)
                         # a stop lands before the write or after the report is counted, never between
@@ -301,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
                             events.artifact(str(opts.report), bytes=opts.report.stat().st_size)
                             print(f"evaluate: report -> {opts.report}", flush=True)
                     progress.reported = True
+                    if "best" in report:
+                        print(report["best"]["flags"], flush=True)  # the last line: the flags to paste
                 except Terminated:
                     return 0 if progress.reported else _stopped(progress, events)
         except Terminated:

@@ -36,6 +36,7 @@ def load_exported(folder: Path, target_dir: Path, capture: list[int], device: st
     if not isinstance(ids, list) or [int(i) + 1 for i in ids] != list(capture):
         raise BadInput(f"{cfg_path}: eagle_aux_hidden_state_layer_ids is {ids!r}, but this target is captured at "
                        f"layers {capture} (ids {[c - 1 for c in capture]}); export with this target")
+    check_manifest(folder, "config.json")
     from safetensors import SafetensorError
 
     try:
@@ -46,7 +47,34 @@ def load_exported(folder: Path, target_dir: Path, capture: list[int], device: st
     except (DrafterConfigError, ValueError, OSError) as e:
         raise BadInput(f"{folder}: {e}") from None
     refuse_non_finite(model, folder / "model.safetensors")
+    check_manifest(folder, "model.safetensors")  # after the checks that say more about a damaged file
     return _with_target(model, target_dir, device, dtype)
+
+
+MANIFEST = "eagle3-export.json"  # pipeline.export's checksum manifest (the stages share files, not modules)
+
+
+def check_manifest(folder: Path, name: str) -> None:
+    """`name` holds the bytes export wrote: a config.json edited afterwards (sizes, heads,
+    rope) can still load, and would score a drafter SGLang never sees."""
+    from pipeline.checksum import ALGO, file_checksum
+
+    path = folder / MANIFEST
+    manifest = read_json(path, f"{path}: missing; the folder was not written by pipeline.export, which records "
+                               "what it wrote there: export the drafter again", BadInput)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    want = files.get(name) if isinstance(files, dict) else None
+    if not isinstance(want, dict):
+        raise BadInput(f"{path}: does not record {name}; export the drafter again")
+    f = folder / name
+    try:
+        size, digest = f.stat().st_size, (file_checksum(f) if f.stat().st_size == want.get("bytes") else None)
+    except OSError as e:
+        raise BadInput(f"{f}: cannot be read ({e.strerror or e})") from None
+    if size != want.get("bytes") or digest != want.get(ALGO):
+        raise BadInput(f"{f}: differs from what export wrote ({size} bytes, {MANIFEST} records "
+                       f"{want.get('bytes')!r} and its checksum): the file changed after export, and SGLang would "
+                       "serve other weights or sizes than these figures describe; export the drafter again")
 
 
 def _with_target(model, target_dir: Path, device: str, dtype: torch.dtype):
@@ -116,8 +144,9 @@ class ChainDrafter:
         self.cache = self._new_cache()
         self.rows = 0
 
-    @torch.inference_mode()
-    def propose(self, seq: list[int], aux: torch.Tensor, k: int) -> list[int]:
+    def extend(self, seq: list[int], aux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """SGLang's draft extend: rows for the positions verified since the last call, from
+        the target's states; the last row's logits [Vd] and hidden_out [1, 1, H]."""
         n = len(seq)
         if aux.shape[0] != n - 1:
             raise ValueError(f"{aux.shape[0]} target states for {n} tokens; expected one per token but the last")
@@ -130,12 +159,19 @@ class ChainDrafter:
         hidden = aux[start : n - 1][None].to(device=self.device, dtype=self.model.fc.weight.dtype)
         logits, out = self.model(ids, hidden, pos, cache=self.cache)
         self.rows = n - 1
+        return logits[0, -1], out[:, -1:]
+
+    @torch.inference_mode()
+    def propose(self, seq: list[int], aux: torch.Tensor, k: int) -> list[int]:
+        n = len(seq)
+        logits, out = self.extend(seq, aux)
         drafts: list[int] = []
         for j in range(k):
-            tok = self.model.draft_to_target(logits[0, -1].float().argmax())
+            tok = self.model.draft_to_target(logits.float().argmax())
             drafts.append(int(tok))
             if j == k - 1:
                 break
-            logits, out = self.model(tok.view(1, 1), out[:, -1:], torch.tensor([[n - 1 + j]], device=self.device),
+            logits, out = self.model(tok.view(1, 1), out, torch.tensor([[n - 1 + j]], device=self.device),
                                      cache=self.cache)
+            logits, out = logits[0, -1], out[:, -1:]
         return drafts

@@ -24,10 +24,14 @@ MAX_PROMPTS = 10_000
 MAX_LINE_BYTES = 64 << 20
 
 
+CHARS_PER_TOKEN_BOUND = 64  # no tokenizer packs more characters into one token on real text
+
+
 @dataclass(frozen=True)
 class Prompt:
     id: str
     input_ids: list[int]
+    too_long: bool = False  # longer than the bound without tokenizing it: input_ids is empty
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,12 @@ def merged_prompt(obj: dict, where: str) -> list[int]:
     return ids[:first] if first else []
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict], where: str) -> list[int]:
-    """The conversation up to its first assistant turn, with the generation prompt."""
+def chat_prompt(tokenizer: Any, messages: list[dict], where: str, max_tokens: int = 1 << 30) -> list[int] | None:
+    """The conversation up to its first assistant turn, with the generation prompt; None when
+    its text is too long to fit `max_tokens` whatever the tokenizer (never tokenized: a 10 MB
+    prompt cost a minute and gigabytes before it was found too long)."""
+    if sum(len(str(m.get("content", ""))) for m in messages) > max_tokens * CHARS_PER_TOKEN_BOUND:
+        return None
     cut = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
     head = messages[:cut]
     if not head:
@@ -69,10 +77,12 @@ def chat_prompt(tokenizer: Any, messages: list[dict], where: str) -> list[int]:
         text = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # noqa: BLE001 - a template may raise anything on a conversation it rejects
         raise BadInput(f"{where}: the target's chat template cannot render this record ({e})") from None
+    if len(text) > max_tokens * CHARS_PER_TOKEN_BOUND:
+        return None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def read_file(path: Path, load_tokenizer: Callable[[], Any | None]) -> Iterator[Prompt]:
+def read_file(path: Path, load_tokenizer: Callable[[], Any | None], max_tokens: int = 1 << 30) -> Iterator[Prompt]:
     """Prompts of a JSONL file; the tokenizer is loaded only when a chat record needs it."""
     tokenizer = None
     for n, line in _lines(path):
@@ -91,7 +101,8 @@ def read_file(path: Path, load_tokenizer: Callable[[], Any | None]) -> Iterator[
             rec = parse_record(line, str(path), n)
         except RecordError as e:
             raise BadInput(str(e)) from None
-        yield Prompt(rec.id, chat_prompt(tokenizer, rec.conversations, where))
+        ids = chat_prompt(tokenizer, rec.conversations, where, max_tokens)
+        yield Prompt(rec.id, ids or [], too_long=ids is None)
 
 
 def demo_prompts(tokenizer: Any, count: int, seed: int) -> Iterator[Prompt]:
@@ -124,12 +135,25 @@ def training_prompts(path: Path) -> set[bytes]:
     return seen
 
 
+def check_ids(prompts: list[Prompt], vocab_size: int, source: str) -> None:
+    """Every id is one of the target's: an id past its embedding is an index error deep in a
+    forward (or a device assert on a GPU), never a figure."""
+    for p in prompts:
+        bad = next((t for t in p.input_ids if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise BadInput(f"{source}: prompt {p.id} holds token id {bad}, outside the target's vocabulary "
+                           f"0..{vocab_size - 1}; were these records tokenized for another model?")
+
+
 def select(candidates: Iterator[Prompt], limit: int, max_prompt_len: int, exclude: set[bytes] | None) -> PromptSet:
     if not 1 <= limit <= MAX_PROMPTS:
         raise BadInput(f"--limit must be between 1 and {MAX_PROMPTS}, got {limit}")
     kept: list[Prompt] = []
     excluded = too_long = 0
     for p in candidates:
+        if p.too_long:
+            too_long += 1
+            continue
         if not p.input_ids:
             continue
         if exclude is not None and _digest(p.input_ids) in exclude:

@@ -26,16 +26,25 @@ class Arm:
     """One drafter scored on every prompt against the same greedy reference."""
 
     label: str
-    proposer: object
+    proposer: object  # ChainDrafter for a top-1 setting (today's chain path), TreeDrafter otherwise
+    setting: object = None  # tree.Setting; None means a chain of the given k
     accepted: list[int] = field(default_factory=list)
     tokens: int = 0
     forwards: int = 0
     lengths: dict[str, float | None] = field(default_factory=dict)
 
-    def score(self, target, prompt, ref, k: int, max_new: int) -> None:
-        from .speculative import speculate
+    def decode(self, target, prompt, k: int, max_new: int):
+        from .speculative import speculate, speculate_tree
 
-        got = speculate(target, self.proposer, prompt.input_ids, max_new, k)
+        if self.setting is None or self.setting.topk == 1:
+            return speculate(target, self.proposer, prompt.input_ids, max_new, k)
+        return speculate_tree(target, self.proposer, prompt.input_ids, max_new, self.setting)
+
+    def score(self, target, prompt, ref, k: int, max_new: int) -> None:
+        self.record(prompt, self.decode(target, prompt, k, max_new), ref)
+
+    def record(self, prompt, got, ref) -> None:
+        """Count one prompt's rounds; Mismatch when its output is not the greedy reference."""
         if got.tokens != ref.tokens:
             at = next((j for j, (a, b) in enumerate(zip(got.tokens, ref.tokens)) if a != b),
                       min(len(got.tokens), len(ref.tokens)))

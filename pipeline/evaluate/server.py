@@ -19,6 +19,8 @@ from .errors import BadInput, EvalError
 from .prompts import Prompt
 
 MAX_RESPONSE_BYTES = 64 << 20
+MAX_ACCEPT_LENGTH = 1024  # SGLang verifies at most --speculative-num-draft-tokens per forward; far below this
+MAX_COUNT = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -56,15 +58,32 @@ def _one(url: str, prompt: Prompt, max_new: int, timeout: float) -> ServerResult
     if not isinstance(meta, dict):
         raise EvalError(f"{url}: response for prompt {prompt.id} has no meta_info; is this an SGLang /generate?")
     length = meta.get("spec_accept_length")
-    if not isinstance(length, (int, float)):
+    if not isinstance(length, (int, float)) or isinstance(length, bool):
         raise BadInput(
             f"{url}: meta_info of prompt {prompt.id} has no spec_accept_length (keys: {', '.join(sorted(meta))}); "
             "start the server with --speculative-algorithm EAGLE3 and the exported drafter"
         )
-    verify = meta.get("spec_verify_ct")
-    done = meta.get("completion_tokens")
-    return ServerResult(prompt.id, float(length), verify if isinstance(verify, int) else None,
-                        done if isinstance(done, int) else None)
+    if not 1.0 <= float(length) <= MAX_ACCEPT_LENGTH:  # NaN fails both comparisons
+        raise BadInput(f"{url}: meta_info of prompt {prompt.id} gives spec_accept_length {length!r}, which no "
+                        f"decoding can produce (tokens per verify forward lie between 1 and {MAX_ACCEPT_LENGTH}); "
+                        "the server's figures cannot be trusted, so none is reported")
+    verify = _count(meta, "spec_verify_ct", url, prompt)
+    done = _count(meta, "completion_tokens", url, prompt)
+    if verify and done is not None and done > verify * MAX_ACCEPT_LENGTH:
+        raise BadInput(f"{url}: prompt {prompt.id}: completion_tokens {done} in {verify} verify forwards is more "
+                        f"than {MAX_ACCEPT_LENGTH} per forward; the server's figures cannot be trusted")
+    return ServerResult(prompt.id, float(length), verify, done)
+
+
+def _count(meta: dict, key: str, url: str, prompt: Prompt) -> int | None:
+    """An optional count of meta_info: absent is None, anything but a whole number in range is refused."""
+    v = meta.get(key)
+    if v is None:
+        return None
+    if type(v) is not int or not 0 <= v <= MAX_COUNT:
+        raise BadInput(f"{url}: meta_info of prompt {prompt.id} gives {key} {v!r}, not a count between 0 and "
+                        f"{MAX_COUNT}; the server's figures cannot be trusted, so none is reported")
+    return v
 
 
 def query(base_url: str, prompts: list[Prompt], max_new: int, timeout: float, concurrency: int,

@@ -58,13 +58,17 @@ def greedy(target: Target, prompt: list[int], max_new: int) -> Decoded:
     return Decoded(out, forwards)
 
 
-def speculate(target: Target, proposer: Proposer, prompt: list[int], max_new: int, k: int) -> Decoded:
+def _prefill(target: Target, proposer, prompt: list[int], max_new: int):
+    """The prompt's forward: its first token is the target's, no draft produced it."""
     proposer.reset()
     first = target.step(list(prompt), keep=1)
     seq = list(prompt) + [int(first.next_ids[-1])]
-    aux = first.aux
     out, done = _finish(seq[len(prompt):], max_new, target.eos)
-    result = Decoded(out, forwards=1)
+    return seq, first.aux, Decoded(out, forwards=1), done
+
+
+def speculate(target: Target, proposer: Proposer, prompt: list[int], max_new: int, k: int) -> Decoded:
+    seq, aux, result, done = _prefill(target, proposer, prompt, max_new)
     while not done:
         drafts = [int(t) for t in proposer.propose(seq, aux, k)]
         if len(drafts) != k:
@@ -78,5 +82,25 @@ def speculate(target: Target, proposer: Proposer, prompt: list[int], max_new: in
         result.accepted.append(a)
         aux = verify.aux[: len(seq) + a]
         seq += drafts[:a] + [choice[a]]
+        result.tokens, done = _finish(seq[len(prompt):], max_new, target.eos)
+    return result
+
+
+def speculate_tree(target: Target, drafter, prompt: list[int], max_new: int, setting) -> Decoded:
+    """Tree rounds as SGLang serves them (pipeline.evaluate.tree): the drafter builds a tree of
+    num_draft_tokens - 1 drafts, the target verifies it in one forward under the tree mask,
+    the longest accepted path plus the bonus token is committed, and the drafter's cache is
+    rebuilt along that path from the target's states."""
+    from .tree import accept
+
+    seq, aux, result, done = _prefill(target, drafter, prompt, max_new)
+    while not done:
+        tree = drafter.propose_tree(seq, aux, setting)
+        choice = target.verify_tree(seq, tree).tolist()
+        result.forwards += 1
+        path, bonus = accept(tree, choice)
+        result.accepted.append(len(path))
+        aux = target.commit(path)
+        seq += [tree.tokens[i] for i in path] + [bonus]
         result.tokens, done = _finish(seq[len(prompt):], max_new, target.eos)
     return result

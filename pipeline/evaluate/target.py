@@ -61,6 +61,7 @@ class Target:
         except StageError as e:
             raise BadInput(str(e).replace("--model", "--target")) from None
         self.device = torch.device(device)
+        self.model_dir, self._fingerprint = Path(model_dir), None
         layers = self.model.base_model.layers
         self.num_layers = len(layers)
         try:
@@ -78,8 +79,21 @@ class Target:
         self._cache = None
         self._ids: list[int] = []  # the tokens whose keys, values and states are cached
         self._aux: torch.Tensor | None = None  # [capacity, 3H]; rows < len(self._ids) are valid
+        self._pending = None  # what the last verify_tree computed, until commit keeps its accepted path
         for i in self.capture:
             layers[i].register_forward_pre_hook(self._hook(i), with_kwargs=True)
+
+    @property
+    def fingerprint(self) -> str:
+        """The weights' fingerprint (pipeline.target): what kept greedy references are keyed by."""
+        if self._fingerprint is None:
+            from pipeline.target import FingerprintError, target_fingerprint
+
+            try:
+                self._fingerprint = target_fingerprint(self.model_dir)
+            except FingerprintError as e:
+                raise BadInput(f"--target {self.model_dir}: {e}") from None
+        return self._fingerprint
 
     def _hook(self, index: int):
         def grab(_module, args, kwargs):
@@ -112,12 +126,57 @@ class Target:
         self._ids = list(ids)
         return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=self._aux[: len(ids)])
 
-    def _forward(self, ids: list[int], cache, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+    @torch.inference_mode()
+    def verify_tree(self, seq: list[int], tree) -> torch.Tensor:
+        """One forward over `seq` and the drafts of `tree` (its root is seq[-1]) under the tree
+        mask: every draft sees the sequence and its own ancestors, at position
+        len(seq) - 1 + depth. Returns the greedy token after the root and after each draft
+        [D]; `commit` then keeps the accepted path."""
+        reuse = min(common_prefix(self._ids, seq), len(seq) - 1) if self.kv_cache and self._cache is not None else 0
+        if self.kv_cache:
+            from transformers import DynamicCache
+
+            if reuse == 0 or self._cache is None:
+                self._cache, self._ids, reuse = DynamicCache(config=self.model.config), [], 0
+            elif self._cache.get_seq_length() > reuse:
+                self._cache.crop(reuse - self._cache.get_seq_length())
+        tail, drafts = seq[reuse:], tree.tokens[1:]
+        q = len(tail) + len(drafts)
+        allowed = torch.ones(q, reuse + q, dtype=torch.bool).tril(diagonal=reuse)
+        allowed[len(tail):, reuse + len(tail):] = tree.ancestors()[1:, 1:]
+        mask = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
+        depth = torch.tensor(tree.depth[1:], dtype=torch.long)
+        pos = torch.cat((torch.arange(reuse, len(seq)), len(seq) - 1 + depth))
+        logits, aux = self._forward(tail + drafts, self._cache if self.kv_cache else None, len(tree.tokens),
+                                    attention_mask=mask[None, None].to(self.device), position_ids=pos[None].to(self.device))
+        self._pending = (reuse, list(seq), aux, list(tree.tokens))
+        return logits.float().argmax(-1).cpu()
+
+    @torch.inference_mode()
+    def commit(self, path: list[int]) -> torch.Tensor:
+        """Keep the accepted tree nodes `path` (after the last `verify_tree`): the cache holds
+        the sequence plus that path, as if the path had been decoded one token at a time.
+        Returns the captured states of every committed position."""
+        reuse, seq, aux, tokens = self._pending
+        self._pending = None
+        end = len(seq) - reuse  # rows of the tail; tree node i >= 1 is row end - 1 + i
+        rows = torch.tensor(list(range(end)) + [end - 1 + i for i in path], device=aux.device)
+        if self.kv_cache:
+            keep = torch.cat((torch.arange(reuse, device=aux.device), reuse + rows))
+            for layer in self._cache.layers:
+                layer.keys, layer.values = layer.keys.index_select(-2, keep), layer.values.index_select(-2, keep)
+            self._store_aux(reuse, aux.index_select(0, rows))
+            self._ids = seq + [tokens[i] for i in path]
+            return self._aux[: len(self._ids)]
+        return aux.index_select(0, rows)
+
+    def _forward(self, ids: list[int], cache, keep: int, **extra) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         self._seen.clear()
         try:
             held = cache.get_seq_length() if cache is not None else 0
-            out = self.model(input_ids=x, use_cache=cache is not None, logits_to_keep=keep, **{self.cache_kw: cache})
+            out = self.model(input_ids=x, use_cache=cache is not None, logits_to_keep=keep, **{self.cache_kw: cache},
+                             **extra)
             if cache is not None and cache.get_seq_length() != held + len(ids):
                 raise RuntimeError(f"the target's forward did not extend its KV cache under '{self.cache_kw}' "
                                    f"(it holds {cache.get_seq_length()} positions, expected {held + len(ids)}); "

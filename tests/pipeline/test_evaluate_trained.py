@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from pipeline import export
@@ -27,7 +28,7 @@ VOCAB = 48
 SEQ = 32
 
 
-def counting(start: int, n: int) -> list[int]:
+def counting_from(start: int, n: int) -> list[int]:
     return [(start + i) % VOCAB for i in range(n)]
 
 
@@ -43,7 +44,7 @@ def teach_counting(path: Path) -> None:
     g = torch.Generator().manual_seed(0)
     for _ in range(80):
         starts = torch.randint(0, VOCAB, (8,), generator=g).tolist()
-        batch = torch.tensor([counting(s, SEQ) for s in starts])
+        batch = torch.tensor([counting_from(s, SEQ) for s in starts])
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         opt.step()
@@ -52,14 +53,17 @@ def teach_counting(path: Path) -> None:
     model.save_pretrained(path)
 
 
-def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one_with_or_without_the_cache(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def counting(tmp_path_factory) -> dict:
+    """The counting target, its extracted store, and a drafter trained and exported for it."""
+    tmp_path = tmp_path_factory.mktemp("counting")
     torch.set_num_threads(1)
     target = tmp_path / "target"
     teach_counting(target)
     data = tmp_path / "train.jsonl"
     with open(data, "w") as f:
         for i in range(16):
-            ids = counting(i * 2, SEQ)
+            ids = counting_from(i * 2, SEQ)
             f.write(json.dumps({"id": f"c{i}", "input_ids": ids, "loss_mask": [0] * 4 + [1] * (SEQ - 4)}) + "\n")
     store = tmp_path / "store"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
@@ -80,11 +84,18 @@ def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one_with_or_wi
     prompts = tmp_path / "prompts.jsonl"
     with open(prompts, "w") as f:
         for s in (1, 23, 40):  # prompts are the answer's first tokens, so exclusion would drop them all
-            f.write(json.dumps({"id": f"p{s}", "input_ids": counting(s, 6) + [0], "loss_mask": [0] * 6 + [1]}) + "\n")
+            f.write(json.dumps({"id": f"p{s}", "input_ids": counting_from(s, 6) + [0], "loss_mask": [0] * 6 + [1]}) + "\n")
 
     drafter = tmp_path / "drafter"
     run_dir = train(tmp_path / "run", 40, 1e-2, "target")
     assert export.main(["--checkpoint", str(run_dir), "--target", str(target), "--out", str(drafter)]) == 0
+    return {"target": target, "drafter": drafter, "prompts": prompts}
+
+
+def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one_with_or_without_the_cache(counting, tmp_path,
+                                                                                                capsys):
+    torch.set_num_threads(1)
+    target, drafter, prompts = counting["target"], counting["drafter"], counting["prompts"]
     report = tmp_path / "report.json"
     assert evaluate(["--drafter", str(drafter), "--target", str(target), "--prompts", str(prompts), "--baseline",
                      "--num-steps", "3", "--max-new-tokens", "16", "--device", "cpu",
@@ -108,3 +119,35 @@ def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one_with_or_wi
     assert full["per_prompt"] == [{k: v for k, v in p.items() if k != "baseline_acceptance_length"}
                                   for p in trained["per_prompt"]]
 
+
+
+def chain_figures(report: dict) -> dict:
+    return {k: report[k] for k in ("acceptance_length", "accept_rate", "target_forwards", "tokens", "verify_rounds")}
+
+
+def test_batched_swept_and_tree_evaluations_keep_the_chain_figures_with_a_drafter_that_accepts(counting, tmp_path,
+                                                                                                capsys):
+    """--batch decodes the prompts in lockstep, --configs N,1,N+1 is --num-steps N, a kept
+    greedy reference changes nothing: the same figures, for a drafter that accepts most drafts."""
+    torch.set_num_threads(1)
+    common = ["--drafter", str(counting["drafter"]), "--target", str(counting["target"]), "--prompts",
+              str(counting["prompts"]), "--max-new-tokens", "16", "--device", "cpu"]
+    refs = ["--references", str(tmp_path / "refs")]
+    runs = {}
+    for name, more in [("one", ["--num-steps", "3", "--batch", "1"]), ("batch", ["--num-steps", "3", "--batch", "3"]),
+                       ("sweep", ["--configs", "3,1,4", "3,2,6", "--batch", "2", *refs]),
+                       ("kept", ["--configs", "3,1,4", "3,2,6", "--batch", "2", *refs])]:
+        out = tmp_path / f"{name}.json"
+        assert evaluate([*common, *more, "--report", str(out)]) == 0, capsys.readouterr().err
+        runs[name] = json.loads(out.read_text())
+    assert runs["one"]["acceptance_length"] > 2.5
+    assert runs["batch"]["batch"] == 3 and runs["batch"]["redecoded_one_by_one"] == 0
+    for name in ("batch", "sweep", "kept"):
+        assert chain_figures(runs[name]) == chain_figures(runs["one"]), name
+        assert runs[name]["per_prompt"] == runs["one"]["per_prompt"], name
+    assert runs["sweep"]["batch"] == 1  # a tree in the sweep: one prompt at a time
+    assert runs["kept"]["greedy_references_kept"] == 3 and runs["sweep"]["greedy_references_kept"] == 0
+    chain, tree = runs["kept"]["settings"]
+    assert chain_figures(chain) == chain_figures(runs["one"])
+    assert tree["setting"] == "3,2,6" and tree["acceptance_length"] > 2.5
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("--speculative-algorithm EAGLE3 --speculative-num-steps 3")

@@ -1,0 +1,114 @@
+"""Several SGLang settings scored on the same prompts against one greedy reference per
+prompt, and the line of flags that serves the best of them.
+
+Every setting is one Arm per drafter (the trained one, and the untrained baseline when
+asked). The reference is decoded once per prompt, or read from the kept references
+(references.py) when an earlier evaluation of the same target decoded it; a kept
+reference that a speculative decode disagrees with is decoded again before anything is
+called a mismatch. "Best" is the highest wall-clock speedup estimate (estimate.py),
+acceptance length breaking ties, or acceptance length alone when no estimate was made.
+"""
+
+from __future__ import annotations
+
+from .errors import Mismatch
+from .scoring import Arm
+from .tree import Setting
+
+
+def arms_for(label: str, model, settings: list[Setting]) -> list[Arm]:
+    from .drafter import ChainDrafter
+    from .tree_drafter import TreeDrafter
+
+    return [Arm(f"{label} {s.label}", ChainDrafter(model) if s.topk == 1 else TreeDrafter(model), s)
+            for s in settings]
+
+
+def reference(target, prompt: list[int], max_new: int, refs):
+    """(greedy Decoded, from_kept) for one prompt."""
+    from .speculative import Decoded, greedy
+
+    kept = refs.get(prompt, max_new) if refs is not None else None
+    if kept is not None:
+        return Decoded(kept, forwards=len(kept)), True
+    ref = greedy(target, prompt, max_new)
+    if refs is not None:
+        refs.put(prompt, max_new, ref.tokens)
+    return ref, False
+
+
+def score_prompt(target, prompt, arms: list[Arm], max_new: int, refs):
+    """Every arm on one prompt; the greedy reference used."""
+    from .speculative import greedy
+
+    ref, kept = reference(target, prompt.input_ids, max_new, refs)
+    for arm in arms:
+        try:
+            arm.score(target, prompt, ref, arm.setting.num_steps, max_new)
+        except Mismatch:
+            if not kept:
+                raise
+            fresh = greedy(target, prompt.input_ids, max_new)  # the kept file may be wrong; the target decides
+            if fresh.tokens == ref.tokens:
+                raise
+            ref, kept = fresh, False
+            refs.put(prompt.input_ids, max_new, ref.tokens)
+            arm.score(target, prompt, ref, arm.setting.num_steps, max_new)
+    return ref
+
+
+def table(settings: list[Setting], summaries: list, times: dict | None) -> list[dict]:
+    from .estimate import speedup
+
+    rows = []
+    for s, sm in zip(settings, summaries):
+        est = speedup(s, sm.acceptance_length, times) if times else None
+        rows.append({"setting": s.label, "num_steps": s.num_steps, "topk": s.topk,
+                     "num_draft_tokens": s.num_draft_tokens, "flags": s.flags(), **sm.to_json(),
+                     "target_forwards_saved": sm.greedy_forwards - sm.spec_forwards,
+                     "speedup_estimate": None if est is None else round(est, 3)})
+    return rows
+
+
+def best(rows: list[dict]) -> dict:
+    return max(rows, key=lambda r: (r["speedup_estimate"] or 0.0, r["acceptance_length"]))
+
+
+def lines(rows: list[dict]) -> list[str]:
+    out = ["setting (steps,topk,draft tokens)  acceptance length  per-position accept rate      "
+           "forwards saved  speedup estimate"]
+    for r in rows:
+        rates = " ".join(f"{x:.2f}" for x in r["accept_rate"])
+        est = "n/a" if r["speedup_estimate"] is None else f"~{r['speedup_estimate']:.2f}x"
+        out.append(f"  {r['setting']:<32} {r['acceptance_length']:>17.3f}  {rates:<28} "
+                   f"{r['target_forwards_saved']:>14}  {est:>16}")
+    return out
+
+
+def score_chunk(target, prompts, arms: list[Arm], max_new: int, refs) -> list:
+    """Every arm on a chunk of prompts decoded in lockstep (batch.py; top-1 settings only).
+    A batched answer is a hint like a kept one: where a prompt's speculative output and its
+    reference disagree, both are decoded again one prompt at a time, and those decide."""
+    from .batch import greedy_batch, speculate_batch
+    from .speculative import Decoded, greedy
+
+    ids = [p.input_ids for p in prompts]
+    kept = [refs.get(i, max_new) if refs is not None else None for i in ids]
+    todo = [j for j, k in enumerate(kept) if k is None]
+    fresh = dict(zip(todo, greedy_batch(target, [ids[j] for j in todo], max_new))) if todo else {}
+
+    ref = [fresh[j] if kept[j] is None else Decoded(kept[j], forwards=len(kept[j])) for j in range(len(ids))]
+    got = [speculate_batch(target, arm.proposer.model, ids, max_new, arm.setting.num_steps) for arm in arms]
+    redone = [j for j in range(len(ids)) if any(g[j].tokens != ref[j].tokens for g in got)]
+    for j in redone:
+        ref[j] = greedy(target, ids[j], max_new)
+        for arm, g in zip(arms, got):
+            if g[j].tokens != ref[j].tokens:
+                g[j] = arm.decode(target, prompts[j], arm.setting.num_steps, max_new)
+    for arm, g in zip(arms, got):
+        for j, p in enumerate(prompts):
+            arm.record(p, g[j], ref[j])
+    if refs is not None:
+        for j in set(todo) | set(redone):
+            refs.put(ids[j], max_new, ref[j].tokens)
+    return ref, len(redone)
