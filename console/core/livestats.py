@@ -19,11 +19,13 @@ from typing import Any
 
 from pipeline.events import Event, read_events
 
+from console.core.curves import Curve, StepCurve
 from console.core.telemetry.history import Series
 from console.core.terminal_text import one_line
 
 MAX_METRICS = 64  # distinct metric names kept: a chatty phase cannot grow the console without end
 METRIC_POINTS = 500
+ARTIFACTS_KEPT = 8  # newest artifact paths a view may look in (the evaluate report)
 RESTART_FRACTION = 0.9  # `done` falling below this share of the last one is a new run
 BURST_S = 1.0  # progress events this close together are one point of the rate (a batch's prompts)
 
@@ -51,6 +53,8 @@ class LiveSnapshot:
     last_progress_t: float | None
     last_message: Message | None
     metrics: dict[str, list[float]] = field(default_factory=dict)
+    curves: dict[str, Curve] = field(default_factory=dict)  # metrics logged with a step, whole run
+    artifacts: tuple[str, ...] = ()  # newest last
     ended: bool = False  # the run is over: its figures describe what it did, no rate or ETA
 
     @property
@@ -95,7 +99,9 @@ class LiveStats:
       were written alongside the units (a phase whose files came before its steps), so
       "to go" never shrinks while "written" stands still.
     - `metrics`: {name: Series of (t, value)} for metric events (loss, lr, ...), the last
-      500 points each; `last_message`: the newest `Message`; `messages`: the last 50.
+      500 points each; `curves`: {name: `StepCurve`} of the metric events that carry a
+      `step`, the whole run in bounded memory (console/core/curves.py), for the charts;
+      `artifacts`: the paths of the last 8 artifact events; `last_message`: the newest `Message`; `messages`: the last 50.
     - `last_progress_t`: the `t` of the newest progress event (a view can flag a stall).
     - Thread-safe: one feeder and any readers; `snapshot()` gives a consistent copy.
     """
@@ -118,6 +124,8 @@ class LiveStats:
         self._tokens_per_s: float | None = None
         self._bytes_remaining: float | None = None
         self.metrics: dict[str, Series] = {}
+        self.curves: dict[str, StepCurve] = {}
+        self.artifacts: deque[str] = deque(maxlen=ARTIFACTS_KEPT)
         self.messages: deque[Message] = deque(maxlen=50)
 
     def feed(self, events: Iterable[Event]) -> None:
@@ -188,9 +196,13 @@ class LiveStats:
                 return
             series = self.metrics[name] = Series(maxlen=METRIC_POINTS)
         series.append(ev.t, value)
+        if (step := _num(ev.get("step"))) is not None:
+            self.curves.setdefault(name, StepCurve()).append(step, value)
 
     def _on_artifact(self, ev: Event) -> None:
         self._artifacts += 1
+        if isinstance(path := ev.get("path"), str):
+            self.artifacts.append(path)
         b = _num(ev.get("bytes"))
         if b is not None and b > 0:
             self._artifact_bytes += int(b)
@@ -281,6 +293,8 @@ class LiveStats:
                 last_progress_t=self.last_progress_t,
                 last_message=self.last_message,
                 metrics={k: s.values() for k, s in self.metrics.items()},
+                curves={k: c for k, s in self.curves.items() if (c := s.frozen()) is not None},
+                artifacts=tuple(self.artifacts),
             )
 
 

@@ -38,6 +38,7 @@ from console.core.startflow import StartRequest
 from console.core.state import PhaseStatus
 from console.core.telemetry.history import DiskForecast
 from console.core.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
+from console.ui.components.charts import DetailCharts
 from console.ui.components.checks_view import ChecksView
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.gpu_panel import GpuPanel
@@ -181,6 +182,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         with Vertical(id="detail"):
             yield Static(id="detail-header")
             yield StatsPanel(id="stats")
+            yield DetailCharts(str(self.project.config.root), interval=self.iv.journal, id="charts")
             with Horizontal(id="detail-body"):
                 yield ChecksView(id="checks")
                 yield LogView(max_lines=DETAIL_LOG_LINES, titled=True, id="log")
@@ -384,6 +386,7 @@ class MainScreen(WorkerNotices, Screen[None]):
             header.update(content, layout=height != header.content_region.height)
         snap = self.stats.get(ph.id)
         self.query_one(StatsPanel).show(None if is_empty(snap) else snap)
+        self.query_one(DetailCharts).show(st, snap)
         self._show_checks(st)
 
     def _show_checks(self, st: PhaseStatus) -> None:
