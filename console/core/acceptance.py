@@ -80,7 +80,7 @@ def _rates(value: Any) -> tuple[float, ...]:
 
 
 def _label(d: Mapping[str, Any], index: int) -> str:
-    for key in ("label", "name", "config"):
+    for key in ("label", "setting", "name", "config"):
         v = d.get(key)
         if isinstance(v, str) and v.strip():
             return v.strip()[:24]
@@ -130,8 +130,11 @@ def _best(report: Mapping[str, Any], settings: tuple[Setting, ...]) -> str | Non
 
 
 def _flags(report: Mapping[str, Any]) -> str | None:
+    best = report.get("best")
     for key in ("sglang_flags", "flags", "best_flags"):
         v = report.get(key)
+        if v is None and isinstance(best, Mapping):
+            v = best.get(key)  # pipeline.evaluate: {"best": {"setting": ..., "flags": ...}}
         if isinstance(v, str) and v.strip():
             return " ".join(v.split())[:400]
         if isinstance(v, list) and v and all(isinstance(x, str) for x in v):

@@ -102,3 +102,22 @@ def test_candidates_are_the_newest_json_artifacts_then_the_phases_outputs(tmp_pa
     found = report_candidates(["./eval/old.json", "ckpt/model.safetensors", "./eval/acceptance.json"],
                               [out, tmp_path / "eval" / "log.txt"], tmp_path)
     assert found == (str(tmp_path / "eval" / "acceptance.json"), str(tmp_path / "eval" / "old.json"))
+
+
+def test_a_sweep_as_pipeline_evaluate_writes_it_gives_its_best_setting_and_the_flags_to_paste() -> None:
+    """The report's own rows (pipeline.evaluate.sweep.table) and its `best` mapping: the
+    console marks the setting evaluate picked and shows the flags evaluate printed last."""
+    from pipeline.evaluate import sweep
+    from pipeline.evaluate.tree import Setting as SweepSetting
+
+    chain, tree = SweepSetting(3, 1, 4), SweepSetting(3, 2, 6)
+    sums = [summarize(3, accepted=[1, 0, 2, 1], tokens=12, prompts=1, spec_forwards=4, greedy_forwards=8),
+            summarize(3, accepted=[3, 2, 3, 1], tokens=12, prompts=1, spec_forwards=4, greedy_forwards=12)]
+    rows = sweep.table([chain, tree], sums, None)
+    top = sweep.best(rows)
+    report = {**_today(), "settings": rows, "best": {"setting": top["setting"], "flags": top["flags"]}}
+    v = parse_report(json.loads(json.dumps(report)))
+    assert v is not None
+    assert [s.label for s in v.settings] == ["3,1,4", "3,2,6"]
+    assert v.best == "3,2,6"
+    assert v.flags == tree.flags()
