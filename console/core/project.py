@@ -15,13 +15,13 @@ from console.core import provenance
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult, redact_results
-from console.core.config.loader import load_config
 from console.core.redaction import redactor_for
 from console.core.config.model import Config, Phase
 from console.core.errors import Eagle3Error, PhaseError
 from console.core.interpreter import locate, missing_message, path_with_interpreter
 from console.core.journal import Journal
 from console.core.notify import Notifier
+from console.core.reread import ConfigChanged, ConfigSource
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
 from pipeline.sizes import format_bytes
@@ -72,10 +72,46 @@ class Project:
         self._stale: dict[str, _StaleCheck] = {}
         self.last_checks: dict[str, list[CheckResult]] = {}  # what the latest check/start saw
         self._lock = threading.Lock()
+        self.source: ConfigSource | None = None  # set by `load`: the files `reread` looks at
+        self._reread_lock = threading.Lock()
 
     @classmethod
     def load(cls, path: str | Path, overrides: Mapping[str, str] | None = None, **kw) -> "Project":  # type: ignore[no-untyped-def]
-        return cls(load_config(path, overrides), **kw)
+        source = ConfigSource.of(path, overrides)
+        try:
+            config = source.load()
+        except ConfigChanged as e:
+            raise e.cause from None
+        project = cls(config, **kw)
+        project.source = source
+        return project
+
+    def reread(self) -> bool:
+        """Load the config again if its file or its overlay changed since it was read
+        (two stats when nothing did): True when the project now holds the new one.
+        Raises ConfigChanged, keeping the old config, when the files no longer load; the
+        same broken files are reported once."""
+        source = self.source
+        if source is None:
+            return False
+        with self._reread_lock:
+            if not source.changed():
+                return False
+            self._adopt(source.load())
+            return True
+
+    def _adopt(self, config: Config) -> None:
+        """Take a new config: its redactor, its journal (the state dir is made of
+        variables), and no fingerprints or check results judged under the old one."""
+        self.redactor = redactor_for(config)
+        if config.state_dir != self.config.state_dir:
+            self.journal = Journal(config.state_dir, self.redactor)
+        else:
+            self.journal.redactor = self.redactor
+        self.config = config
+        with self._lock:
+            self._stale.clear()
+        self.last_checks = {}
 
     # -- reading -----------------------------------------------------------------
     def context(self, phase: Phase | None = None) -> CheckContext:

@@ -268,6 +268,11 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.stats = snap.stats
         self.stalled = {pv.id for pv in snap.phases if pv.stalled}
         self._sessions = snap.sessions()
+        if look.reread:
+            self._config_reread()
+        if look.config_error:
+            self.notify(f"{look.config_error}. The console keeps the values it had and starts "
+                        f"nothing until the file loads again.", title="config", severity="error", timeout=30)
         for pid, results in look.attach_checks.items():
             self.remember_checks(pid, "check", results, redraw=False)
         plist = self.query_one(PhaseList)
@@ -282,6 +287,17 @@ class MainScreen(WorkerNotices, Screen[None]):
             self._stalled(alert)
         self._show_detail()
         self._auto_preflight()
+
+    def _config_reread(self) -> None:
+        """The config's files changed and the project took them: check results judged under
+        the old values are dropped (the pre-flight runs again), the titles say the values
+        now in effect."""
+        cfg = self.project.config
+        self.checks, self.shown = {}, {}
+        self.preflights = PreflightSchedule(self.iv.preflight)
+        self.query_one("#phases").border_title = phases_title(cfg.name, cfg.saved_overrides)
+        self.notify(f"{cfg.path.name} or its saved overrides changed: the console now uses them",
+                    title="config", timeout=6)
 
     def _select_on_attach(self, plist: PhaseList) -> None:
         """Open on what matters: the running phase, else the first that is not done."""
