@@ -21,7 +21,9 @@ from console.core.config.model import UnknownPhase
 from console.core.config.saved import overlay_path, read_saved, write_saved
 from console.core.durations import format_duration
 from console.core.errors import ConfigError, Eagle3Error
+from console.core.livestats import headline_metrics
 from console.core.project import Project
+from console.core.rates import format_rate
 from console.core.reread import ConfigChanged
 from console.core.setpaths import misread_paths
 from console.core.runall import AllDone, Attaching, Entering, Halted, Skipped, run_all, unknown_overrides
@@ -378,12 +380,13 @@ def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO)
 
 def _progress_line(live: Any) -> str:
     done = f"{live.done:,.0f}" + (f"/{live.total:,.0f}" if live.total else "") + f" {live.unit or ''}".rstrip()
-    bits = [f"{100 * live.fraction:.1f}%" if live.fraction is not None else "", done]
-    if live.rate is not None:
-        bits.append(f"{live.rate:,.1f}/s")
+    if live.failed:
+        done += f", {live.failed:,.0f} failed"
+    bits = [f"{100 * live.fraction:.1f}%" if live.fraction is not None else "", done,
+            format_rate(live.rate, live.unit or "")]
     if live.eta_s is not None:
         bits.append(f"ETA {_fmt_duration(live.eta_s)}")
-    bits += [f"{k} {v[-1]:.4g}" for k, v in list(live.metrics.items())[:3] if v]
+    bits += [f.label for f in headline_metrics(live.metrics)[:3]]
     return "  ".join(b for b in bits if b)
 
 

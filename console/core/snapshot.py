@@ -56,7 +56,8 @@ def live_json(s: LiveSnapshot) -> dict[str, Any]:
     return {
         "done": s.done, "total": s.total, "unit": s.unit,
         "fraction": None if s.fraction is None else round(s.fraction, 4),
-        "rate_per_s": None if s.rate is None else round(s.rate, 3),
+        "rate_per_s": None if s.rate is None else float(f"{s.rate:.4g}"),  # 0.0004 stays 0.0004
+        "failed": s.failed,
         "eta_s": None if s.eta_s is None else round(s.eta_s, 1),
         "bytes_written": s.bytes_written, "bytes_remaining": s.remaining_bytes,
         "tokens_per_s": s.tokens_per_s, "last_progress_t": s.last_progress_t,
