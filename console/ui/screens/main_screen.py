@@ -95,13 +95,26 @@ class Intervals:
         self.preflight = preflight  # re-check ready/blocked phases this often; 0 turns it off
 
 
-def phases_title(name: str, saved: dict[str, str], width: int = 60) -> str:
-    """The config's name and the overrides `eagle3 set` saved, which every command applies:
-    an operator sees at a glance that the YAML is not the whole story."""
-    title = f"phases · {name}"
-    if saved:
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(saved.items()))
-        title += f" · set {shown}"
+def _short(value: str, room: int = 24) -> str:
+    """A long path by its last part: a model folder is known by its name."""
+    if len(value) <= room or "/" not in value.rstrip("/"):
+        return value
+    return "…/" + value.rstrip("/").rsplit("/", 1)[-1]
+
+
+def phases_title(name: str, saved: dict[str, str], width: int = 60, target: str | None = None) -> str:
+    """The config's name, the target model in effect (a `target` variable, from the YAML
+    or saved), and the overrides `eagle3 set` saved, which every command applies: an
+    operator sees at a glance that the YAML is not the whole story. Short of room, the
+    target comes first: it is what a run is about."""
+    shown = ", ".join(f"{k}={_short(v)}" for k, v in sorted(saved.items()) if k != "target" or not target)
+    rest = f" · set {shown}" if shown else ""
+    if target:
+        who = f"target {_short(target, 0)}"
+        title = next((t for t in (f"phases · {name} · {who}{rest}", f"{who} · {name}{rest}")
+                      if len(t) <= width), f"{who} · {name}{rest}")
+    else:
+        title = f"phases · {name}{rest}"
     return title if len(title) <= width else title[: width - 1] + "…"
 
 
@@ -188,8 +201,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        cfg = self.project.config
-        self.query_one("#phases").border_title = phases_title(cfg.name, cfg.saved_overrides)
+        self._title_phases()
         self.query_one("#storage").border_title = "disk · shm · host"
         self.query_one("#journal").border_title = "journal"
         self.query_one("#stats").display = False
@@ -205,6 +217,13 @@ class MainScreen(WorkerNotices, Screen[None]):
 
     def on_resize(self) -> None:
         self._layout_flags()
+        self._title_phases()
+
+    def _title_phases(self) -> None:
+        cfg = self.project.config
+        plist = self.query_one("#phases")
+        width = plist.size.width - 4 if plist.size.width > 8 else 60  # the border's corners and padding
+        plist.border_title = phases_title(cfg.name, cfg.saved_overrides, width, cfg.vars.get("target"))
 
     def _layout_flags(self) -> None:
         """What the pollers may read without touching the DOM, and the compact stats."""
@@ -295,7 +314,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         cfg = self.project.config
         self.checks, self.shown = {}, {}
         self.preflights = PreflightSchedule(self.iv.preflight)
-        self.query_one("#phases").border_title = phases_title(cfg.name, cfg.saved_overrides)
+        self._title_phases()
         self.notify(f"{cfg.path.name} or its saved overrides changed: the console now uses them",
                     title="config", timeout=6)
 
