@@ -3,8 +3,9 @@ result asks (run a done phase again? type the id of a destructive one? override 
 check?) turns an answer into the next request. The console answers with dialogs, the CLI
 with its flags or a prompt; neither decides anything else, so both start phases alike.
 
-The questions come before the checks run: a destructive phase is confirmed first, so its
-checks run (and are journaled) once, not once before the question and again after it.
+The questions come before the checks run, and the checks are journaled once: a destructive
+phase's checks run before its confirmation too (a blocked one says so before anyone types
+its id), unjournaled, and again, journaled, by the start that follows the answer.
 `Project.start` still raises on a blocked or unconfirmed start; this module is the one
 place those exceptions become results."""
 
@@ -120,6 +121,11 @@ def ask(project: Project, request: StartRequest, status: PhaseStatus | None = No
     if st.state == "done" and not request.rerun:
         return RerunNeeded(request, [ph.id for ph in project.config.phases if phase.id in ph.needs])
     if phase.confirm and not request.confirmed:
+        # Typing the id of a phase that cannot start anyway is a question with no point:
+        # its checks say so first (not journaled here: the start that follows journals them).
+        results = project.check(phase.id, overrides=request.overrides, journal=False)
+        if any(r.blocking for r in results):
+            return BlockedStart(request, results)
         return ConfirmationNeeded(request, phase, project.confirmation_summary(phase.id))
     return None
 
