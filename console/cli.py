@@ -22,7 +22,7 @@ from console.core.config.saved import overlay_path, read_saved, write_saved
 from console.core.durations import format_duration
 from console.core.errors import ConfigError, Eagle3Error
 from console.core.livestats import headline_metrics
-from console.core.project import Project
+from console.core.project import Project, override_hint
 from console.core.rates import format_rate
 from console.core.reread import ConfigChanged
 from console.core.setpaths import misread_paths
@@ -595,8 +595,7 @@ def _report_start(result: StartResult, answers: _Answers, out: TextIO) -> int:
         return EXIT_OK
     if isinstance(result, BlockedStart):
         _print_results(pid, result.results, sys.stderr)
-        print(f"eagle3: {pid} is blocked; fix the ✗ checks or override one with "
-              f"--override NAME --reason TEXT", file=sys.stderr)
+        print(f"eagle3: {pid} is blocked; {override_hint([r.name for r in result.failing])}", file=sys.stderr)
         return EXIT_FAIL
     if isinstance(result, AlreadyLive):
         st = result.status

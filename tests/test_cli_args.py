@@ -25,6 +25,12 @@ CFG = textwrap.dedent("""\
           - exists: ${model}
       - id: train
         run: [python, -c, "import sys; open('work/steps.txt', 'w').write(sys.argv[1])", "${steps}"]
+      - id: gated
+        run: [python, -c, "print('gated')"]
+        checks:
+          - exists: ${work}/a
+          - exists: ${work}/b
+          - exists: ${work}/c
     """)
 
 
@@ -82,3 +88,13 @@ def test_a_relative_set_path_that_resolves_says_nothing(cfg: Path, capsys, monke
     monkeypatch.chdir(cfg.parent.parent)
     assert main(["check", "configs/args.yaml", "--set", "model=../models/mine", "load"]) == 0
     assert "relative to the config's folder" not in capsys.readouterr().err
+
+
+def test_the_override_hint_names_the_checks_that_fail_one_or_several(cfg: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["run", str(cfg), "gated"]) == 1
+    err = capsys.readouterr().err
+    assert "override one" not in err  # overriding one of three starts nothing
+    assert "override all 3 (each with --override NAME): --override exists:./work/a --override exists:./work/b" in err
+    assert main(["run", str(cfg), "load", "--set", "model=./absent"]) == 1
+    err = capsys.readouterr().err
+    assert "fix it, or override it: --override exists:./absent --reason TEXT" in err

@@ -36,10 +36,16 @@ class Blocked(Eagle3Error):
         self.results = results
         bad = [r for r in results if r.blocking]
         lines = "\n".join(f"  x {r.name}: {r.message}" for r in bad)
-        super().__init__(
-            f"phase {phase.id} is blocked by {len(bad)} failing check(s):\n{lines}\n"
-            f"fix them, or override one with --override NAME --reason TEXT"
-        )
+        super().__init__(f"phase {phase.id} is blocked by {len(bad)} failing check(s):\n{lines}\n"
+                         f"{override_hint([r.name for r in bad])}")
+
+
+def override_hint(names: list[str]) -> str:
+    """What to type to go ahead: overriding one of three failing checks starts nothing."""
+    if len(names) == 1:
+        return f"fix it, or override it: --override {names[0]} --reason TEXT"
+    flags = " ".join(f"--override {n}" for n in names)
+    return f"fix them, or override all {len(names)} (each with --override NAME): {flags} --reason TEXT"
 
 
 class NeedsConfirmation(Eagle3Error):

@@ -13,7 +13,7 @@ from console.core.config.saved import write_saved
 from console.core.project import Project
 from console.ui.components.phase_list import PhaseList
 from console.ui.screens.blocked_dialog import BlockedDialog
-from console.ui.screens.help_screen import HelpScreen, help_text
+from console.ui.screens.help_screen import help_text
 from console.ui.screens.log_screen import LogScreen
 from console.ui.screens.main_screen import phases_title
 
@@ -41,15 +41,6 @@ def test_help_keeps_each_state_apart_from_its_text_and_says_esc_closes_it() -> N
         assert re.search(r"verifying +exited 0", text), text
         assert not re.search(r"[a-z]exited", text)
         assert "esc closes this help" in text
-
-
-async def test_esc_closes_help(project) -> None:  # type: ignore[no-untyped-def]
-    app = make_app(project)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: showing(app, HelpScreen), what="help")
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help closed")
 
 
 async def test_the_train_blocked_dialog_opens_at_its_header(project) -> None:  # type: ignore[no-untyped-def]
