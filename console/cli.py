@@ -375,6 +375,9 @@ def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO)
             print(one_line("    " + _progress_line(live) + ("  ⚠ stalled" if pv.stalled else "")), file=out)
         elif pv.stalled:
             print("    ⚠ stalled: no progress event and no log line", file=out)
+        if pv.awaiting_first_unit:
+            print(f"    working on its first unit: silent for {_fmt_duration(pv.silent_s)}, its processes busy",
+                  file=out)
     return code
 
 

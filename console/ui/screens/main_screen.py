@@ -160,6 +160,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.by_id: dict[str, PhaseStatus] = {}
         self.stats: dict[str, LiveSnapshot] = {}
         self.stalled: set[str] = set()
+        self.first_unit: set[str] = set()  # silent past stall_after, busy on their first unit
         self.checks: dict[str, list[CheckResult]] = {}  # replaced, never mutated: pollers read it
         self.shown: dict[str, tuple[str, list[CheckResult]]] = {}
         self.ended: list[tuple[str, str]] = []
@@ -286,6 +287,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.by_id = {s.phase.id: s for s in self.statuses}
         self.stats = snap.stats
         self.stalled = {pv.id for pv in snap.phases if pv.stalled}
+        self.first_unit = {pv.id for pv in snap.phases if pv.awaiting_first_unit}
         self._sessions = snap.sessions()
         if look.reread:
             self._config_reread()
@@ -399,6 +401,8 @@ class MainScreen(WorkerNotices, Screen[None]):
                            (st.state, state_style(st.state))]
         if stalled:
             bits += ["  ", ("⚠ stalled", "bold $warning")]
+        elif ph.id in self.first_unit and st.state == "running":
+            bits += ["  ", ("busy on its first unit", "$text-muted")]
         dur = phase_duration(st, self.clock())
         if dur is not None:
             bits += [" ", (fmt_duration(dur), "$text-muted")]
