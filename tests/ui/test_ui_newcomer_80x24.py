@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 
-from ui_harness import make_app, select, showing, stop_all, wait_for, write_config
+from ui_harness import FROZEN, make_app, select, showing, stop_all, wait_for, write_config
 
 from console.core.checks.result import CheckResult
 from console.core.config.saved import write_saved
 from console.core.project import Project
+from console.ui.components.log_view import LogView
 from console.ui.components.phase_list import PhaseList
+from console.ui.messages import LogLines
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.help_screen import help_text
 from console.ui.screens.log_screen import LogScreen
@@ -92,3 +94,47 @@ async def test_the_phases_title_shows_the_target_in_effect_at_80x24(tmp_path) ->
             assert len(str(phases.border_title)) <= phases.size.width
     finally:
         stop_all(project)
+
+
+SKIP_SUMMARY = ("regenerate: skipped 8 of 16 records: prompt_too_long (the chat so far is over "
+                "--max-prompt-tokens 512); raise max_prompt or pick shorter chats")
+
+
+async def _detail_log(pilot, app, lines: list[str]) -> LogView:  # type: ignore[no-untyped-def]
+    """The detail pane's log at 80x24 with `lines` in it, drawn."""
+    main = app.main_screen()
+    main.pollers["status"].poke()
+    await select(pilot, app, "prep")
+    view = main.query_one("#log", LogView)
+    main.post_message(LogLines("main", lines, "", reset=True, path="/w/output.log"))
+    await wait_for(pilot, lambda: view.last_line == lines[-1] and view.settled, what="the lines drawn")
+    await pilot.pause()
+    return view
+
+
+async def test_the_detail_log_wraps_a_long_line_instead_of_cutting_it(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project, intervals=FROZEN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = await _detail_log(pilot, app, ["regenerate: done", SKIP_SUMMARY])
+        width, height = view.scrollable_content_region.width, view.scrollable_content_region.height
+        assert 0 < width < len(SKIP_SUMMARY)  # the pane is narrower than the line
+        shown = "".join(view.render_line(y).text for y in range(height))
+        assert "".join(SKIP_SUMMARY.split()) in "".join(shown.split())  # every word of it, on rows of its own
+
+
+async def test_a_paused_wrapped_detail_log_keeps_its_place_while_old_lines_leave(project) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(project, intervals=FROZEN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        main = app.main_screen()
+        view = await _detail_log(pilot, app, [f"line {i:04d} " + "x" * 90 for i in range(400)])  # 2-3 rows each
+        view.focus()
+        await pilot.press("up", "up", "up", "up", "up", "up")  # paused, a few rows up
+        await pilot.pause()
+        top = view.render_line(0).text
+        assert not view.follow and top.strip()
+        more = [f"more {i:04d} " + "y" * 90 for i in range(700)]  # past the 1000 kept: old lines leave
+        main.post_message(LogLines("main", more, "", reset=False, path="/w/output.log"))
+        await wait_for(pilot, lambda: view.last_line == more[-1], what="the new lines kept")
+        await pilot.pause()
+        assert view.dropped > 0
+        assert view.render_line(0).text == top  # the same row in view, wherever it now is

@@ -287,4 +287,23 @@ def test_the_phases_title_names_the_target_in_effect(snap_compare, tmp_path: Pat
         stop_all(project)
 
 
+def test_the_detail_log_wraps_a_long_line(snap_compare, snap_project) -> None:  # type: ignore[no-untyped-def]
+    """A skip summary longer than the pane at 80x24: on rows of its own, indented, whole."""
+    from test_ui_newcomer_80x24 import SKIP_SUMMARY
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, run=False)
+        main = pilot.app.main_screen()
+        main.query_one("#phases").select_id("prep")
+        await wait_for(pilot, lambda: main.selected == "prep", what="prep selected")
+        view = main.query_one("#log", LogView)
+        main.post_message(LogLines("pinned", ["regenerate: done", SKIP_SUMMARY], "", reset=True, path=LOG_PATH))
+        await wait_for(pilot, lambda: view.last_line == SKIP_SUMMARY and view.settled, what="the lines drawn")
+        pilot.app.clear_notifications()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(snap_project), terminal_size=(80, 24), run_before=settle)
+
+
 __all__ = ["AtTime"]

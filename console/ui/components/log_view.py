@@ -38,6 +38,23 @@ FRAME_S = 0.5  # new lines are drawn this often (2 frames a second)
 FRAME_SLACK = 0.05  # frames are at least FRAME_S less this apart, so a poll's jitter is no timer
 ROW_BYTES_PER_S = 4000  # and a big pane waits longer, so its rows cost the terminal about this
 ROW_OVERHEAD = 25  # bytes a repainted row costs beyond its cells (cursor move, style)
+WRAP_INDENT = "  "  # a wrapped line's next rows start here, so a new line stands out
+WRAP_MAX_ROWS = 50  # rows one line may take; past them it ends in "…"
+
+
+def wrap_rows(text: str, width: int) -> list[str]:
+    """`text` cut into rows of `width` cells (a character a cell: log lines are mostly ASCII),
+    the rows after the first indented."""
+    if width <= len(WRAP_INDENT) + 4 or len(text) <= width:
+        return [text]
+    rows, rest, room = [text[:width]], text[width:], width - len(WRAP_INDENT)
+    while rest:
+        if len(rows) == WRAP_MAX_ROWS:
+            rows[-1] = rows[-1][:-1] + "…"
+            break
+        rows.append(WRAP_INDENT + rest[:room])
+        rest = rest[room:]
+    return rows
 
 
 class LogView(ScrollView, can_focus=True):
@@ -59,9 +76,13 @@ class LogView(ScrollView, can_focus=True):
 
     follow: reactive[bool] = reactive(True)
 
-    def __init__(self, max_lines: int = 5000, titled: bool = False, frame_s: float = FRAME_S, **kw: Any) -> None:
+    def __init__(self, max_lines: int = 5000, titled: bool = False, frame_s: float = FRAME_S,
+                 wrap: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.titled = titled  # the border title names the file and says following or paused
+        self.wrap = wrap  # long lines take more rows (a narrow pane), instead of scrolling sideways
+        self._version = 0  # bumped whenever the lines change: the wrapped rows are built again
+        self._wrapped: tuple[tuple[int, int], list[tuple[str, bool]]] = ((-1, 0), [])
         self.source: str | None = None
         self.max_lines = max_lines
         self.frame_s = frame_s
@@ -86,6 +107,7 @@ class LogView(ScrollView, can_focus=True):
 
     # -- content ------------------------------------------------------------------
     def clear(self) -> None:
+        self._version += 1
         self.lines = []
         self.partial = ""
         self.dropped = 0
@@ -96,6 +118,10 @@ class LogView(ScrollView, can_focus=True):
 
     def append(self, lines: Iterable[str], partial: str = "") -> None:
         new = list(lines)
+        if not new and partial == self.partial:
+            return
+        width = self._wrap_width() if self.wrap and not self.follow else 0
+        before = self._rows_of_lines_only() if width else 0
         cut = 0
         if len(new) >= self.max_lines:
             cut = len(self.lines) + len(new) - self.max_lines
@@ -108,8 +134,11 @@ class LogView(ScrollView, can_focus=True):
                 cut = over + self.max_lines // 10
                 del self.lines[:cut]
         self.dropped += cut
-        if not new and partial == self.partial:
-            return
+        self._version += 1
+        if cut and width:
+            # Paused and wrapped: what left is counted in rows, not lines.
+            added = sum(len(wrap_rows(t, width)) for t in new[-self.max_lines:])
+            cut = max(0, before + added - self._rows_of_lines_only())
         self.partial = partial
         for ln in new[-200:]:
             if len(ln) > self._width:
@@ -124,6 +153,28 @@ class LogView(ScrollView, can_focus=True):
     @property
     def line_count(self) -> int:
         return len(self.lines) + (1 if self.partial else 0)
+
+    # -- wrapped rows (wrap=True) ----------------------------------------------------
+    def _wrap_width(self) -> int:
+        return self.scrollable_content_region.width if self.is_attached else 0
+
+    def rows(self) -> list[tuple[str, bool]]:
+        """Every row at the pane's width: (text, is the partial line), built once a change."""
+        width = self._wrap_width()
+        key = (self._version, width)
+        if self._wrapped[0] != key:
+            out = [(r, False) for t in self.lines for r in wrap_rows(t, width)]
+            if self.partial:
+                out += [(r, True) for r in wrap_rows(self.partial, width)]
+            self._wrapped = (key, out)
+        return self._wrapped[1]
+
+    def _rows_of_lines_only(self) -> int:
+        return sum(1 for _, partial in self.rows() if not partial)
+
+    def line_count_rows(self) -> int:
+        """Rows the content takes: its lines, or their wrapped rows."""
+        return len(self.rows()) if self.wrap and self._wrap_width() else self.line_count
 
     def text_at(self, index: int) -> str | None:
         if 0 <= index < len(self.lines):
@@ -185,7 +236,10 @@ class LogView(ScrollView, can_focus=True):
         the vertical scrollbar is hidden, so only a wider line needs a layout."""
         if not self.is_attached:
             return
-        size = Size(self._width, self.line_count)
+        if self.wrap and self._wrap_width():
+            size = Size(self._wrap_width(), self.line_count_rows())
+        else:
+            size = Size(self._width, self.line_count)
         if self.follow:
             if size.width != self.virtual_size.width:
                 self.virtual_size = Size(size.width, self.virtual_size.height)
@@ -200,7 +254,7 @@ class LogView(ScrollView, can_focus=True):
 
     @property
     def end_y(self) -> int:
-        return max(0, self.line_count - self.scrollable_content_region.height)
+        return max(0, self.line_count_rows() - self.scrollable_content_region.height)
 
     def on_mount(self) -> None:
         self._sync_size()
@@ -213,6 +267,8 @@ class LogView(ScrollView, can_focus=True):
             # Drawn at another size; a resize also comes after a layout that only changed the
             # scroll range, once the rows are already drawn at this size, and those still hold.
             self._drawn = {}
+            if self.wrap:
+                self._sync_size()  # as many rows as the new width wraps to
 
     def set_source(self, path: str | None) -> None:
         if path != self.source:
@@ -267,7 +323,7 @@ class LogView(ScrollView, can_focus=True):
             return self._view
         region = self.scrollable_content_region
         scroll_x, scroll_y = self.scroll_offset
-        top = max(0, self.line_count - region.height) if self.follow else scroll_y
+        top = max(0, self.line_count_rows() - region.height) if self.follow else scroll_y
         view = (region.width, region.height, top, scroll_x)
         if self._in_pass:
             self._view = view
@@ -285,6 +341,11 @@ class LogView(ScrollView, can_focus=True):
     def _key(self, y: int, view: tuple[int, int, int, int]) -> tuple[Any, ...]:
         width, _, top, scroll_x = view
         index = top + y
+        pattern = self.search.pattern if self.search is not None else None
+        if self.wrap and width:
+            rows = self.rows()
+            row, partial = rows[index] if index < len(rows) else (None, False)
+            return (row, partial, 0, width, pattern)
         lines = self.lines
         if index < len(lines):
             text: str | None = lines[index]
@@ -292,7 +353,6 @@ class LogView(ScrollView, can_focus=True):
         else:
             text = self.text_at(index)
             partial = text is not None
-        pattern = self.search.pattern if self.search is not None else None
         return (text, partial, scroll_x, width, pattern)
 
     def render_lines(self, crop: Region) -> list[Strip]:

@@ -197,7 +197,7 @@ class MainScreen(WorkerNotices, Screen[None]):
             yield StatsPanel(id="stats")
             with Horizontal(id="detail-body"):
                 yield ChecksView(id="checks")
-                yield LogView(max_lines=DETAIL_LOG_LINES, titled=True, id="log")
+                yield LogView(max_lines=DETAIL_LOG_LINES, titled=True, wrap=True, id="log")
                 yield JournalView(id="journal")
         yield Footer()
 
