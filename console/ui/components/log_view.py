@@ -31,6 +31,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.timer import Timer
 
+from console.ui.components.wrapped_rows import WrappedRows
 from console.ui.render import cut_left
 
 _MAX_WIDTH = 1000
@@ -38,23 +39,6 @@ FRAME_S = 0.5  # new lines are drawn this often (2 frames a second)
 FRAME_SLACK = 0.05  # frames are at least FRAME_S less this apart, so a poll's jitter is no timer
 ROW_BYTES_PER_S = 4000  # and a big pane waits longer, so its rows cost the terminal about this
 ROW_OVERHEAD = 25  # bytes a repainted row costs beyond its cells (cursor move, style)
-WRAP_INDENT = "  "  # a wrapped line's next rows start here, so a new line stands out
-WRAP_MAX_ROWS = 50  # rows one line may take; past them it ends in "…"
-
-
-def wrap_rows(text: str, width: int) -> list[str]:
-    """`text` cut into rows of `width` cells (a character a cell: log lines are mostly ASCII),
-    the rows after the first indented."""
-    if width <= len(WRAP_INDENT) + 4 or len(text) <= width:
-        return [text]
-    rows, rest, room = [text[:width]], text[width:], width - len(WRAP_INDENT)
-    while rest:
-        if len(rows) == WRAP_MAX_ROWS:
-            rows[-1] = rows[-1][:-1] + "…"
-            break
-        rows.append(WRAP_INDENT + rest[:room])
-        rest = rest[room:]
-    return rows
 
 
 class LogView(ScrollView, can_focus=True):
@@ -81,8 +65,7 @@ class LogView(ScrollView, can_focus=True):
         super().__init__(**kw)
         self.titled = titled  # the border title names the file and says following or paused
         self.wrap = wrap  # long lines take more rows (a narrow pane), instead of scrolling sideways
-        self._version = 0  # bumped whenever the lines change: the wrapped rows are built again
-        self._wrapped: tuple[tuple[int, int], list[tuple[str, bool]]] = ((-1, 0), [])
+        self._wrapped = WrappedRows()
         self.source: str | None = None
         self.max_lines = max_lines
         self.frame_s = frame_s
@@ -107,7 +90,7 @@ class LogView(ScrollView, can_focus=True):
 
     # -- content ------------------------------------------------------------------
     def clear(self) -> None:
-        self._version += 1
+        self._wrapped.reset()
         self.lines = []
         self.partial = ""
         self.dropped = 0
@@ -120,12 +103,13 @@ class LogView(ScrollView, can_focus=True):
         new = list(lines)
         if not new and partial == self.partial:
             return
-        width = self._wrap_width() if self.wrap and not self.follow else 0
-        before = self._rows_of_lines_only() if width else 0
+        if self.wrap:
+            self._wrapped.sync(self.lines, self._wrap_width())  # so a cut below is counted in rows
         cut = 0
         if len(new) >= self.max_lines:
             cut = len(self.lines) + len(new) - self.max_lines
             self.lines = new[-self.max_lines:]
+            self._wrapped.reset()
         else:
             self.lines.extend(new)
             over = len(self.lines) - self.max_lines
@@ -134,11 +118,8 @@ class LogView(ScrollView, can_focus=True):
                 cut = over + self.max_lines // 10
                 del self.lines[:cut]
         self.dropped += cut
-        self._version += 1
-        if cut and width:
-            # Paused and wrapped: what left is counted in rows, not lines.
-            added = sum(len(wrap_rows(t, width)) for t in new[-self.max_lines:])
-            cut = max(0, before + added - self._rows_of_lines_only())
+        if cut and self.wrap and len(new) < self.max_lines:
+            cut = self._wrapped.cut(cut)  # paused, the view moves up by rows, not lines
         self.partial = partial
         for ln in new[-200:]:
             if len(ln) > self._width:
@@ -158,23 +139,17 @@ class LogView(ScrollView, can_focus=True):
     def _wrap_width(self) -> int:
         return self.scrollable_content_region.width if self.is_attached else 0
 
-    def rows(self) -> list[tuple[str, bool]]:
-        """Every row at the pane's width: (text, is the partial line), built once a change."""
-        width = self._wrap_width()
-        key = (self._version, width)
-        if self._wrapped[0] != key:
-            out = [(r, False) for t in self.lines for r in wrap_rows(t, width)]
-            if self.partial:
-                out += [(r, True) for r in wrap_rows(self.partial, width)]
-            self._wrapped = (key, out)
-        return self._wrapped[1]
-
-    def _rows_of_lines_only(self) -> int:
-        return sum(1 for _, partial in self.rows() if not partial)
+    def _rows(self) -> tuple[list[str], list[str]]:
+        """The rows of the complete lines and of the partial one, at the pane's width."""
+        self._wrapped.sync(self.lines, self._wrap_width())
+        return self._wrapped.rows, self._wrapped.partial_rows(self.partial)
 
     def line_count_rows(self) -> int:
         """Rows the content takes: its lines, or their wrapped rows."""
-        return len(self.rows()) if self.wrap and self._wrap_width() else self.line_count
+        if not (self.wrap and self._wrap_width()):
+            return self.line_count
+        rows, partial = self._rows()
+        return len(rows) + len(partial)
 
     def text_at(self, index: int) -> str | None:
         if 0 <= index < len(self.lines):
@@ -343,9 +318,11 @@ class LogView(ScrollView, can_focus=True):
         index = top + y
         pattern = self.search.pattern if self.search is not None else None
         if self.wrap and width:
-            rows = self.rows()
-            row, partial = rows[index] if index < len(rows) else (None, False)
-            return (row, partial, 0, width, pattern)
+            rows, partial_rows = self._rows()
+            if index < len(rows):
+                return (rows[index], False, 0, width, pattern)
+            rest = index - len(rows)
+            return (partial_rows[rest] if rest < len(partial_rows) else None, rest < len(partial_rows), 0, width, pattern)
         lines = self.lines
         if index < len(lines):
             text: str | None = lines[index]
