@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from console.core.checks.subproc import kill_live
@@ -20,7 +21,11 @@ from console.core.config.model import UnknownPhase
 from console.core.config.saved import overlay_lock, overlay_path, read_saved, write_saved
 from console.core.durations import format_duration
 from console.core.errors import ConfigError, Eagle3Error
-from console.core.project import Project
+from console.core.livestats import headline_metrics
+from console.core.project import Project, override_hint
+from console.core.rates import format_rate
+from console.core.reread import ConfigChanged
+from console.core.setpaths import misread_paths
 from console.core.runall import AllDone, Attaching, Entering, Halted, Skipped, run_all, unknown_overrides
 from console.core.snapshot import SnapshotBuilder
 from console.core.startflow import (
@@ -156,10 +161,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# The optional positionals a command takes anywhere among its options: argparse fills one
+# with nothing when it meets the config, so a phase typed after `--set X=Y` came back as an
+# unrecognized argument.
+TRAILING = {"check": "phase", "run": "phase", "set": "assignments"}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    dest = TRAILING.get(args.command)
+    if dest is not None:
+        loose = [x for x in extra if not x.startswith("-")]
+        current = getattr(args, dest)
+        if isinstance(current, list):
+            setattr(args, dest, current + loose)
+            extra = [x for x in extra if x not in loose]
+        elif current is None and loose:
+            setattr(args, dest, loose[0])
+            extra.remove(loose[0])
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         return _dispatch(args, out)
     except ConfigError as e:
         print(f"eagle3: {e}", file=sys.stderr)
@@ -206,6 +235,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(f"{args.command}: --save remembers --set values; give at least one --set VAR=VALUE")
         _save_overrides(args.config, args.set, [], sys.stderr, what="--set")  # stdout stays the command's
     project = Project.load(args.config, _parse_sets(args.set))
+    if not args.save:  # a saved one was noted as it was saved
+        _note_misread_paths(project.config.root, _parse_sets(args.set), "--set")
     if args.command != "console":  # Textual has its own handlers
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _raise_signalled)
@@ -214,6 +245,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         "logs": _cmd_logs, "stop": _cmd_stop, "journal": _cmd_journal,
     }[args.command]
     return handler(project, args, out)
+
+
+def _note_misread_paths(root: Any, values: dict[str, str], flag: str) -> None:
+    for line in misread_paths(root, values, Path.cwd(), flag):
+        print(f"eagle3: note: {line}", file=sys.stderr)
 
 
 # -- console ------------------------------------------------------------------------
@@ -289,6 +325,7 @@ def _cmd_status(project: Any, args: argparse.Namespace, out: TextIO) -> int:
         while args.count is None or looks < args.count:
             if looks:
                 time.sleep(args.watch)
+                _reread(project)
             snap = builder.build(checks)
             print(clear if clear else ("" if not looks else "\n"), end="", file=out)
             print(time.strftime("%Y-%m-%d %H:%M:%S") + f"  (every {args.watch:g}s, Ctrl-C to leave)", file=out)
@@ -298,6 +335,14 @@ def _cmd_status(project: Any, args: argparse.Namespace, out: TextIO) -> int:
     except KeyboardInterrupt:
         pass
     return code
+
+
+def _reread(project: Any) -> None:
+    """A long --watch shows what the files say now, as the console does."""
+    try:
+        project.reread()
+    except ConfigChanged as e:
+        print(f"eagle3: {e}; showing the values it had", file=sys.stderr)
 
 
 def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO) -> int:
@@ -330,17 +375,21 @@ def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO)
             print(one_line("    " + _progress_line(live) + ("  ⚠ stalled" if pv.stalled else "")), file=out)
         elif pv.stalled:
             print("    ⚠ stalled: no progress event and no log line", file=out)
+        if pv.awaiting_first_unit:
+            print(f"    working on its first unit: silent for {_fmt_duration(pv.silent_s)}, its processes busy",
+                  file=out)
     return code
 
 
 def _progress_line(live: Any) -> str:
     done = f"{live.done:,.0f}" + (f"/{live.total:,.0f}" if live.total else "") + f" {live.unit or ''}".rstrip()
-    bits = [f"{100 * live.fraction:.1f}%" if live.fraction is not None else "", done]
-    if live.rate is not None:
-        bits.append(f"{live.rate:,.1f}/s")
+    if live.failed:
+        done += f", {live.failed:,.0f} failed"
+    bits = [f"{100 * live.fraction:.1f}%" if live.fraction is not None else "", done,
+            format_rate(live.rate, live.unit or "")]
     if live.eta_s is not None:
         bits.append(f"ETA {_fmt_duration(live.eta_s)}")
-    bits += [f"{k} {v[-1]:.4g}" for k, v in list(live.metrics.items())[:3] if v]
+    bits += [f.label for f in headline_metrics(live.metrics)[:3]]
     return "  ".join(b for b in bits if b)
 
 
@@ -433,6 +482,7 @@ def _save_locked(config_arg: str, base: Any, assignments: Sequence[str], clear: 
         print("saved overrides unchanged", file=out)
         return
     config = load_config(config_arg, saved=new)  # the values must make a config that loads
+    _note_misread_paths(config.root, given, what)
     write_saved(base.path, new)
     Project(config).journal.append("overrides_saved", file=str(file), set=changed, cleared=cleared)
     for name, value in sorted(changed.items()):
@@ -559,8 +609,7 @@ def _report_start(result: StartResult, answers: _Answers, out: TextIO) -> int:
         return EXIT_OK
     if isinstance(result, BlockedStart):
         _print_results(pid, result.results, sys.stderr)
-        print(f"eagle3: {pid} is blocked; fix the ✗ checks or override one with "
-              f"--override NAME --reason TEXT", file=sys.stderr)
+        print(f"eagle3: {pid} is blocked; {override_hint([r.name for r in result.failing])}", file=sys.stderr)
         return EXIT_FAIL
     if isinstance(result, AlreadyLive):
         st = result.status

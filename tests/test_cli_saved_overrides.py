@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.core.config.saved import MAX_BYTES, overlay_path
+from console.core.config.saved import MAX_BYTES, overlay_path, write_saved
 from console.core.project import Project
 
 CFG = textwrap.dedent("""\
@@ -142,3 +142,14 @@ def test_set_with_save_on_any_command_remembers_the_values(cfg: Path, capsys) ->
     assert main(["status", str(cfg), "--json", "--set", "stpes=1", "--save"]) == 2
     assert "did you mean 'steps'?" in capsys.readouterr().err
     assert _states(cfg, capsys)["saved"] == {"steps": "40"}
+
+
+def test_status_watch_reads_values_saved_between_its_looks(cfg: Path, capsys, monkeypatch) -> None:
+    import console.cli
+
+    assert main(["run", str(cfg), "train", "--wait"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(console.cli.time, "sleep", lambda _s: write_saved(cfg, {"steps": "40"}))  # saved between looks
+    assert main(["status", str(cfg), "--watch", "1", "--count", "2"]) == 1
+    first, second = capsys.readouterr().out.split("(every 1s")[1:]
+    assert " done " in first and " stale " in second and "saved overrides: steps=40" in second

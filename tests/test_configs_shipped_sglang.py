@@ -119,13 +119,17 @@ def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_th
 
     cfg = load_config(REPO / "configs" / "examples" / "real-target.yaml", {"target": "/m/SmolLM2"})
     regen = parse(list(cfg.phase("regenerate").argv[3:]))
-    assert regen.backend == "hf" and regen.limit == 200 and regen.max_prompt_tokens == 512
+    assert regen.backend == "hf" and regen.limit == 8 and regen.max_prompt_tokens == 512
     extract = extract_parser().parse_args(list(cfg.phase("extract").argv[3:]))
-    assert extract.limit == 200
+    assert extract.limit == 8
     verify = next(c for c in cfg.phase("extract").verify if c.name == "every-sample-extracted")
-    assert "min(stats.records, 200)" in str(verify.arg)
-    assert train_parser().parse_args(list(cfg.phase("train").argv[3:])).resume
-    assert evaluate_parser().parse_args(list(cfg.phase("evaluate").argv[3:])).prompts.name == "heldout.jsonl"
+    assert "min(stats.records, 8)" in str(verify.arg)
+    train = train_parser().parse_args(list(cfg.phase("train").argv[3:]))
+    assert train.resume and train.steps == 40 and train.batch_tokens == 2048
+    evaluate = evaluate_parser().parse_args(list(cfg.phase("evaluate").argv[3:]))
+    assert evaluate.prompts.name == "heldout.jsonl" and evaluate.limit == 8  # a variable: eval_prompts
+    sized = load_config(REPO / "configs" / "examples" / "real-target.yaml", {"target": "/m/SmolLM2", "eval_prompts": "64"})
+    assert evaluate_parser().parse_args(list(sized.phase("evaluate").argv[3:])).limit == 64
 
 
 def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():

@@ -20,7 +20,7 @@ from typing import Any
 from pipeline.events import Event, read_events
 
 from console.core.curves import Curve, StepCurve
-from console.core.telemetry.history import Series
+from console.core.telemetry.history import Series, slope
 from console.core.terminal_text import one_line
 
 MAX_METRICS = 64  # distinct metric names kept: a chatty phase cannot grow the console without end
@@ -28,6 +28,8 @@ METRIC_POINTS = 500
 ARTIFACTS_KEPT = 8  # newest artifact paths a view may look in (the evaluate report)
 RESTART_FRACTION = 0.9  # `done` falling below this share of the last one is a new run
 BURST_S = 1.0  # progress events this close together are one point of the rate (a batch's prompts)
+MIN_POINTS = 4  # the rate spans at least this many points, however far apart they are
+SMOOTH_POINTS = 20  # a batch loss reads as the mean of the last this many
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class LiveSnapshot:
     curves: dict[str, Curve] = field(default_factory=dict)  # metrics logged with a step, whole run
     artifacts: tuple[str, ...] = ()  # newest last
     ended: bool = False  # the run is over: its figures describe what it did, no rate or ETA
+    failed: float | None = None  # units counted in `done` that failed (progress extra `failed`)
 
     @property
     def estimating(self) -> bool:
@@ -84,7 +87,8 @@ class LiveStats:
       (another rank's lagging tally) is ignored.
     - `done`, `total`, `unit`, `fraction` (done/total clamped to 0..1): the latest progress.
     - `rate`: units per second, least-squares over the last `window_s` seconds of progress
-      events' `t`, from the first unit of work on: points still at the first `done` seen
+      events' `t`, widened to the last `MIN_POINTS` points when fewer fall in it (a phase
+      that reports every few minutes gets its ETA from its own cadence), from the first unit of work on: points still at the first `done` seen
       (model loading, a resumed run's starting count) are left out, and events within
       `BURST_S` of a point's first event are one point (its latest count), so a batch that
       reports its items a millisecond apart is not thousands a second. None until two such
@@ -103,6 +107,7 @@ class LiveStats:
       `step`, the whole run in bounded memory (console/core/curves.py), for the charts;
       `artifacts`: the paths of the last 8 artifact events; `last_message`: the newest `Message`; `messages`: the last 50.
     - `last_progress_t`: the `t` of the newest progress event (a view can flag a stall).
+    - `failed`: the latest progress extra `failed` (units counted in `done` that failed).
     - Thread-safe: one feeder and any readers; `snapshot()` gives a consistent copy.
     """
 
@@ -112,8 +117,9 @@ class LiveStats:
         self._done: float | None = None
         self._total: float | None = None
         self._unit: str | None = None
-        self._progress = Series(maxlen=4096, max_age=window_s)
-        self._tokens = Series(maxlen=4096, max_age=window_s)
+        self._progress = Series(maxlen=256)  # at most one point a second (BURST_S)
+        self._tokens = Series(maxlen=256)
+        self._failed: float | None = None
         self._base: tuple[float, float] | None = None  # (done, bytes written) at the first progress
         self._base_tokens: float | None = None
         self._burst_t0 = float("-inf")  # when the rate's newest point began
@@ -161,6 +167,8 @@ class LiveStats:
         self._last_progress_t = ev.t
         if (b := _num(ev.get("bytes_written"))) is not None:
             self._reported_bytes = b
+        failed = _num(ev.get("failed"))
+        self._failed = failed if failed is not None and failed >= 0 else self._failed
         if self._base is None:
             self._base = (done, float(self.bytes_written or 0))
         burst = ev.t - self._burst_t0 < BURST_S
@@ -231,7 +239,7 @@ class LiveStats:
 
     @property
     def rate(self) -> float | None:
-        return self._progress.rate()
+        return cadence_rate(self._progress, self.window_s)
 
     @property
     def eta_s(self) -> float | None:
@@ -253,7 +261,7 @@ class LiveStats:
         with self._lock:
             if self._tokens_per_s is not None:
                 return self._tokens_per_s
-            return self._tokens.rate()
+            return cadence_rate(self._tokens, self.window_s)
 
     @property
     def remaining_bytes(self) -> int | None:
@@ -295,7 +303,43 @@ class LiveStats:
                 metrics={k: s.values() for k, s in self.metrics.items()},
                 curves={k: c for k, s in self.curves.items() if (c := s.frozen()) is not None},
                 artifacts=tuple(self.artifacts),
+                failed=self._failed,
             )
+
+
+def cadence_rate(series: Series, window_s: float) -> float | None:
+    """The slope over the last `window_s` seconds, or over the last `MIN_POINTS` points
+    when fewer fall in that window."""
+    pts = series.points()
+    recent = [p for p in pts if p[0] >= pts[-1][0] - window_s] if pts else []
+    if len(recent) < MIN_POINTS:
+        recent = pts[-MIN_POINTS:]
+    return slope(recent)
+
+
+@dataclass(frozen=True)
+class MetricFigure:
+    label: str  # what the view prints: the name and the figure an operator should read
+    values: list[float]  # every point, for a sparkline
+
+
+def headline_metrics(metrics: dict[str, list[float]]) -> list[MetricFigure]:
+    """The metrics in the order a view shows them: the training loss first, as the mean
+    of its last `SMOOTH_POINTS` batches (one batch swings from 1.2 to 5.0), then the last
+    validation loss beside it, then the others with their last value."""
+    def rank(name: str) -> int:
+        return 0 if name == "loss" else 1 if name == "val_loss" else 2
+
+    out = []
+    for name in sorted((n for n, v in metrics.items() if v), key=rank):
+        values = metrics[name]
+        if name == "loss" and len(values) > 1:
+            tail = values[-SMOOTH_POINTS:]
+            label = f"loss {sum(tail) / len(tail):.3g} (avg {len(tail)})"
+        else:
+            label = f"{name} {values[-1]:.4g}"
+        out.append(MetricFigure(label, values))
+    return out
 
 
 class EventTail:

@@ -15,13 +15,13 @@ from console.core import provenance
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult, redact_results
-from console.core.config.loader import load_config
 from console.core.redaction import redactor_for
 from console.core.config.model import Config, Phase
 from console.core.errors import Eagle3Error, PhaseError
 from console.core.interpreter import locate, missing_message, path_with_interpreter
 from console.core.journal import Journal, private_dir
 from console.core.notify import Notifier
+from console.core.reread import ConfigChanged, ConfigSource
 from console.core.runs import manager
 from console.core.runs.locks import start_lock
 from console.core.runs.rundir import RunDir
@@ -37,10 +37,16 @@ class Blocked(Eagle3Error):
         self.results = results
         bad = [r for r in results if r.blocking]
         lines = "\n".join(f"  x {r.name}: {r.message}" for r in bad)
-        super().__init__(
-            f"phase {phase.id} is blocked by {len(bad)} failing check(s):\n{lines}\n"
-            f"fix them, or override one with --override NAME --reason TEXT"
-        )
+        super().__init__(f"phase {phase.id} is blocked by {len(bad)} failing check(s):\n{lines}\n"
+                         f"{override_hint([r.name for r in bad])}")
+
+
+def override_hint(names: list[str]) -> str:
+    """What to type to go ahead: overriding one of three failing checks starts nothing."""
+    if len(names) == 1:
+        return f"fix it, or override it: --override {names[0]} --reason TEXT"
+    flags = " ".join(f"--override {n}" for n in names)
+    return f"fix them, or override all {len(names)} (each with --override NAME): {flags} --reason TEXT"
 
 
 class NeedsConfirmation(Eagle3Error):
@@ -73,10 +79,46 @@ class Project:
         self._stale: dict[str, _StaleCheck] = {}
         self.last_checks: dict[str, list[CheckResult]] = {}  # what the latest check/start saw
         self._lock = threading.Lock()
+        self.source: ConfigSource | None = None  # set by `load`: the files `reread` looks at
+        self._reread_lock = threading.Lock()
 
     @classmethod
     def load(cls, path: str | Path, overrides: Mapping[str, str] | None = None, **kw) -> "Project":  # type: ignore[no-untyped-def]
-        return cls(load_config(path, overrides), **kw)
+        source = ConfigSource.of(path, overrides)
+        try:
+            config = source.load()
+        except ConfigChanged as e:
+            raise e.cause from None
+        project = cls(config, **kw)
+        project.source = source
+        return project
+
+    def reread(self) -> bool:
+        """Load the config again if its file or its overlay changed since it was read
+        (two stats when nothing did): True when the project now holds the new one.
+        Raises ConfigChanged, keeping the old config, when the files no longer load; the
+        same broken files are reported once."""
+        source = self.source
+        if source is None:
+            return False
+        with self._reread_lock:
+            if not source.changed():
+                return False
+            self._adopt(source.load())
+            return True
+
+    def _adopt(self, config: Config) -> None:
+        """Take a new config: its redactor, its journal (the state dir is made of
+        variables), and no fingerprints or check results judged under the old one."""
+        self.redactor = redactor_for(config)
+        if config.state_dir != self.config.state_dir:
+            self.journal = Journal(config.state_dir, self.redactor)
+        else:
+            self.journal.redactor = self.redactor
+        self.config = config
+        with self._lock:
+            self._stale.clear()
+        self.last_checks = {}
 
     # -- reading -----------------------------------------------------------------
     def context(self, phase: Phase | None = None) -> CheckContext:

@@ -16,7 +16,7 @@ from typing import Any
 
 from console.core.checks.result import CheckResult
 from console.core.livestats import EventTail, LiveSnapshot
-from console.core.stall import silence, stall_after
+from console.core.stall import FirstUnitWatch, first_unit_reported, silence, stall_after
 from console.core.state import PhaseStatus
 
 LIVE = ("running", "verifying")
@@ -38,6 +38,7 @@ class PhaseView:
     silent_s: float | None = None
     stall_after: float = 0.0
     stalled: bool = False
+    awaiting_first_unit: bool = False  # silent past stall_after, but working on its first unit
 
     @property
     def id(self) -> str:
@@ -48,6 +49,7 @@ class PhaseView:
         d["stalled"] = self.stalled
         d["silent_s"] = None if self.silent_s is None else round(self.silent_s, 1)
         d["stall_after_s"] = self.stall_after
+        d["awaiting_first_unit"] = self.awaiting_first_unit
         d["progress"] = None if self.live is None else live_json(self.live)
         return d
 
@@ -56,7 +58,8 @@ def live_json(s: LiveSnapshot) -> dict[str, Any]:
     return {
         "done": s.done, "total": s.total, "unit": s.unit,
         "fraction": None if s.fraction is None else round(s.fraction, 4),
-        "rate_per_s": None if s.rate is None else round(s.rate, 3),
+        "rate_per_s": None if s.rate is None else float(f"{s.rate:.4g}"),  # 0.0004 stays 0.0004
+        "failed": s.failed,
         "eta_s": None if s.eta_s is None else round(s.eta_s, 1),
         "bytes_written": s.bytes_written, "bytes_remaining": s.remaining_bytes,
         "tokens_per_s": s.tokens_per_s, "last_progress_t": s.last_progress_t,
@@ -105,6 +108,7 @@ class SnapshotBuilder:
         self.clock = clock
         self._tails: dict[str, EventTail] = {}
         self._frozen: dict[str, LiveSnapshot] = {}
+        self._first_unit = FirstUnitWatch()
 
     def build(self, checks: Mapping[str, list[CheckResult]] | None = None) -> Snapshot:
         statuses = self.project.statuses(checks=dict(checks or {}))
@@ -124,6 +128,8 @@ class SnapshotBuilder:
                                           _mtime(run.output_log))
                     pv.stalled = bool(pv.stall_after and pv.silent_s is not None
                                       and pv.silent_s >= pv.stall_after)
+                    if pv.stalled and not first_unit_reported(pv.live) and self._first_unit.busy(run.run_id, st.pid):
+                        pv.stalled, pv.awaiting_first_unit = False, True
             out.phases.append(pv)
         return out
 

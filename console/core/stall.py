@@ -8,6 +8,13 @@ speaks again it journals `stall_cleared`, and a later silence alerts again. A ta
 `DEFAULT_STALL_AFTER` unless its config says otherwise; a service is quiet while idle, so it is
 watched only when `stall_after` is set on it. `stall_after: 0` (or `off`) turns the watch off
 for a phase.
+
+Before a phase has reported its first unit (no progress event with `done` above 0 yet),
+silence alone is no stall: a long first batch (a model loading, regenerate's first record on a
+CPU) reports nothing for minutes while it works. Then a silent phase is stalled only when its
+processes are idle too (`FirstUnitWatch`: under `BUSY_SHARE` of a core since the last look).
+A hang that spins a core before the first unit (some collectives busy-wait) is not caught
+until `stall_after` passes after the first unit; a phase's progress events shorten that.
 """
 
 from __future__ import annotations
@@ -17,12 +24,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from console.core.durations import MAX_DURATION, format_duration, parse_duration
 from console.core.notify import claim, claims_dir
 
-__all__ = ["DEFAULT_STALL_AFTER", "MAX_DURATION", "StallAlert", "StallWatch", "parse_duration", "silence",
-           "stall_after"]
+__all__ = ["DEFAULT_STALL_AFTER", "MAX_DURATION", "FirstUnitWatch", "StallAlert", "StallWatch", "first_unit_reported",
+           "parse_duration", "silence", "stall_after"]
 
+BUSY_SHARE = 0.05  # of one core: a phase's processes using more than this are working
 DEFAULT_STALL_AFTER = 600.0  # 10 minutes: extraction reports every 2 s, training every step
 SAME_LIFE = 0.01  # seconds: two looks at one silence agree on its last sign of life to within this
 
@@ -40,6 +50,65 @@ def silence(now: float, started_at: float | None, last_event_t: float | None,
     """Seconds since the run last showed a sign of life (start, an event, a log write)."""
     signs = [t for t in (started_at, last_event_t, log_mtime) if t is not None]
     return max(0.0, now - max(signs)) if signs else None
+
+
+def session_cpu(pid: int) -> tuple[float, float] | None:
+    """(CPU seconds, seconds alive) of the processes in `pid`'s session (the run's: its
+    launcher leads it) but the leader, which only watches; None when there are none. A
+    scan of the process table: call it only for a phase that would otherwise be stalled."""
+    try:
+        sid = os.getsid(pid)
+    except OSError:
+        return None
+    cpu = alive = 0.0
+    found = False
+    now = time.time()
+    for p in psutil.process_iter():
+        try:
+            if p.pid == sid or os.getsid(p.pid) != sid:
+                continue
+            t = p.cpu_times()
+            cpu += t.user + t.system + t.children_user + t.children_system
+            alive = max(alive, now - p.create_time())
+            found = True
+        except (psutil.Error, OSError):
+            continue
+    return (cpu, alive) if found else None
+
+
+class FirstUnitWatch:
+    """Whether a run that has not reported its first unit is working: its processes' CPU
+    over at least `SAMPLE_S` between looks (on the first look, since they started; CPU
+    time moves in ticks, and a loaded host schedules a busy process in bursts, so looks a
+    few milliseconds apart would flap). One per snapshot builder."""
+
+    SAMPLE_S = 2.0
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, float, bool]] = {}  # run id -> (monotonic t, CPU s, verdict)
+
+    def busy(self, run_id: str, pid: int | None) -> bool:
+        """`pid`: the run's phase or launcher process."""
+        now = time.monotonic()
+        last = self._seen.get(run_id)
+        if last is not None and now - last[0] < self.SAMPLE_S:
+            return last[2]
+        found = session_cpu(pid) if pid else None
+        if found is None:
+            self._seen.pop(run_id, None)
+            return False
+        cpu, alive = found
+        if last is None:
+            verdict = alive > 0 and cpu / alive >= BUSY_SHARE
+        else:
+            verdict = (cpu - last[1]) / (now - last[0]) >= BUSY_SHARE
+        self._seen[run_id] = (now, cpu, verdict)
+        return verdict
+
+
+def first_unit_reported(live: Any) -> bool:
+    done = getattr(live, "done", None) if live is not None else None
+    return done is not None and done > 0
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ result asks (run a done phase again? type the id of a destructive one? override 
 check?) turns an answer into the next request. The console answers with dialogs, the CLI
 with its flags or a prompt; neither decides anything else, so both start phases alike.
 
-The questions come before the checks run: a destructive phase is confirmed first, so its
-checks run (and are journaled) once, not once before the question and again after it.
+The questions come before the checks run, and the checks are journaled once: a destructive
+phase's checks run before its confirmation too (a blocked one says so before anyone types
+its id), unjournaled, and again, journaled, by the start that follows the answer.
 `Project.start` still raises on a blocked or unconfirmed start; this module is the one
 place those exceptions become results."""
 
@@ -18,6 +19,7 @@ from console.core.checks.result import CheckResult
 from console.core.config.model import Phase
 from console.core.errors import Eagle3Error
 from console.core.project import Blocked, NeedsConfirmation, Project
+from console.core.reread import ConfigChanged
 from console.core.runs.rundir import RunDir
 from console.core.state import PhaseStatus
 
@@ -109,6 +111,9 @@ def ask(project: Project, request: StartRequest, status: PhaseStatus | None = No
     """The questions asked before any check runs, or None when the checks may run. Reads
     the phase's status unless given one; a confirmation reads the sizes of what the phase
     deletes and writes. Both do I/O: call it off a UI loop."""
+    refused = _reread(project, request)
+    if refused is not None:
+        return refused
     phase = project.config.phase(request.phase_id)
     st = status if status is not None else project.status(phase.id)
     if st.state in LIVE:
@@ -116,6 +121,11 @@ def ask(project: Project, request: StartRequest, status: PhaseStatus | None = No
     if st.state == "done" and not request.rerun:
         return RerunNeeded(request, [ph.id for ph in project.config.phases if phase.id in ph.needs])
     if phase.confirm and not request.confirmed:
+        # Typing the id of a phase that cannot start anyway is a question with no point:
+        # its checks say so first (not journaled here: the start that follows journals them).
+        results = project.check(phase.id, overrides=request.overrides, journal=False)
+        if any(r.blocking for r in results):
+            return BlockedStart(request, results)
         return ConfirmationNeeded(request, phase, project.confirmation_summary(phase.id))
     return None
 
@@ -123,6 +133,9 @@ def ask(project: Project, request: StartRequest, status: PhaseStatus | None = No
 def attempt(project: Project, request: StartRequest) -> Started | BlockedStart | ConfirmationNeeded | Refused:
     """The checks, then the detached run. Errors that are not an operator's business (a
     state dir on a full disk, a bug) propagate: the caller turns them into its one line."""
+    refused = _reread(project, request)
+    if refused is not None:
+        return refused
     try:
         run = project.start(request.phase_id, overrides=dict(request.overrides) or None,
                             confirmed=request.confirmed)
@@ -133,6 +146,20 @@ def attempt(project: Project, request: StartRequest) -> Started | BlockedStart |
     except Eagle3Error as exc:
         return Refused(request, str(exc))
     return Started(request, run, project.last_checks.get(request.phase_id))
+
+
+def _reread(project: Project, request: StartRequest) -> Refused | None:
+    """The config as its files say now (a console open for days, values saved by `eagle3
+    set` in another shell): a start runs what `eagle3 status` reads. Files that no longer
+    load refuse the start, since what would run is neither the old values nor the new."""
+    try:
+        project.reread()
+    except ConfigChanged:
+        pass  # kept as `broken` until the files load again
+    broken = project.source.broken if project.source is not None else None
+    if broken is None:
+        return None
+    return Refused(request, f"{request.phase_id} not started: {broken}; fix the file and start it again")
 
 
 def step(project: Project, request: StartRequest) -> StartResult:

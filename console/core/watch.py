@@ -17,6 +17,7 @@ from console.core.checks.result import CheckResult
 from console.core.journal import Journal
 from console.core.notify import Notifier, ended_notice
 from console.core.project import Project
+from console.core.reread import ConfigChanged
 from console.core.runs.manager import run_status
 from console.core.snapshot import Snapshot, SnapshotBuilder, SpaceNeed
 from console.core.stall import StallAlert, StallWatch
@@ -37,6 +38,8 @@ class Look:
     ended: list[PhaseStatus] = field(default_factory=list)
     alerts: list[StallAlert] = field(default_factory=list)
     attach_checks: dict[str, list[CheckResult]] = field(default_factory=dict)
+    reread: bool = False  # the config's files changed and this look is under the new config
+    config_error: str | None = None  # they changed and do not load (said once per change)
 
 
 def checks_from_journal(journal: Journal, phase_id: str, started_at: float | None) -> list[CheckResult] | None:
@@ -68,12 +71,15 @@ class PhaseWatch:
 
     def look(self, checks: Mapping[str, list[CheckResult]]) -> Look:
         """`checks`: the latest check results the console holds per phase (they decide
-        ready or blocked); a running phase found here is not looked up in the journal."""
+        ready or blocked); a running phase found here is not looked up in the journal.
+        The config is read again first when its files changed, so the states are judged
+        as `eagle3 status` judges them."""
+        reread, config_error = self._reread()
         snap = self.builder.build(checks=checks)
         # Journals and sends each silence once, whether this console or the run's launcher
         # (or another console) sees it first; what this console shows is its own (below).
         self.stall_watch.update(snap.phases, now=snap.t)
-        look = Look(snap)
+        look = Look(snap, reread=reread, config_error=config_error)
         if self._prev_states is None:
             for pv in snap.phases:
                 if pv.status.state in LIVE and pv.id not in checks:
@@ -94,6 +100,16 @@ class PhaseWatch:
                 event, summary = ended_notice(st)
                 self.notifier.fire(event, st.phase.id, st.state, st.run.run_id, summary)
         return look
+
+    def _reread(self) -> tuple[bool, str | None]:
+        try:
+            changed = self.project.reread()
+        except ConfigChanged as e:
+            return False, str(e)
+        if changed:  # notifications and stall records follow the new config and state dir
+            self.notifier = Notifier(self.project.config, self.project.journal)
+            self.stall_watch.journal, self.stall_watch.notifier = self.project.journal, self.notifier
+        return changed, None
 
     def space_needs(self, snap: Snapshot | None, forecast: DiskForecast) -> dict[str, SpaceNeed]:
         """{volume: bytes the running phases still have to write there}."""

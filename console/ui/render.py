@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from textual.content import Content
 
 from console.core.durations import format_duration
+from console.core.rates import compact_number
 from pipeline.sizes import format_bytes
 
 STATE_GLYPHS: dict[str, tuple[str, str]] = {
@@ -127,14 +128,7 @@ def fmt_duration(s: float | None) -> str:
 
 
 def fmt_rate(x: float | None, unit: str = "") -> str:
-    if x is None or not math.isfinite(x):
-        return "—"
-    if abs(x) >= 1e15:
-        return f"{x:.0e}{unit}"  # no counter goes this fast: show the order, in bounded width
-    for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.1f}{suffix}{unit}"
-    return f"{x:.1f}{unit}" if abs(x) < 100 else f"{x:.0f}{unit}"
+    return compact_number(x, unit)
 
 
 def fit(text: str, width: int) -> str:

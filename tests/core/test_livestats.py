@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.livestats import EventTail, LiveStats
+from console.core.livestats import EventTail, LiveStats, headline_metrics
+from console.core.rates import format_rate
 from pipeline.events import Event, EventWriter
 
 
@@ -200,3 +201,41 @@ def test_an_events_file_replaced_by_a_fifo_is_not_waited_on(tmp_path):
     probe = f"from console.core.livestats import EventTail\nassert EventTail({str(ev)!r}).poll() == []\n"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_phase_reporting_minutes_apart_gets_a_rate_and_eta_from_its_own_cadence():
+    """Train on a CPU reports a step every few minutes: a fixed 30 s window held one point
+    and the console said "ETA estimating…" at 75 %."""
+    st = LiveStats()
+    st.feed([Event(1000.0 + 180 * i, "progress", {"done": 10 * i, "total": 40, "unit": "steps"}) for i in range(4)])
+    assert st.rate == pytest.approx(10 / 180)
+    assert st.eta_s == pytest.approx(180.0)
+    assert not st.snapshot().estimating
+
+
+def test_failed_records_are_kept_beside_the_done_ones():
+    st = LiveStats()
+    st.feed([Event(1.0, "progress", {"done": 16, "total": 16, "unit": "records", "failed": 8})])
+    assert (st.snapshot().done, st.snapshot().failed) == (16, 8)
+
+
+@pytest.mark.parametrize(("rate", "unit", "shown"), [
+    (12.34, "samples", "12.3 samples/s"),
+    (0.5, "prompts", "30.0 prompts/min"),
+    (0.05, "prompts", "20s/prompt"),
+    (1 / 780, "steps", "13m00s/step"),
+    (0.004, "", "4m10s/item"),
+])
+def test_a_slow_rate_reads_per_minute_or_as_time_per_unit_never_zero_per_second(rate, unit, shown):
+    assert format_rate(rate, unit) == shown
+
+
+def test_a_noisy_training_loss_reads_smoothed_beside_the_last_validation_loss():
+    st = LiveStats()
+    swings = [1.2, 5.0, 2.0, 3.4] * 10  # batches swing; their mean is 2.9
+    st.feed([Event(float(i), "metric", {"name": "lr", "value": 1e-4}) for i in range(3)])
+    st.feed([Event(float(i), "metric", {"name": "loss", "value": v}) for i, v in enumerate(swings)])
+    st.feed([Event(50.0, "metric", {"name": "val_loss", "value": 1.25})])
+    figures = headline_metrics(st.snapshot().metrics)
+    assert [f.label for f in figures[:2]] == ["loss 2.9 (avg 20)", "val_loss 1.25"]
+    assert figures[0].values[-1] == 3.4  # the sparkline still draws every batch

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,11 +46,17 @@ def test_a_run_whose_launcher_is_still_starting_is_not_silent(tmp_path: Path) ->
     has not started, so its silence, and a stall, count only from the launcher's start."""
     phase = Phase(id="q", title="q", argv=("x",), stall_after=1.0)
     created = time.time() - 60
-    starting = PhaseStatus(phase=phase, state="running", run=RunDir(tmp_path / "r"), started_at=created)
-    started = PhaseStatus(phase=phase, state="running", run=RunDir(tmp_path / "r"), started_at=created,
-                          pid=os.getpid())
-    views = [SnapshotBuilder(SimpleNamespace(statuses=lambda checks=None, st=st: [st])).build().phases[0]
-             for st in (starting, started)]
+    # The started run's process: idle, in a session of its own (as a launcher's phase is).
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)  # wait-ok: the run's own work
+    try:
+        starting = PhaseStatus(phase=phase, state="running", run=RunDir(tmp_path / "r"), started_at=created)
+        started = PhaseStatus(phase=phase, state="running", run=RunDir(tmp_path / "r"), started_at=created,
+                              pid=idle.pid)
+        views = [SnapshotBuilder(SimpleNamespace(statuses=lambda checks=None, st=st: [st])).build().phases[0]
+                 for st in (starting, started)]
+    finally:
+        idle.kill()
+        idle.wait()
     assert [(v.silent_s is None, v.stalled) for v in views] == [(True, False), (False, True)]
 
 
@@ -70,3 +77,75 @@ def test_one_alert_per_silence_journaled_and_again_after_it_speaks(tmp_path: Pat
     events = [r["event"] for r in journal.read(phase="extract")]
     assert events == ["stalled", "stall_cleared", "stalled"]
     assert "no progress event and no log line" in journal.read(events={"stalled"})[0]["message"]
+
+
+FIRST_UNIT_CFG = """\
+name: first
+vars: {work: ./work}
+state_dir: ${work}/state
+phases:
+  - id: busy
+    stall_after: 1s
+    run: [python3, -c, "import os, time\\nwhile not os.path.exists('work/stop'): sum(range(10000))"]
+  - id: idle
+    stall_after: 1s
+    run: [python3, -c, "import os, time\\nwhile not os.path.exists('work/stop'): time.sleep(0.05)"]  # wait-ok: the phase's own work
+  - id: counted
+    stall_after: 1s
+    run:
+      - python3
+      - -c
+      - |
+        import json, os, time
+        with open(os.environ['EAGLE3_EVENTS'], 'a') as f:
+            f.write(json.dumps({'t': time.time(), 'kind': 'progress', 'done': 1, 'total': 9}) + '\\n')
+        while not os.path.exists('work/stop'): sum(range(10000))
+"""
+
+
+def _views_until(project, phase_id: str, silent_for: float) -> list:  # type: ignore[no-untyped-def]
+    """Looks at a running phase, as a console does, until it has been silent `silent_for` s."""
+    builder = SnapshotBuilder(project)
+    views: list = []
+
+    def silent_enough():  # type: ignore[no-untyped-def]
+        pv = next(v for v in builder.build().phases if v.id == phase_id)
+        views.append(pv)
+        return pv.status.state == "running" and (pv.silent_s or 0) >= silent_for
+
+    from core_harness import wait_for
+
+    wait_for(silent_enough, timeout=60, what=f"{phase_id} silent for {silent_for}s")
+    return views
+
+
+def test_a_phase_busy_before_its_first_unit_is_not_called_stalled(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A long first batch (regenerate on a CPU: 10 minutes before its first record) prints
+    nothing and reports nothing, but works: its processes use CPU. Before its first unit,
+    a silent phase counts as stalled only when its processes are idle too."""
+    from console.core.project import Project
+
+    (tmp_path / "work").mkdir()
+    cfg = tmp_path / "first.yaml"
+    cfg.write_text(FIRST_UNIT_CFG)
+    monkeypatch.chdir(tmp_path)
+    project = Project.load(cfg)
+    try:
+        for pid in ("busy", "idle", "counted"):
+            project.start(pid)
+        busy = _views_until(project, "busy", 3.0)
+        assert not any(v.stalled for v in busy), [(v.silent_s, v.stalled) for v in busy]
+        assert busy[-1].awaiting_first_unit
+        from console.cli import main
+
+        capsys.readouterr()
+        main(["status", str(cfg)])
+        assert "working on its first unit: silent for" in capsys.readouterr().out  # what status says instead
+        idle = _views_until(project, "idle", 3.0)
+        assert idle[-1].stalled and not idle[-1].awaiting_first_unit  # silent and idle: stalled
+        counted = _views_until(project, "counted", 3.0)
+        assert counted[-1].stalled  # it has reported a unit: silence alone is a stall, as before
+    finally:
+        (tmp_path / "work" / "stop").touch()
+        for pid in ("busy", "idle", "counted"):
+            project.stop(pid, grace=2)

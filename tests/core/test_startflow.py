@@ -220,3 +220,34 @@ def test_a_destructive_start_that_skipped_the_questions_still_asks_for_its_id(pr
     question = attempt(project, StartRequest("wipe"))
     assert isinstance(question, ConfirmationNeeded) and "deletes:" in question.summary
     assert project.run_dir("wipe") is None and (Path("work") / "old").exists()
+
+
+def test_a_destructive_phase_whose_needs_are_not_done_says_blocked_before_asking_for_its_id(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`r` on clean before merge asked the operator to type `clean`, and only then said it
+    was blocked."""
+    (tmp_path / "work").mkdir()
+    cfg = tmp_path / "order.yaml"
+    cfg.write_text(textwrap.dedent("""\
+        name: order
+        vars: {work: ./work}
+        state_dir: ${work}/state
+        phases:
+          - id: merge
+            run: [python, -c, "print('merged')"]
+          - id: clean
+            confirm: true
+            needs: [merge]
+            run: [python, -c, "print('cleaned')"]
+        """))
+    monkeypatch.chdir(tmp_path)
+    project = Project.load(cfg)
+    first = step(project, StartRequest("clean"))
+    assert isinstance(first, BlockedStart), first
+    assert [r.name for r in first.failing] == ["needs-done"] and "merge is ready" in first.failing[0].message
+    assert _events(project, "clean", "checks") == []  # a question, not a decision: nothing journaled
+    confirm = step(project, first.answer({"needs-done": "merged by hand"}))  # type: ignore[arg-type]
+    assert isinstance(confirm, ConfirmationNeeded)  # overridden: now the id is asked for
+    started = step(project, confirm.answer(True))  # type: ignore[arg-type]
+    _finish(project, started)
+    assert len(_events(project, "clean", "checks")) == 1

@@ -223,4 +223,87 @@ def test_help_wraps_with_a_hanging_indent(snap_compare, snap_project, size: tupl
     assert snap_compare(_app(snap_project), terminal_size=size, run_before=settle)
 
 
+def test_train_blocked_dialog_opens_at_its_header(snap_compare, snap_project) -> None:  # type: ignore[no-untyped-def]
+    """A fresh pipeline's train: three failing checks, a command's argv in the evidence;
+    the dialog opens at "3 check(s) fail", not scrolled to the argv."""
+    from test_ui_newcomer_80x24 import train_blocked
+
+    from console.ui.screens.blocked_dialog import BlockedDialog
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, run=False)
+        pilot.app.push_screen(BlockedDialog("train", train_blocked()))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, BlockedDialog) and pilot.app.screen.is_mounted,
+                       what="dialog")
+        pilot.app.clear_notifications()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(snap_project), terminal_size=(80, 24), run_before=settle)
+
+
+def test_a_toast_on_the_log_screen_leaves_its_header(snap_compare, snap_project) -> None:  # type: ignore[no-untyped-def]
+    from console.ui.screens.log_screen import LogScreen
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, run=False)
+        pilot.app.push_screen(LogScreen("prep", lambda: None, interval=3600))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, LogScreen) and pilot.app.screen.is_mounted,
+                       what="the log screen")
+        screen = pilot.app.screen
+        screen.poller.stop(wait=10)
+        screen.post_message(LogLines("pinned", [f"prep line {i}" for i in range(40)], "", reset=True,
+                                     path=LOG_PATH))
+        view = screen.query_one(LogView)
+        await wait_for(pilot, lambda: len(view.lines) == 40 and view.settled, what="the lines drawn")
+        pilot.app.clear_notifications()
+        pilot.app.notify("prep done", title="phase ended", timeout=600)
+        await wait_for(pilot, lambda: screen.query("Toast"), what="the toast")
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(snap_project), terminal_size=(80, 24), run_before=settle)
+
+
+def test_the_phases_title_names_the_target_in_effect(snap_compare, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from test_ui_newcomer_80x24 import TARGET
+
+    from console.core.config.saved import write_saved
+
+    cfg = write_config(tmp_path)
+    cfg.write_text(cfg.read_text().replace("  workdir: ./work\n", "  workdir: ./work\n  target: ./models/base\n"))
+    write_saved(cfg, {"target": TARGET})
+    project = Project.load(cfg)
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, run=False)
+        pilot.app.clear_notifications()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    try:
+        assert snap_compare(_app(project), terminal_size=(80, 24), run_before=settle)
+    finally:
+        stop_all(project)
+
+
+def test_the_detail_log_wraps_a_long_line(snap_compare, snap_project) -> None:  # type: ignore[no-untyped-def]
+    """A skip summary longer than the pane at 80x24: on rows of its own, indented, whole."""
+    from test_ui_newcomer_80x24 import SKIP_SUMMARY
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, run=False)
+        main = pilot.app.main_screen()
+        main.query_one("#phases").select_id("prep")
+        await wait_for(pilot, lambda: main.selected == "prep", what="prep selected")
+        view = main.query_one("#log", LogView)
+        main.post_message(LogLines("pinned", ["regenerate: done", SKIP_SUMMARY], "", reset=True, path=LOG_PATH))
+        await wait_for(pilot, lambda: view.last_line == SKIP_SUMMARY and view.settled, what="the lines drawn")
+        pilot.app.clear_notifications()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(snap_project), terminal_size=(80, 24), run_before=settle)
+
+
 __all__ = ["AtTime"]

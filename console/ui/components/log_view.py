@@ -31,6 +31,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.timer import Timer
 
+from console.ui.components.wrapped_rows import WrappedRows
 from console.ui.render import cut_left
 
 _MAX_WIDTH = 1000
@@ -59,9 +60,12 @@ class LogView(ScrollView, can_focus=True):
 
     follow: reactive[bool] = reactive(True)
 
-    def __init__(self, max_lines: int = 5000, titled: bool = False, frame_s: float = FRAME_S, **kw: Any) -> None:
+    def __init__(self, max_lines: int = 5000, titled: bool = False, frame_s: float = FRAME_S,
+                 wrap: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.titled = titled  # the border title names the file and says following or paused
+        self.wrap = wrap  # long lines take more rows (a narrow pane), instead of scrolling sideways
+        self._wrapped = WrappedRows()
         self.source: str | None = None
         self.max_lines = max_lines
         self.frame_s = frame_s
@@ -86,6 +90,7 @@ class LogView(ScrollView, can_focus=True):
 
     # -- content ------------------------------------------------------------------
     def clear(self) -> None:
+        self._wrapped.reset()
         self.lines = []
         self.partial = ""
         self.dropped = 0
@@ -96,10 +101,15 @@ class LogView(ScrollView, can_focus=True):
 
     def append(self, lines: Iterable[str], partial: str = "") -> None:
         new = list(lines)
+        if not new and partial == self.partial:
+            return
+        if self.wrap:
+            self._wrapped.sync(self.lines, self._wrap_width())  # so a cut below is counted in rows
         cut = 0
         if len(new) >= self.max_lines:
             cut = len(self.lines) + len(new) - self.max_lines
             self.lines = new[-self.max_lines:]
+            self._wrapped.reset()
         else:
             self.lines.extend(new)
             over = len(self.lines) - self.max_lines
@@ -108,8 +118,8 @@ class LogView(ScrollView, can_focus=True):
                 cut = over + self.max_lines // 10
                 del self.lines[:cut]
         self.dropped += cut
-        if not new and partial == self.partial:
-            return
+        if cut and self.wrap and len(new) < self.max_lines:
+            cut = self._wrapped.cut(cut)  # paused, the view moves up by rows, not lines
         self.partial = partial
         for ln in new[-200:]:
             if len(ln) > self._width:
@@ -124,6 +134,22 @@ class LogView(ScrollView, can_focus=True):
     @property
     def line_count(self) -> int:
         return len(self.lines) + (1 if self.partial else 0)
+
+    # -- wrapped rows (wrap=True) ----------------------------------------------------
+    def _wrap_width(self) -> int:
+        return self.scrollable_content_region.width if self.is_attached else 0
+
+    def _rows(self) -> tuple[list[str], list[str]]:
+        """The rows of the complete lines and of the partial one, at the pane's width."""
+        self._wrapped.sync(self.lines, self._wrap_width())
+        return self._wrapped.rows, self._wrapped.partial_rows(self.partial)
+
+    def line_count_rows(self) -> int:
+        """Rows the content takes: its lines, or their wrapped rows."""
+        if not (self.wrap and self._wrap_width()):
+            return self.line_count
+        rows, partial = self._rows()
+        return len(rows) + len(partial)
 
     def text_at(self, index: int) -> str | None:
         if 0 <= index < len(self.lines):
@@ -185,7 +211,10 @@ class LogView(ScrollView, can_focus=True):
         the vertical scrollbar is hidden, so only a wider line needs a layout."""
         if not self.is_attached:
             return
-        size = Size(self._width, self.line_count)
+        if self.wrap and self._wrap_width():
+            size = Size(self._wrap_width(), self.line_count_rows())
+        else:
+            size = Size(self._width, self.line_count)
         if self.follow:
             if size.width != self.virtual_size.width:
                 self.virtual_size = Size(size.width, self.virtual_size.height)
@@ -200,7 +229,7 @@ class LogView(ScrollView, can_focus=True):
 
     @property
     def end_y(self) -> int:
-        return max(0, self.line_count - self.scrollable_content_region.height)
+        return max(0, self.line_count_rows() - self.scrollable_content_region.height)
 
     def on_mount(self) -> None:
         self._sync_size()
@@ -213,6 +242,8 @@ class LogView(ScrollView, can_focus=True):
             # Drawn at another size; a resize also comes after a layout that only changed the
             # scroll range, once the rows are already drawn at this size, and those still hold.
             self._drawn = {}
+            if self.wrap:
+                self._sync_size()  # as many rows as the new width wraps to
 
     def set_source(self, path: str | None) -> None:
         if path != self.source:
@@ -267,7 +298,7 @@ class LogView(ScrollView, can_focus=True):
             return self._view
         region = self.scrollable_content_region
         scroll_x, scroll_y = self.scroll_offset
-        top = max(0, self.line_count - region.height) if self.follow else scroll_y
+        top = max(0, self.line_count_rows() - region.height) if self.follow else scroll_y
         view = (region.width, region.height, top, scroll_x)
         if self._in_pass:
             self._view = view
@@ -285,6 +316,13 @@ class LogView(ScrollView, can_focus=True):
     def _key(self, y: int, view: tuple[int, int, int, int]) -> tuple[Any, ...]:
         width, _, top, scroll_x = view
         index = top + y
+        pattern = self.search.pattern if self.search is not None else None
+        if self.wrap and width:
+            rows, partial_rows = self._rows()
+            if index < len(rows):
+                return (rows[index], False, 0, width, pattern)
+            rest = index - len(rows)
+            return (partial_rows[rest] if rest < len(partial_rows) else None, rest < len(partial_rows), 0, width, pattern)
         lines = self.lines
         if index < len(lines):
             text: str | None = lines[index]
@@ -292,7 +330,6 @@ class LogView(ScrollView, can_focus=True):
         else:
             text = self.text_at(index)
             partial = text is not None
-        pattern = self.search.pattern if self.search is not None else None
         return (text, partial, scroll_x, width, pattern)
 
     def render_lines(self, crop: Region) -> list[Strip]:

@@ -9,7 +9,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.core.livestats import LiveSnapshot
+from console.core.livestats import LiveSnapshot, headline_metrics
+from console.core.rates import format_rate
 from console.ui.render import bar, fit, fmt_bytes, fmt_duration, fmt_rate, sparkline
 
 
@@ -31,13 +32,13 @@ def stats_lines(s: LiveSnapshot | None, width: int, compact: bool = False) -> li
     out: list[Content] = []
     if s.done is not None:
         frac = s.fraction
-        count = f"{_num(s.done)}/{_num(s.total)} {s.unit or ''}".strip()
+        count = f"{_num(s.done)}/{_num(s.total)} {s.unit or ''}".strip() + (f", {_num(s.failed)} failed" if s.failed else "")
         pct = f"{100 * frac:5.1f}%" if frac is not None else ""
         bar_w = max(6, width - len(count) - len(pct) - 2)
         out.append(Content.assemble(bar(frac, bar_w, "$success"), " ", (pct, "bold"), " ", count))
     facts = []
     if s.rate is not None:
-        facts.append(f"{fmt_rate(s.rate)} {s.unit or 'items'}/s")
+        facts.append(format_rate(s.rate, s.unit or ""))
     if s.eta_s is not None:
         facts.append(f"ETA {fmt_duration(s.eta_s)}")
     elif s.estimating:
@@ -48,18 +49,17 @@ def stats_lines(s: LiveSnapshot | None, width: int, compact: bool = False) -> li
         facts.append(f"{fmt_bytes(s.remaining_bytes)} to go")
     if s.tokens_per_s is not None:
         facts.append(f"{fmt_rate(s.tokens_per_s)} tok/s")
+    figures = headline_metrics(s.metrics)
     if compact:
-        facts += [f"{name} {values[-1]:.4g}" for name, values in list(s.metrics.items())[:2] if values]
+        facts += [f.label for f in figures[:2]]
     if facts:
         out.append(Content.styled(fit(" · ".join(facts), width), "$text"))
     if compact:
         return out
-    for name, values in list(s.metrics.items())[: (3 if width >= 100 else 2)]:
-        last = values[-1] if values else None
-        label = f"{name} {last:.4g}" if last is not None else name
-        label_w = min(24, max(len(label) + 1, 12))
-        out.append(Content.assemble((fit(label, label_w), "$text-muted"),
-                                    (sparkline(values, max(4, width - label_w)), "$accent")))
+    for figure in figures[: (3 if width >= 100 else 2)]:
+        label_w = min(26, max(len(figure.label) + 1, 12))
+        out.append(Content.assemble((fit(figure.label, label_w), "$text-muted"),
+                                    (sparkline(figure.values, max(4, width - label_w)), "$accent")))
     msg = s.last_message
     if msg is not None and msg.level in ("warning", "error"):
         out.append(Content.styled(fit(f"{msg.level}: {msg.text}", width),

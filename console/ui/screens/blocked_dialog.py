@@ -88,8 +88,10 @@ class BlockedDialog(ModalScreen[dict[str, str] | None]):
 
     def on_mount(self) -> None:
         fit_scroll(self, "#dialog-scroll")
+        # Focus without scrolling to the list: the dialog opens at its header, which says
+        # how many checks fail and what to do, not at the end of the evidence.
         if self.offered:
-            self.query_one("#blocked-checks").focus()
+            self.query_one("#blocked-checks").focus(scroll_visible=False)
         else:
             self.query_one("#blocked-checks").display = False
             self.query_one("#blocked-cancel").focus()

@@ -42,7 +42,7 @@ STATE_TEXT = {
 }
 
 
-KEY_W = 12  # "  ctrl+p    ": where every description starts, and where it continues
+KEY_W = 14  # "  ◐ verifying ": where every description starts (the longest state and a space), and where it continues
 
 
 def _hanging(label: Content, text: str, style: str, width: int | None, indent: int = KEY_W) -> list[Content]:
@@ -57,7 +57,8 @@ def _hanging(label: Content, text: str, style: str, width: int | None, indent: i
 
 
 def help_text(width: int | None = None) -> Content:
-    rows: list[Content] = [Content.styled("Keys", "bold $accent")]
+    rows: list[Content] = [*_hanging(Content(""), "esc closes this help (q and ? too)", "$text-muted", width, indent=0),
+                           Content(""), Content.styled("Keys", "bold $accent")]
     for key, what in KEYS:
         rows += _hanging(Content.styled(f"  {key:<{KEY_W - 2}}", "bold"), what, "", width)
     rows += [Content(""), Content.styled("States", "bold $accent")]
@@ -95,6 +96,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="dialog-box") as box:
             box.border_title = "eagle3 console: help"
+            box.border_subtitle = "esc closes"
             yield HelpText(classes="dialog-text", id="help-text")
 
     def action_close(self) -> None:

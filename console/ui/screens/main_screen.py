@@ -96,13 +96,26 @@ class Intervals:
         self.preflight = preflight  # re-check ready/blocked phases this often; 0 turns it off
 
 
-def phases_title(name: str, saved: dict[str, str], width: int = 60) -> str:
-    """The config's name and the overrides `eagle3 set` saved, which every command applies:
-    an operator sees at a glance that the YAML is not the whole story."""
-    title = f"phases · {name}"
-    if saved:
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(saved.items()))
-        title += f" · set {shown}"
+def _short(value: str, room: int = 24) -> str:
+    """A long path by its last part: a model folder is known by its name."""
+    if len(value) <= room or "/" not in value.rstrip("/"):
+        return value
+    return "…/" + value.rstrip("/").rsplit("/", 1)[-1]
+
+
+def phases_title(name: str, saved: dict[str, str], width: int = 60, target: str | None = None) -> str:
+    """The config's name, the target model in effect (a `target` variable, from the YAML
+    or saved), and the overrides `eagle3 set` saved, which every command applies: an
+    operator sees at a glance that the YAML is not the whole story. Short of room, the
+    target comes first: it is what a run is about."""
+    shown = ", ".join(f"{k}={_short(v)}" for k, v in sorted(saved.items()) if k != "target" or not target)
+    rest = f" · set {shown}" if shown else ""
+    if target:
+        who = f"target {_short(target, 0)}"
+        title = next((t for t in (f"phases · {name} · {who}{rest}", f"{who} · {name}{rest}")
+                      if len(t) <= width), f"{who} · {name}{rest}")
+    else:
+        title = f"phases · {name}{rest}"
     return title if len(title) <= width else title[: width - 1] + "…"
 
 
@@ -148,6 +161,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.by_id: dict[str, PhaseStatus] = {}
         self.stats: dict[str, LiveSnapshot] = {}
         self.stalled: set[str] = set()
+        self.first_unit: set[str] = set()  # silent past stall_after, busy on their first unit
         self.checks: dict[str, list[CheckResult]] = {}  # replaced, never mutated: pollers read it
         self.shown: dict[str, tuple[str, list[CheckResult]]] = {}
         self.ended: list[tuple[str, str]] = []
@@ -185,13 +199,12 @@ class MainScreen(WorkerNotices, Screen[None]):
             yield DetailCharts(str(self.project.config.root), interval=self.iv.journal, id="charts")
             with Horizontal(id="detail-body"):
                 yield ChecksView(id="checks")
-                yield LogView(max_lines=DETAIL_LOG_LINES, titled=True, id="log")
+                yield LogView(max_lines=DETAIL_LOG_LINES, titled=True, wrap=True, id="log")
                 yield JournalView(id="journal")
         yield Footer()
 
     def on_mount(self) -> None:
-        cfg = self.project.config
-        self.query_one("#phases").border_title = phases_title(cfg.name, cfg.saved_overrides)
+        self._title_phases()
         self.query_one("#storage").border_title = "disk · shm · host"
         self.query_one("#journal").border_title = "journal"
         self.query_one("#stats").display = False
@@ -207,6 +220,13 @@ class MainScreen(WorkerNotices, Screen[None]):
 
     def on_resize(self) -> None:
         self._layout_flags()
+        self._title_phases()
+
+    def _title_phases(self) -> None:
+        cfg = self.project.config
+        plist = self.query_one("#phases")
+        width = plist.size.width - 4 if plist.size.width > 8 else 60  # the border's corners and padding
+        plist.border_title = phases_title(cfg.name, cfg.saved_overrides, width, cfg.vars.get("target"))
 
     def _layout_flags(self) -> None:
         """What the pollers may read without touching the DOM, and the compact stats."""
@@ -269,7 +289,13 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.by_id = {s.phase.id: s for s in self.statuses}
         self.stats = snap.stats
         self.stalled = {pv.id for pv in snap.phases if pv.stalled}
+        self.first_unit = {pv.id for pv in snap.phases if pv.awaiting_first_unit}
         self._sessions = snap.sessions()
+        if look.reread:
+            self._config_reread()
+        if look.config_error:
+            self.notify(f"{look.config_error}. The console keeps the values it had and starts "
+                        f"nothing until the file loads again.", title="config", severity="error", timeout=30)
         for pid, results in look.attach_checks.items():
             self.remember_checks(pid, "check", results, redraw=False)
         plist = self.query_one(PhaseList)
@@ -284,6 +310,17 @@ class MainScreen(WorkerNotices, Screen[None]):
             self._stalled(alert)
         self._show_detail()
         self._auto_preflight()
+
+    def _config_reread(self) -> None:
+        """The config's files changed and the project took them: check results judged under
+        the old values are dropped (the pre-flight runs again), the titles say the values
+        now in effect."""
+        cfg = self.project.config
+        self.checks, self.shown = {}, {}
+        self.preflights = PreflightSchedule(self.iv.preflight)
+        self._title_phases()
+        self.notify(f"{cfg.path.name} or its saved overrides changed: the console now uses them",
+                    title="config", timeout=6)
 
     def _select_on_attach(self, plist: PhaseList) -> None:
         """Open on what matters: the running phase, else the first that is not done."""
@@ -366,6 +403,8 @@ class MainScreen(WorkerNotices, Screen[None]):
                            (st.state, state_style(st.state))]
         if stalled:
             bits += ["  ", ("⚠ stalled", "bold $warning")]
+        elif ph.id in self.first_unit and st.state == "running":
+            bits += ["  ", ("busy on its first unit", "$text-muted")]
         dur = phase_duration(st, self.clock())
         if dur is not None:
             bits += [" ", (fmt_duration(dur), "$text-muted")]

@@ -1,0 +1,63 @@
+"""A log's lines cut into rows at one width, for a pane narrower than its lines (the detail
+log at 80x24). Kept up to date as lines are appended and the oldest leave, instead of
+built again: a followed log adds lines many times a second and keeps a thousand."""
+
+from __future__ import annotations
+
+WRAP_INDENT = "  "  # a wrapped line's next rows start here, so a new line stands out
+WRAP_MAX_ROWS = 50  # rows one line may take; past them it ends in "…"
+
+
+def wrap_rows(text: str, width: int) -> list[str]:
+    """`text` cut into rows of `width` cells (a character a cell: log lines are mostly ASCII),
+    the rows after the first indented."""
+    if width <= len(WRAP_INDENT) + 4 or len(text) <= width:
+        return [text]
+    rows, rest, room = [text[:width]], text[width:], width - len(WRAP_INDENT)
+    while rest:
+        if len(rows) == WRAP_MAX_ROWS:
+            rows[-1] = rows[-1][:-1] + "…"
+            break
+        rows.append(WRAP_INDENT + rest[:room])
+        rest = rest[room:]
+    return rows
+
+
+class WrappedRows:
+    """The rows of the complete lines (`rows`) and of the partial one (`partial_rows`).
+
+    `sync(lines, width)` wraps the lines added since the last call (all of them after a width
+    change or a `reset`); `cut(n)` drops the rows of the first n lines, as the log drops them."""
+
+    def __init__(self) -> None:
+        self.width = 0
+        self.rows: list[str] = []
+        self.counts: list[int] = []  # rows of each line wrapped so far
+        self._partial: tuple[str, int, list[str]] = ("", 0, [])
+
+    def reset(self) -> None:
+        self.rows, self.counts = [], []
+
+    def sync(self, lines: list[str], width: int) -> None:
+        if width != self.width:
+            self.width = width
+            self.reset()
+        for text in lines[len(self.counts):]:
+            rows = wrap_rows(text, width)
+            self.rows.extend(rows)
+            self.counts.append(len(rows))
+
+    def cut(self, n: int) -> int:
+        """Forget the first `n` lines; the rows they took."""
+        n = min(n, len(self.counts))
+        gone = sum(self.counts[:n])
+        del self.counts[:n]
+        del self.rows[:gone]
+        return gone
+
+    def partial_rows(self, text: str) -> list[str]:
+        if not text:
+            return []
+        if self._partial[:2] != (text, self.width):
+            self._partial = (text, self.width, wrap_rows(text, self.width))
+        return self._partial[2]

@@ -1,0 +1,36 @@
+"""The detail pane's figures as a newcomer read them on a CPU: an evaluate at one prompt
+every 20 s, a regenerate whose records half failed, a train whose batch loss swings."""
+
+from __future__ import annotations
+
+from console.core.livestats import LiveSnapshot
+from console.ui.components.stats_panel import stats_lines
+
+
+def _snap(**kw) -> LiveSnapshot:  # type: ignore[no-untyped-def]
+    base = dict(done=None, total=None, unit=None, fraction=None, rate=None, eta_s=None, bytes_written=None,
+                tokens_per_s=None, remaining_bytes=None, last_progress_t=None, last_message=None)
+    return LiveSnapshot(**{**base, **kw})
+
+
+def _text(snap: LiveSnapshot, width: int = 78, compact: bool = True) -> str:
+    return "\n".join(line.plain for line in stats_lines(snap, width, compact))
+
+
+def test_a_slow_evaluate_reads_time_per_prompt_not_zero_per_second() -> None:
+    text = _text(_snap(done=3, total=32, unit="prompts", fraction=3 / 32, rate=0.05, eta_s=580))
+    assert "20s/prompt" in text and "ETA 9m40s" in text
+    assert "0.0" not in text
+
+
+def test_failed_records_show_beside_the_done_ones() -> None:
+    text = _text(_snap(done=16, total=16, unit="records", fraction=1.0, failed=8, ended=True))
+    assert "16/16 records, 8 failed" in text
+
+
+def test_train_shows_the_smoothed_loss_beside_the_last_validation_loss() -> None:
+    metrics = {"lr": [1e-4], "loss": [1.2, 5.0, 2.0, 3.4] * 10, "val_loss": [1.25]}
+    for compact in (True, False):
+        text = _text(_snap(done=30, total=40, unit="steps", fraction=0.75, metrics=metrics), 100, compact)
+        assert "loss 2.9 (avg 20)" in text and "val_loss 1.25" in text, text
+        assert "loss 3.4 " not in text
