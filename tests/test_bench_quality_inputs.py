@@ -148,3 +148,11 @@ def test_a_source_reads_the_same_from_its_file_its_xz_copy_and_its_wheel(tmp_pat
     (tmp_path / "cut.json.xz").write_bytes((tmp_path / "dataset.json.xz").read_bytes()[:40])
     with pytest.raises(qi.InputError, match="--chitchat .*cut.json.xz: not a whole xz file"):
         qi.source_bytes(tmp_path / "cut.json.xz", "--chitchat", "/dataset.json")
+
+
+def test_the_first_mtbench_prompts_span_every_category_not_only_the_first():
+    lines = [json.dumps({"question_id": 81 + i, "category": cat, "turns": [f"{cat} {i}", "again"]})
+             for i, cat in enumerate(["writing"] * 3 + ["math"] * 3 + ["coding"] * 2)]
+    prompts, _ = qi.mtbench_prompts("\n".join(lines))
+    assert [p["category"] for p in prompts[:3]] == ["writing", "math", "coding"]
+    assert [p["id"] for p in prompts] == [f"mtbench:{q}" for q in (81, 84, 87, 82, 85, 88, 83, 86)]
