@@ -65,6 +65,11 @@ def test_the_last_calls_result_holds_every_earlier_calls_lines(tmp_path, capsys)
     second("train: 700 steps")
     assert (tmp_path / "call2.txt").read_text() == "regen: 511 records\ntrain: 700 steps\n"
     assert (tmp_path / "call1.txt").read_text() == "regen: 511 records\n"
+    third = recipe.RunLog(tmp_path / "call3.txt", history)
+    third("split: another seed")
+    third.restart()  # a new split: the lines about the old data go
+    third("regen: 90 records")
+    assert (tmp_path / "call3.txt").read_text() == history.read_text() == "split: another seed\nregen: 90 records\n"
 
 
 def _opts(tmp_path: Path, *extra: str) -> argparse.Namespace:
