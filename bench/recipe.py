@@ -534,8 +534,18 @@ def nan(x: object) -> float:
     return float("nan") if x is None else float(x)
 
 
+def phases_line(c: Ctx) -> str:
+    phases = c.state.data.get("phases", {})
+    return "phases (summed over calls): " + ", ".join(
+        f"{p} {v['seconds']:.0f}s" + (f" ({v['calls']} calls)" if v["calls"] > 1 else "")
+        for p, v in phases.items()) + f"; total {sum(v['seconds'] for v in phases.values()):.0f}s"
+
+
 def report(c: Ctx) -> None:
     a, log = c.a, c.log
+    if not any((run_dir(a, arm) / "summary.json").exists() for arm in a.arms):
+        log(phases_line(c) + "; no arm trained yet")
+        return
     log("")
     log("acceptance on held-out prompts (pipeline.evaluate, greedy verification, local target):")
     figures = {}
@@ -565,10 +575,7 @@ def report(c: Ctx) -> None:
         log(f"best acceptance length at 3 draft steps on held-out ShareGPT prompts: {al:.3f} ({name}); " + (
             "--small: a tiny random target, so this proves the plumbing, not the recipe" if a.small
             else "target >= 2.0, aim 2.3"))
-    phases = c.state.data.get("phases", {})
-    log("phases (summed over calls): " + ", ".join(
-        f"{p} {v['seconds']:.0f}s" + (f" ({v['calls']} calls)" if v["calls"] > 1 else "")
-        for p, v in phases.items()) + f"; total {sum(v['seconds'] for v in phases.values()):.0f}s")
+    log(phases_line(c))
     table(a, log, figures)
 
 
