@@ -428,6 +428,11 @@ def phase_merge(c: Ctx, target: Path) -> None:
             log(f"  the raw arm keeps the {len(records)} source records whose answers were regenerated")
         sources["raw"] = data_dir(a) / "raw.jsonl"
         qi.write_jsonl(sources["raw"], records)
+    renewed = [arm for arm in a.arms if arm.data in sources]
+    forget_training(c, renewed)
+    for arm in renewed:
+        if via_store(a, arm):
+            shutil.rmtree(store_of(a, arm), ignore_errors=True)  # cut from the old merged set: extract again
     done = c.timed("merge", [qb.Job(f"merge-{d}", merge_cmd(a, d, src, target)) for d, src in sources.items()])
     for d in sources:
         st = qb.read_json(merged(a, d).with_suffix(".stats.json"))
@@ -447,11 +452,25 @@ def phase_extract(c: Ctx, target: Path) -> None:
             "so they train OFFLINE, not online")
     for path in arms:
         shutil.rmtree(path, ignore_errors=True)
+    forget_training(c, list(arms.values()))
     c.timed("extract", [qb.Job(f"extract-{p.name}", extract_cmd(a, arm, target)) for p, arm in arms.items()])
     for path in arms:
         if (path / "manifest.jsonl").exists():
             log(f"  {path.name}: {sum(1 for _ in open(path / 'manifest.jsonl')):,} samples, "
                 f"{qb.store_tokens(path):,} tokens, {du(path) / 1e9:.2f} GB")
+
+
+def forget_training(c: Ctx, arms: list[Arm]) -> None:
+    """New data for these arms: their runs, drafters and figures came from the old data, and a run
+    resumed on new data would be refused; the step count is sized again."""
+    for arm in arms:
+        for path in (run_dir(c.a, arm), drafter_dir(c.a, arm), *c.a.work.glob(f"evals/{arm.name}-*.json")):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    if arms and c.state.data.pop("train_steps", None):
+        c.state.save()
 
 
 def du(path: Path) -> int:

@@ -114,3 +114,22 @@ def test_the_h200_recipe_config_runs_our_stages_with_arguments_they_accept_and_t
     export_parser().parse_args(list(cfg.phase("export").argv[3:]))
     steps = [evaluate_parser().parse_args(list(cfg.phase(p).argv[3:])).num_steps for p in ("evaluate", "evaluate-5")]
     assert steps == [3, 5]
+
+
+def test_new_data_for_an_arm_forgets_its_run_drafter_and_figures_but_not_the_other_arms(tmp_path):
+    a = _opts(tmp_path)
+    log = recipe.RunLog(None, tmp_path / "recipe.txt")
+    state = recipe.State(tmp_path)
+    state.data["train_steps"] = 700
+    c = recipe.Ctx(a, log, state, recipe.qb.Runner(tmp_path, log, 0.0, 1, {}), 0.0)
+    regen, raw = recipe.Arm("regen", "online"), recipe.Arm("raw", "online")
+    for arm in (regen, raw):
+        (recipe.run_dir(a, arm) / "checkpoints").mkdir(parents=True)
+        recipe.drafter_dir(a, arm).mkdir(parents=True)
+        recipe.eval_report(a, arm, "sharegpt", 3).parent.mkdir(exist_ok=True)
+        recipe.eval_report(a, arm, "sharegpt", 3).write_text("{}")
+    recipe.forget_training(c, [regen])
+    assert not recipe.run_dir(a, regen).exists() and not recipe.drafter_dir(a, regen).exists()
+    assert not recipe.eval_report(a, regen, "sharegpt", 3).exists()
+    assert recipe.run_dir(a, raw).exists() and recipe.eval_report(a, raw, "sharegpt", 3).exists()
+    assert "train_steps" not in recipe.State(tmp_path).data  # sized again for the new data
