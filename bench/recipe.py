@@ -576,6 +576,8 @@ def report(c: Ctx) -> None:
                     log(f"  {arm_label(a, arm):<14} {s:<9} {k} steps: acceptance length {r['acceptance_length']:.3f}, "
                         f"accept rate per position {qb.fmt_rates(r.get('accept_rate', []))}, {r.get('prompts')} "
                         f"prompts, {r.get('verify_rounds')} rounds, {r.get('seconds', 0):.0f}s")
+    if not any(figures.values()):
+        log("  none evaluated yet (--phases export,evaluate)")
     log("training (pipeline.train summary.json; tokens are real, unpadded tokens seen):")
     for arm in a.arms:
         t = train_figures(a, arm)
