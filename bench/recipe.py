@@ -23,14 +23,15 @@ that one run spans several device commands (bench/recipe_device.md: three 10-min
   export, evaluate   each drafter through `pipeline.export`, then `pipeline.evaluate` at 3 and 5
              draft steps on each held-out prompt set (`--exclude` the arm's merged set).
 Arms are DATA-SOURCE: regen-online is the recipe; raw-online against it measures regeneration;
-regen-store (5,000 samples, as the issue's baseline) against it measures online over all records.
+regen-store (5,000 samples, as the issue's baseline) against it measures online over all records;
+regen-fp8 trains the same samples from an fp8 store (extract --store-dtype fp8) against regen-store.
 
 Every line is printed, appended to DIR/recipe.txt and, as printed, to --result, which first gets
 the earlier calls' lines from DIR/recipe.txt: the last call's --result holds the whole run, and a
 call cut short keeps what it measured. The report (figures of each arm, every phase's time summed
-over calls, a table) ends every call. Until `pipeline.train --data` lands, `--online-via-store`
-trains the online arms from a store of all their samples instead (extract + train --store): a dry
-run of the plumbing, labelled as such wherever it shows.
+over calls, a table) ends every call. `--online-via-store` trains the online arms from a store of
+all their samples instead (extract + train --store): a CPU dry run of the plumbing, labelled as
+such wherever it shows.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import quality_inputs as qi  # noqa: E402
 
 REPO = qb.REPO
 DATA = ("raw", "regen")
-SOURCES = ("online", "store")
+SOURCES = ("online", "store", "fp8")  # fp8: a store arm whose store is e4m3 (extract --store-dtype fp8)
 DEFAULT_ARMS = ("regen-online", "raw-online", "regen-store")
 PHASES = ("split", "target", "regen", "merge", "extract", "train", "export", "evaluate")
 EVAL_SETS = ("sharegpt", "mtbench")
@@ -202,7 +203,7 @@ def merged(a: argparse.Namespace, data: str) -> Path:
 
 
 def store_of(a: argparse.Namespace, arm: Arm) -> Path:
-    return a.work / ("store-" + arm.data + ("" if arm.source == "store" else "-all"))
+    return a.work / ("store-" + arm.data + {"store": "", "fp8": "-fp8"}.get(arm.source, "-all"))
 
 
 def run_dir(a: argparse.Namespace, arm: Arm) -> Path:
@@ -223,7 +224,7 @@ def target_dir(a: argparse.Namespace) -> Path:
 
 def via_store(a: argparse.Namespace, arm: Arm) -> bool:
     """An arm trained from a store: the store arms, and with --online-via-store the online ones."""
-    return arm.source == "store" or a.online_via_store
+    return arm.source != "online" or a.online_via_store
 
 
 # ---- the stage commands: one function each, so a changed flag is changed in one place ---------------
@@ -246,10 +247,11 @@ def extract_cmd(a: argparse.Namespace, arm: Arm, target: Path) -> list[str]:
     argv = qb.py("-m", "pipeline.extract", "--model", str(target), "--data", str(data), "--out", str(store_of(a, arm)),
                  "--stats", str(data.with_suffix(".stats.json")), "--max-len", str(a.max_len), "--device", a.device,
                  "--batch-tokens", str(a.batch_tokens), "--reserve", a.reserve)
-    if arm.source == "store":
+    if arm.source != "online":
         argv += ["--limit", str(a.store_samples)]
-    if a.store_dtype != "bf16":
-        argv += ["--store-dtype", a.store_dtype]
+    dtype = "fp8" if arm.source == "fp8" else a.store_dtype
+    if dtype != "bf16":
+        argv += ["--store-dtype", dtype]
     return argv + ([] if a.compile and a.device != "cpu" else ["--no-compile"])
 
 
@@ -307,7 +309,8 @@ def phase_split(c: Ctx) -> None:
         log(f"split: reused ({train_source(a)})")
         return
     t0 = time.monotonic()
-    for stale in ("data", "store-raw", "store-regen", "store-raw-all", "store-regen-all", "runs", "drafters", "evals"):
+    for stale in ("data", "store-raw", "store-regen", "store-raw-all", "store-regen-all", "store-raw-fp8",
+                  "store-regen-fp8", "runs", "drafters", "evals"):
         shutil.rmtree(a.work / stale, ignore_errors=True)  # another split: nothing made from the old one stays
     c.state.data = {"phases": {}}
     c.log.restart()
@@ -504,10 +507,8 @@ def phase_train(c: Ctx, target: Path) -> None:
             + ", ".join(f"{n} {t:,} tokens" for n, t in tokens.items()))
         c.state.data["train_steps"] = steps
         c.state.save()
-    done = c.timed("train", [qb.Job(f"train-{arm.name}", train_cmd(a, arm, target, steps)) for arm in a.arms],
-                   parallel=a.parallel)
-    if any(j.rc == 2 and "--store" in j.tail() for n, j in done.items() if n.endswith("-online")):
-        log("  this pipeline.train has no online mode (--data) yet: --online-via-store runs a labelled dry run")
+    c.timed("train", [qb.Job(f"train-{arm.name}", train_cmd(a, arm, target, steps)) for arm in a.arms],
+            parallel=a.parallel)
 
 
 def phase_export(c: Ctx, target: Path) -> None:
@@ -689,7 +690,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--arms", type=parse_arm, nargs="+", default=[parse_arm(x) for x in DEFAULT_ARMS],
                    help=f"DATA-SOURCE arms (default {' '.join(DEFAULT_ARMS)})")
     p.add_argument("--online-via-store", action="store_true",
-                   help="DRY RUN until pipeline.train --data lands: online arms train from a store of all samples")
+                   help="DRY RUN: online arms train from a store of all their samples (offline)")
     p.add_argument("--parallel", type=int, default=3, help="stage processes at a time (default 3: every arm)")
     p.add_argument("--eval-parallel", type=int, default=12, help="evaluations at a time (default 12: every arm, set and step count at once; each waits on its own 135M forwards)")
     p.add_argument("--seed", type=int, default=0, help="split, regeneration, merge and training seed (default 0)")

@@ -136,15 +136,15 @@ def run_baseline(model, tok, prompts: list[list[int]], batch: int, max_new: int,
     return tokens, time.perf_counter() - t0, texts
 
 
-def header(argv: list[str]) -> list[str]:
+def header(argv: list[str], given: str | None) -> list[str]:
     import torch
     import transformers
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or "unknown"
+        commit = given or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                         timeout=10).stdout.strip() or "unknown (no .git here; pass --commit)"
     except OSError:
-        commit = "unknown"
+        commit = "unknown (no git here; pass --commit)"
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     return [f"command: {shlex.join([sys.executable, 'bench/regenerate.py', *argv])}", f"commit: {commit}",
             f"torch {torch.__version__}, transformers {transformers.__version__}, {device}"]
@@ -165,6 +165,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-graphs", action="store_true", help="decode without CUDA graphs")
     p.add_argument("--multi-turn", type=int, default=0, metavar="N", help="also time N whole chats, every turn")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--commit", help="the commit named at the top, where the tree has no .git")
     p.add_argument("--result", type=Path, required=True, help="write the figures here too")
     a = p.parse_args(argv)
     if not a.small and (a.model is None or a.prompts is None):
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     limit = a.limit or (48 if a.small else 1024)
     batch = a.batch_size or (16 if a.small else 256)
     max_new = a.max_new_tokens or (24 if a.small else 512)
-    lines = header(argv)
+    lines = header(argv, a.commit)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = small_target(Path(tmp) / "small") if a.small else a.model
         chats = small_chats(limit) if a.small else read_chats(a.prompts, limit)
