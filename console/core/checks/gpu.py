@@ -52,10 +52,16 @@ def run_gpu_free_memory(args: dict[str, Any], ctx: CheckContext) -> Outcome:
     ev["need_bytes"] = need
     if used:
         ev["values"] = used
+    reading = ctx.read_gpus()
+    if reading.error or not reading.gpus:
+        why = reading.error or "the driver" + (f" ({reading.driver})" if reading.driver else "") + " lists none"
+        ev["gpus_visible"] = 0
+        ev.update({k: v for k, v in (("error", reading.error), ("driver", reading.driver)) if v})
+        return Outcome(False, f"need {format_bytes(need)} per GPU, but no GPU is visible: {why}", ev)
     gpus, failed = _select(args, ctx)
     if failed:
         failed.evidence.update(ev)
-        return failed
+        return Outcome(False, f"need {format_bytes(need)} per GPU, but {failed.message}", failed.evidence)
     assert gpus is not None
     free: dict[str, int | None] = {}
     short: list[str] = []

@@ -1,0 +1,78 @@
+"""A run that meets a non-finite loss stops (exit 3) before the optimiser takes the step, and the
+checkpoints it wrote before stay finite, `latest` naming the last good one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "1", "--workers", "0",
+        "--ttt-length", "3", "--device", "cpu", "--save-every", "2", "--keep-last", "5"]
+HUGE = 3e38  # finite in bf16 and fp32; the drafter's first layer overflows on it
+
+
+def train(store: Path, target: Path, out: Path, env: dict, *more: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "pipeline.train", "--store", str(store), "--target", str(target), "--out", str(out),
+            *OPTS, *more]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def poison_aux_states(store: Path) -> int:
+    """Overwrite every sample's aux_hidden_state with HUGE in place: same file size, same header,
+    only the tensor's bytes change (the manifest's checksums no longer match: train with
+    --checksums none). Returns the number of files changed."""
+    files = sorted(store.glob("rows_*/*.safetensors"))
+    for path in files:
+        with open(path, "r+b") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            entry = json.loads(f.read(n))["aux_hidden_state"]
+            begin, end = entry["data_offsets"]
+            dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[entry["dtype"]]
+            value = torch.finfo(dtype).max if dtype == torch.float16 else HUGE
+            count = (end - begin) // (torch.finfo(dtype).bits // 8)
+            f.seek(8 + n + begin)
+            f.write(torch.full((count,), value, dtype=dtype).view(torch.uint8).numpy().tobytes())
+            assert f.tell() == 8 + n + end
+    return len(files)
+
+
+def finite_weights(ckpt: Path) -> bool:
+    weights = load_file(ckpt / "model.safetensors")
+    return bool(weights) and all(bool(torch.isfinite(t.float()).all()) for t in weights.values())
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_finite_checkpoints(
+        reference_store, tiny_target, tmp_path, xt):
+    env = xt.cli_env()
+    store, out = tmp_path / "store", tmp_path / "run"
+    shutil.copytree(reference_store, store)
+    clean = train(store, tiny_target, out, env, "--steps", "4")
+    assert clean.returncode == 0, clean.stderr
+    ckpts = out / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "step_00000004"
+
+    sizes = {p: p.stat().st_size for p in store.glob("rows_*/*.safetensors")}
+    assert poison_aux_states(store) == len(sizes) > 0
+    assert {p: p.stat().st_size for p in sizes} == sizes
+    events = tmp_path / "events.jsonl"
+    bad = train(store, tiny_target, out, {**env, "EAGLE3_EVENTS": str(events)}, "--steps", "8", "--resume",
+                "--checksums", "none")
+
+    assert bad.returncode == 3, (bad.returncode, bad.stderr[-3000:])
+    assert "Traceback" not in bad.stderr
+    assert "step 5/8" in bad.stderr and "not finite" in bad.stderr, bad.stderr[-3000:]
+    assert "step_00000004" in bad.stderr  # it names the checkpoint to resume from
+    errors = [json.loads(line) for line in events.read_text().splitlines()]
+    assert any(e["kind"] == "message" and e.get("level") == "error" and "step 5/8" in e["text"] for e in errors)
+    # nothing after step 4 was kept, and what was kept is finite
+    assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_00000002", "step_00000004"]
+    assert (ckpts / "latest").read_text().strip() == "step_00000004"
+    for name in ("step_00000002", "step_00000004"):
+        assert finite_weights(ckpts / name), name
