@@ -7,6 +7,12 @@ trainable weights with their gradients and AdamW moments (fp32) and its frozen e
 the target's lm_head rows the objective reads, and one micro-batch's activations (the draft
 vocabulary's probabilities and each TTT step's logits dominate; online adds the captured
 states and one decoder layer's working set). A 20 % margin covers the allocator's slack.
+
+The activation coefficients are the ones an H200 measured (bench/results/online-vs-offline-h200.txt,
+torch's peak allocation at 16,384 tokens): each TTT step's draft-vocabulary logits are kept in
+fp32 for the backward pass (4 bytes, not bf16's 2), and the drafter's hidden activations average
+3 bytes an element (bf16 and fp32 mixed). Before the margin, the parts then sit just above the
+measured peaks: 24.2 GB against 23.1 for a SmolLM2-135M target, 63.7 against 62.2 for an 8B one.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from ..target import read_config, text_config, weight_files
 
 MARGIN = 1.2
 BF16 = 2
+FP32 = 4
 
 
 def _target_params(target: Path, cfg: dict) -> int:
@@ -65,7 +72,7 @@ def estimate(target: Path, online: bool, batch_tokens: int, draft_vocab: int, tt
     parts = {
         "drafter_and_optimizer": trainable * 16 + v * h * 4,
         "target_head": (v + vd) * h * BF16,
-        "activations": batch_tokens * (vd * (4 + 4 + BF16 * ttt_length) + ttt_length * (12 * h + 3 * inter) * 4)
+        "activations": batch_tokens * (vd * (4 + 4 + FP32 * ttt_length) + ttt_length * (12 * h + 3 * inter) * 3)
         + min(batch_tokens, 8192) * v * BF16,
     }
     if online:

@@ -131,3 +131,26 @@ def test_the_estimate_counts_the_target_only_when_the_run_is_online(tiny_data, t
     assert online["gpu_bytes"] > offline["gpu_bytes"]
     bigger = est("--data", str(tiny_data.path), "--batch-tokens", str(4 * 16384))
     assert bigger["gpu_bytes"] > online["gpu_bytes"]
+
+
+# torch's peak allocation on an H200 at 16,384 tokens, draft vocab 32,000, TTT 7
+# (bench/results/online-vs-offline-h200.txt): the pre-flight must never ask for less
+H200_PEAKS_GB = {("135m", False): 23.1, ("135m", True): 23.4, ("8b", False): 62.3, ("8b", True): 77.3}
+SHAPES = {
+    "135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                 num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256),
+}
+
+
+@pytest.mark.parametrize(("shape", "online"), list(H200_PEAKS_GB))
+def test_the_estimate_covers_the_peak_an_h200_measured_before_its_margin(tmp_path, shape, online):
+    from transformers import LlamaConfig
+
+    from pipeline.train.estimate import estimate
+
+    LlamaConfig(**SHAPES[shape]).save_pretrained(tmp_path)
+    est = estimate(tmp_path, online, 16384, 32000, 7, 2048)
+    assert sum(est["parts"].values()) / 1e9 >= H200_PEAKS_GB[(shape, online)]
+    assert est["gpu_bytes"] / 1e9 <= 1.5 * H200_PEAKS_GB[(shape, online)]  # and asks for no GPU it does not need
