@@ -74,16 +74,31 @@ def _check(obj: object, path: Path, line: int, vocab_size: int | None) -> tuple[
     return rid, len(ids)
 
 
+MAX_LINE_BYTES = 64 << 20  # a record of a million tokens is about 12 MB; past this it is not merge's
+
+
+def _refuse_not_a_file(path: Path) -> None:
+    if path.is_dir():
+        raise BadInput(f"dataset {path} is a folder, not pipeline.merge's JSONL file (--data); "
+                       "a hidden-state store is passed as --store")
+    if not path.exists():
+        raise BadInput(f"dataset {path} does not exist (--data); run pipeline.merge first")
+    if not path.is_file():
+        raise BadInput(f"dataset {path} is not a regular file (a FIFO or a device?) (--data); "
+                       "pass the JSONL file pipeline.merge wrote")
+
+
 def index_dataset(path: Path, max_len: int | None = None, vocab_size: int | None = None) -> DatasetIndex:
     """Validate every record and index it; BadInput names the file, line and key at fault."""
     path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"dataset {path} does not exist (--data); run pipeline.merge first")
+    _refuse_not_a_file(path)
     offsets, lengths = array("q"), array("l")
     digest = hashlib.sha256()
     offset = 0
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise _bad(path, lineno, f"a line longer than {MAX_LINE_BYTES >> 20} MiB: not a record merge writes")
             digest.update(raw)
             if raw.strip():
                 try:

@@ -154,3 +154,20 @@ def test_the_estimate_covers_the_peak_an_h200_measured_before_its_margin(tmp_pat
     est = estimate(tmp_path, online, 16384, 32000, 7, 2048)
     assert sum(est["parts"].values()) / 1e9 >= H200_PEAKS_GB[(shape, online)]
     assert est["gpu_bytes"] / 1e9 <= 1.5 * H200_PEAKS_GB[(shape, online)]  # and asks for no GPU it does not need
+
+
+@pytest.mark.parametrize("kind", ["store folder", "fifo", "giant line"])
+def test_data_that_is_not_a_merged_file_is_refused_naming_what_it_is(reference_store, tiny_target, tmp_path, xt, kind):
+    """A store passed as --data, a FIFO, or a file with no record lines: exit 2 with what it is,
+    not 'does not exist' for a folder that does, nor a read without end."""
+    if kind == "store folder":
+        data, said = reference_store, "is a folder"
+    elif kind == "fifo":
+        data, said = tmp_path / "fifo.jsonl", "is not a regular file"
+        os.mkfifo(data)
+    else:
+        data, said = tmp_path / "one-line.jsonl", "longer than 64 MiB"
+        data.write_bytes(b"x" * (65 << 20))
+    res = train(["--data", str(data)], tiny_target, tmp_path / "run", xt.cli_env(), "--steps", "2")
+    assert res.returncode == 2, res.stderr
+    assert said in res.stderr and str(data) in res.stderr and "Traceback" not in res.stderr
