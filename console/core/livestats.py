@@ -321,6 +321,7 @@ def cadence_rate(series: Series, window_s: float) -> float | None:
 class MetricFigure:
     label: str  # what the view prints: the name and the figure an operator should read
     values: list[float]  # every point, for a sparkline
+    name: str = ""  # the metric's own name
 
 
 def headline_metrics(metrics: dict[str, list[float]]) -> list[MetricFigure]:
@@ -338,7 +339,7 @@ def headline_metrics(metrics: dict[str, list[float]]) -> list[MetricFigure]:
             label = f"loss {sum(tail) / len(tail):.3g} (avg {len(tail)})"
         else:
             label = f"{name} {values[-1]:.4g}"
-        out.append(MetricFigure(label, values))
+        out.append(MetricFigure(label, values, name))
     return out
 
 

@@ -40,13 +40,17 @@ class ReportRead(Reading):
 def pick_curves(curves: dict[str, Curve]) -> list[tuple[str, Curve]]:
     """Loss, and val acc_0, or the training acc_0 until validation has run twice (one point
     is no curve)."""
-    out = []
-    if "loss" in curves:
-        out.append(("loss", curves["loss"]))
+    return [(name.replace("_acc", " acc"), curves[name]) for name in charted_metrics(curves)]
+
+
+def charted_metrics(curves: dict[str, Curve]) -> list[str]:
+    """The metrics the charts draw over the whole run; the stats panel leaves their
+    sparklines to them and keeps only their figures."""
+    out = [name for name in ("loss",) if name in curves]
     if "val_acc_0" in curves and curves["val_acc_0"].points >= 2:
-        out.append(("val acc_0", curves["val_acc_0"]))
+        out.append("val_acc_0")
     elif "acc_0" in curves:
-        out.append(("acc_0", curves["acc_0"]))
+        out.append("acc_0")
     return out
 
 

@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from console.core.livestats import LiveSnapshot, headline_metrics
 from console.core.rates import format_rate
+from console.ui.components.charts import charted_metrics
 from console.ui.render import bar, fit, fmt_bytes, fmt_duration, fmt_rate, sparkline
 
 
@@ -50,8 +51,12 @@ def stats_lines(s: LiveSnapshot | None, width: int, compact: bool = False) -> li
     if s.tokens_per_s is not None:
         facts.append(f"{fmt_rate(s.tokens_per_s)} tok/s")
     figures = headline_metrics(s.metrics)
+    charted = set(charted_metrics(s.curves))  # drawn over the whole run under the stats
     if compact:
         facts += [f.label for f in figures[:2]]
+    else:
+        facts += [f.label for f in figures if f.name in charted]
+        figures = [f for f in figures if f.name not in charted]
     if facts:
         out.append(Content.styled(fit(" · ".join(facts), width), "$text"))
     if compact:
