@@ -126,16 +126,21 @@ def iter_events_after(path: Path, before: list) -> list:
     return all_losses[len(before):]
 
 
-def test_two_cpu_ranks_train_with_gloo_and_write_one_checkpoint(reference_store, tiny_target, tmp_path, xt):
+@pytest.mark.parametrize("online", [False, True], ids=["store", "online"])
+def test_two_cpu_ranks_train_with_gloo_and_write_one_checkpoint(reference_store, tiny_data, tiny_target, tmp_path, xt,
+                                                                online):
+    """Online, each rank loads its own target and computes its own micro-batch's states."""
     ev = tmp_path / "events.jsonl"
+    source = ["--data", str(tiny_data.path)] if online else ["--store", str(reference_store)]
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-            "pipeline.train", "--store", str(reference_store), "--target", str(tiny_target), "--out",
+            "pipeline.train", *source, "--target", str(tiny_target), "--out",
             str(tmp_path / "run"), *TRAIN_OPTS, "--steps", "6", "--save-every", "3", "--device", "cpu"]
     proc = subprocess.run(argv, check=False, env={**xt.cli_env(), "EAGLE3_EVENTS": str(ev)}, capture_output=True, text=True,
                           timeout=300, cwd=xt.REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 6
+    assert summary["source"] == ("online" if online else "store")
     # rank 0 alone writes events: one loss per step, not two
     assert sorted(losses(ev)) == [1, 2, 3, 4, 5, 6]
     from pipeline.drafter import load_drafter
