@@ -7,7 +7,7 @@ metrics history), and a run refuses to resume on another source, other batch set
 another held-out slice (resume.py). Logged metrics cost one all-reduce and one host sync
 every --log-every steps; the finiteness check one more small sync per step (step.py).
 
-The pieces: setup.build (source, drafter, optimiser), resume.restore, step (one optimiser
+The pieces: setup.build (source, drafter, optimiser), setup.restore, step (one optimiser
 step and its metrics), validation.Validator, saving (checkpoints, summary.json); this
 module only sequences them.
 """
@@ -29,7 +29,7 @@ from .dist import Dist
 from .errors import Stopped
 from .loss import StepAborted
 from .options import Options
-from .resume import restore
+from .setup import restore
 from .setup import Run, build
 from .validation import Validator
 

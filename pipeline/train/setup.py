@@ -8,6 +8,7 @@ what they need from one place, and an online run differs from an offline one onl
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from .errors import BadInput
 from .loss import TargetHead, TTTObjective
 from .online import TargetStates, open_records
 from .options import DEFAULT_VAL_MAX, Options
-from .resume import identity_of
+from .resume import SUMMARY, identity_of
 from .schedule import build_schedule, lr_lambda
 
 
@@ -249,3 +250,36 @@ def _build_optimizer(run: Run) -> None:
     run.warmup = max(1, round(opts.warmup_ratio * run.total)) if opts.warmup_ratio > 0 else 0
     run.schedule_fn = lr_lambda(run.total, run.warmup, opts.min_lr_ratio)
     run.sched = torch.optim.lr_scheduler.LambdaLR(run.opt, run.schedule_fn)
+
+
+def restore(run: Run) -> dict | None:
+    """Put the checkpoint's optimiser, schedule, RNG and counters back; returns the run's last
+    summary instead when the checkpoint is already its last step (nothing left to train)."""
+    state, opt, sched = run.state, run.opt, run.sched
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    checkpoint.set_rng_state(state["rng"])
+    run.start = int(state["step"])
+    run.history = list(state.get("history") or [])
+    run.val_history = list(state.get("val_history") or [])
+    run.tokens_total = int(state.get("tokens") or 0)
+    total, start, log = run.total, run.start, run.log
+    if start >= total:
+        log(f"train: {run.existing} is the last step ({start}/{total}); nothing left to train (pass a larger --steps "
+            "or --epochs with --resume to extend the run)")
+        try:
+            return json.loads((run.out / SUMMARY).read_text())
+        except (OSError, ValueError):
+            n = run.opts.ttt_length
+            return {"steps": start, "total_steps": total, "checkpoint": str(run.existing), "loss": float("nan"),
+                    "acc": [float("nan")] * n, "history": run.history, "tokens": run.tokens_total}
+    for g, base in zip(opt.param_groups, sched.base_lrs):
+        g["lr"] = base * run.schedule_fn(start)  # the new total's schedule when the run was extended
+    sched._last_lr = [g["lr"] for g in opt.param_groups]
+    saved_total = state["identity"].get("total_steps")
+    if saved_total is not None and saved_total != total:
+        log(f"train: {'extending' if total > saved_total else 'shortening'} the run from {saved_total} to {total} "
+            f"steps; from step {start} the learning rate follows the {total}-step schedule "
+            f"({opt.param_groups[0]['lr']:.2e} now)")
+    log(f"train: resuming {run.existing} at step {start}/{total}")
+    return None
