@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -28,6 +29,7 @@ from console.ui.watchdog import TtyWatchdog
 SCREENSHOT_ENV = "EAGLE3_SCREENSHOT"  # write an SVG of the console here, then exit
 SCREENSHOT_AFTER_ENV = "EAGLE3_SCREENSHOT_AFTER"  # seconds to wait first (default 5)
 SCREENSHOT_SIZE_ENV = "EAGLE3_SCREENSHOT_SIZE"  # COLSxROWS (default 200x60)
+SCREENSHOT_WAIT_S = 120.0  # past the delay, how long the picture may wait for the first reading
 
 
 class ConsoleApp(App[int]):
@@ -89,7 +91,7 @@ class ConsoleApp(App[int]):
         if self.theme_warning:
             self.notify(self.theme_warning, severity="warning", timeout=10)
         if self.screenshot is not None:
-            self.set_timer(self.screenshot_after, self._take_screenshot)
+            self.set_timer(max(self.screenshot_after, 0.01), self._take_screenshot)  # Textual divides by it
         if self.use_watchdog:
             self.watchdog = TtyWatchdog(lambda: self.call_from_thread(self.exit, 0))
             self.watchdog.start()
@@ -104,7 +106,19 @@ class ConsoleApp(App[int]):
                 return s
         raise LookupError("main screen not mounted")
 
-    def _take_screenshot(self) -> None:
+    def _take_screenshot(self, waited: float = 0.0) -> None:
+        """After `screenshot_after`, and once the main screen has drawn its first reading: on a
+        loaded machine the timer can fire before the first snapshot, which left an empty picture."""
+        try:
+            ready = self.main_screen().snapshots_handled > 0
+        except LookupError:
+            ready = False
+        if not ready and waited < SCREENSHOT_WAIT_S:
+            self.set_timer(0.1, lambda: self._take_screenshot(waited + 0.1))
+            return
+        self.call_after_refresh(self._save_screenshot_and_exit)
+
+    def _save_screenshot_and_exit(self) -> None:
         assert self.screenshot is not None
         self.screenshot.parent.mkdir(parents=True, exist_ok=True)
         self.save_screenshot(filename=self.screenshot.name, path=str(self.screenshot.parent))
@@ -213,7 +227,15 @@ def run_console(project: Any, *, theme: str | None = None, mouse: bool = True, g
                    host_source=host_source or defaults["host_source"])
     screenshot = screenshot or os.environ.get(SCREENSHOT_ENV) or None
     if screenshot_after is None:
-        screenshot_after = float(os.environ.get(SCREENSHOT_AFTER_ENV) or 5.0)
+        raw_after = os.environ.get(SCREENSHOT_AFTER_ENV) or "5"
+        try:
+            screenshot_after = float(raw_after)
+        except ValueError:
+            screenshot_after = math.nan
+        if not 0 <= screenshot_after <= 3600:
+            print(f"eagle3: {SCREENSHOT_AFTER_ENV}={raw_after!r} is not a number of seconds from 0 to 3600",
+                  file=sys.stderr)
+            return 2
     headless = screenshot is not None
     if headless and size is None:
         raw = os.environ.get(SCREENSHOT_SIZE_ENV) or "200x60"

@@ -63,3 +63,22 @@ def test_a_checkout_finds_its_themes_when_the_install_predates_them(monkeypatch)
     assert themes_dir() == checkout / "themes"
     dark = next(t for t in load_themes() if t.name == "eagle3-dark")
     assert dark.primary.upper() == "#5FA8D3"
+
+
+def test_a_screenshot_with_no_delay_waits_for_the_main_screens_first_reading(tmp_path: Path) -> None:
+    """On a loaded machine the delay can pass before the first snapshot is drawn: the picture
+    must still show the console (it was a blank strip), and a delay of 0 must not hang it."""
+    project = Project.load(write_config(tmp_path))
+    shot = tmp_path / "shot.svg"
+    code = run_console(project, screenshot=shot, screenshot_after=0, size=(100, 30), **fixed_sources())
+    assert code == 0
+    svg = shot.read_text().replace("&#160;", " ")
+    assert f"phases · {project.config.name}" in svg
+
+
+def test_a_screenshot_delay_that_is_not_a_number_of_seconds_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(app_module.SCREENSHOT_AFTER_ENV, "nan")
+    project = Project.load(write_config(tmp_path))
+    assert run_console(project, screenshot=tmp_path / "s.svg", size=(80, 24), **fixed_sources()) == 2
+    assert "EAGLE3_SCREENSHOT_AFTER='nan'" in capsys.readouterr().err
+    assert not (tmp_path / "s.svg").exists()
