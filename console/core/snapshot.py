@@ -17,9 +17,8 @@ from typing import Any
 from console.core.checks.result import CheckResult
 from console.core.livestats import EventTail, LiveSnapshot
 from console.core.stall import FirstUnitWatch, first_unit_reported, silence, stall_after
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus
 
-LIVE = ("running", "verifying")
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,8 @@ from console.core.errors import Eagle3Error
 from console.core.project import Blocked, NeedsConfirmation, Project
 from console.core.reread import ConfigChanged
 from console.core.runs.rundir import RunDir
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus
 
-LIVE = ("running", "verifying")
 
 
 @dataclass(frozen=True)

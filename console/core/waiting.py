@@ -15,10 +15,9 @@ from console.core.config.model import Phase
 from console.core.project import Project
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus
 from console.core.terminal_text import strip_controls
 
-LIVE = ("running", "verifying")
 LOG_POLL_S = 0.2
 SERVICE_POLL_S = 1.0
 

@@ -21,12 +21,11 @@ from console.core.reread import ConfigChanged
 from console.core.runs.manager import run_status
 from console.core.snapshot import Snapshot, SnapshotBuilder, SpaceNeed
 from console.core.stall import StallAlert, StallWatch
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus
 from console.core.telemetry.history import DiskForecast, VolumeForecast
 from console.core.telemetry.ownership import owner_map
 from console.core.telemetry.samples import DiskReading, GpuReading
 
-LIVE = ("running", "verifying")
 
 
 @dataclass

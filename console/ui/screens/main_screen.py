@@ -35,7 +35,7 @@ from console.core.project import Project
 from console.core.snapshot import Snapshot
 from console.core.stall import StallAlert
 from console.core.startflow import StartRequest
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus
 from console.core.telemetry.history import DiskForecast
 from console.core.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
 from console.ui.components.charts import DetailCharts
@@ -68,7 +68,6 @@ from console.ui.screens.log_screen import LogScreen
 from console.ui.startflow import StartFlow, StartOutcome
 from console.ui.worker_notices import WorkerNotices
 
-LIVE = ("running", "verifying")
 DETAIL_LOG_LINES = 1000
 
 
