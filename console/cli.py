@@ -342,7 +342,7 @@ def _reread(project: Any) -> None:
 
 
 def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO) -> int:
-    bad = [s for s in snap.statuses if s.state in ("failed", "stale")]
+    bad = [s for s in snap.statuses if s.state in (State.FAILED, State.STALE)]
     code = EXIT_FAIL if bad else EXIT_OK
     if args.json:
         _print_json({"config": str(project.config.path), "name": project.config.name,
