@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from console.core.checks.result import CHECK_GLYPHS
 from console.core.checks.subproc import kill_live
 from console.core.config.loader import load_config
 from console.core.config.model import UnknownPhase
@@ -39,15 +40,10 @@ from console.core.startflow import (
     StartResult,
     drive,
 )
-from console.core.state import signal_name
+from console.core.state import LIVE, State, glyph_of, signal_name
 from console.core.terminal_text import one_line
 from console.core.waiting import Waited, copy_log, follow, wait
 
-GLYPH = {"pass": "✓", "warn": "!", "fail": "✗"}
-STATE_GLYPH = {
-    "pending": "○", "blocked": "⊘", "ready": "▷", "running": "▶", "verifying": "◐",
-    "done": "✓", "failed": "✗", "stale": "↻", "stopped": "■",
-}
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
@@ -277,7 +273,7 @@ def _print_results(phase_id: str, results: list[Any], out: TextIO) -> None:
     print(f"{phase_id}:", file=out)
     width = max((len(r.name) for r in results), default=0)
     for r in results:
-        mark = GLYPH.get(r.status, "?")
+        mark = CHECK_GLYPHS.get(r.status, "?")
         suffix = f"  [overridden: {r.reason}]" if r.overridden else ""
         print(one_line(f"  {mark} {r.name.ljust(width)}  {r.message}{suffix}"), file=out)
 
@@ -346,7 +342,7 @@ def _reread(project: Any) -> None:
 
 
 def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO) -> int:
-    bad = [s for s in snap.statuses if s.state in ("failed", "stale")]
+    bad = [s for s in snap.statuses if s.state in (State.FAILED, State.STALE)]
     code = EXIT_FAIL if bad else EXIT_OK
     if args.json:
         _print_json({"config": str(project.config.path), "name": project.config.name,
@@ -365,13 +361,13 @@ def _status_once(project: Any, snap: Any, args: argparse.Namespace, out: TextIO)
         s = pv.status
         code_s = "" if s.exit_code is None else f"exit {s.exit_code}"
         run = s.run.run_id if s.run else "never run"
-        line = (f"{STATE_GLYPH.get(s.state, '?')} {s.phase.id.ljust(idw)}  {s.state:<9}  "
+        line = (f"{glyph_of(s.state)} {s.phase.id.ljust(idw)}  {s.state:<9}  "
                 f"{_fmt_duration(s.duration_s):>7}  {code_s:<7}  {run}")
         if s.reason:
             line += f"  - {s.reason}"
         print(one_line(line), file=out)
         live = pv.live
-        if s.state in ("running", "verifying") and live is not None and live.done is not None:
+        if s.state in LIVE and live is not None and live.done is not None:
             print(one_line("    " + _progress_line(live) + ("  ⚠ stalled" if pv.stalled else "")), file=out)
         elif pv.stalled:
             print("    ⚠ stalled: no progress event and no log line", file=out)
@@ -628,7 +624,7 @@ def _report_wait(waited: Waited, args: argparse.Namespace, out: TextIO) -> int:
         print(f"{pid} is ready", file=out)
         return EXIT_OK
     if waited.outcome == "done":
-        print(f"{STATE_GLYPH['done']} {pid} done (exit {st.exit_code}, {_fmt_duration(st.duration_s)})", file=out)
+        print(f"{State.DONE.glyph} {pid} done (exit {st.exit_code}, {_fmt_duration(st.duration_s)})", file=out)
         return EXIT_OK
     if waited.outcome == "not_ready":
         print(f"eagle3: service {pid} not ready after {args.timeout:.0f}s; it keeps running", file=sys.stderr)
@@ -666,7 +662,7 @@ def _run_all(project: Any, args: argparse.Namespace, overrides: dict[str, str], 
     try:
         for step in run_all(project, overrides, answers, out, args.timeout, frozenset(args.confirm)):
             if isinstance(step, Skipped):
-                print(f"{STATE_GLYPH['done']} {step.status.phase.id}: {step.status.state}, skipped", file=out)
+                print(f"{State.DONE.glyph} {step.status.phase.id}: {step.status.state}, skipped", file=out)
             elif isinstance(step, Attaching):
                 print(f"{step.phase.id} is already running; waiting for it", file=out)
                 waiting = step.phase

@@ -27,7 +27,7 @@ from console.core.runs.manager import run_status
 from console.core.runs.rundir import VERIFYING, PidInfo, RunDir
 from console.core.snapshot import SnapshotBuilder
 from console.core.stall import StallWatch, stall_after
-from console.core.state import PhaseStatus, derive_states
+from console.core.state import PhaseStatus, State, derive_states
 
 
 # The three seams to the config, the checks and provenance; tests replace them.
@@ -126,7 +126,7 @@ def watch_stalls(rd: RunDir, argv: dict[str, Any], started: float, done: threadi
         journal = Journal(rd.state_dir, redactor)
         watch = StallWatch(journal, Notifier(config, journal))
         # With its pid (written before the phase started), as a console reads the run.
-        running = PhaseStatus(phase=phase, state="running", run=rd, started_at=started, pid=os.getpid())
+        running = PhaseStatus(phase=phase, state=State.RUNNING, run=rd, started_at=started, pid=os.getpid())
         builder = SnapshotBuilder(_OneRun(running))
         every = min(STALL_POLL[1], max(STALL_POLL[0], after / 4))
         while not done.wait(every):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from typing import Any
 
 MAX_DURATION = 30 * 86400.0
@@ -51,3 +52,19 @@ def parse_duration(value: Any) -> float:
     if not 0 <= secs <= MAX_DURATION:
         raise ValueError(f"a duration between 0 and 30d, got {value!r}")
     return secs
+
+
+class Elapsed:
+    """How long a run has taken, for the records that carry its start and end (a run's
+    status and its phase's): one formula, so the CLI, the UI and `status --json` agree."""
+
+    started_at: float | None
+    ended_at: float | None
+
+    @property
+    def duration_s(self) -> float | None:
+        """Until now while it has not ended; None before it started."""
+        if self.started_at is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else time.time()
+        return max(0.0, end - self.started_at)

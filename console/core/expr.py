@@ -168,6 +168,13 @@ def references(text: str) -> list[str]:
     return names
 
 
+def parse_number(text: str) -> int | float:
+    """A number written as text: a whole one ("3") stays an int, so a byte count read from
+    a stats file or a check's argument keeps its exact value; "3.5" and "1e9" are floats.
+    Raises ValueError for text that is not a number."""
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
 def _number(value: Any, what: str) -> int | float:
     if isinstance(value, bool):
         raise ExprError(f"{what} is {value!r}, not a number")
@@ -175,7 +182,7 @@ def _number(value: Any, what: str) -> int | float:
         return value
     if isinstance(value, str):
         try:
-            return float(value) if any(c in value for c in ".eE") else int(value)
+            return parse_number(value)
         except ValueError:
             pass
     if isinstance(value, Mapping):

@@ -26,7 +26,7 @@ from console.core.runs import manager
 from console.core.runs.locks import start_lock
 from console.core.runs.rundir import RunDir
 from pipeline.sizes import format_bytes
-from console.core.state import PhaseStatus, derive_states
+from console.core.state import LIVE, PhaseStatus, derive_states
 
 
 class Blocked(Eagle3Error):
@@ -192,7 +192,7 @@ class Project:
             if rd is None:
                 continue
             rs = manager.run_status(rd)
-            if rs.state in ("running", "verifying") and rs.pid:
+            if rs.state in LIVE and rs.pid:
                 out[rs.pid] = ph.id
         return out
 
@@ -209,7 +209,7 @@ class Project:
         results = redact_results(results, self.redactor)
         for r in results:
             if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
-                live = [p for p, st in r.evidence.get("missing", {}).items() if st in ("running", "verifying")]
+                live = [p for p, st in r.evidence.get("missing", {}).items() if st in LIVE]
                 if live:  # its outputs are still being written: no reason makes them ready
                     r.message += f"; not overridable while {', '.join(live)} runs"
                 else:
@@ -322,7 +322,7 @@ class Project:
         if rd is None:
             return None
         rs = manager.run_status(rd)
-        return rs if rs.state in ("running", "verifying") else None
+        return rs if rs.state in LIVE else None
 
     def stop(self, phase_id: str, grace: float = 10.0, run_id: str | None = None) -> bool:
         self.config.phase(phase_id)

@@ -12,7 +12,7 @@ from typing import TextIO
 from console.core.config.model import Config, Phase
 from console.core.project import NEEDS_CHECK, Project
 from console.core.startflow import Answers, Started, StartRequest, StartResult, drive
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus, State
 from console.core.waiting import Waited, wait
 
 
@@ -68,10 +68,10 @@ def run_all(project: Project, overrides: Mapping[str, str], answers: Answers, ou
     service may take to become ready."""
     for phase in project.config.phases:
         st = project.status(phase.id)
-        if st.state == "done" or (phase.kind == "service" and st.state == "running" and st.service_ready):
+        if st.state == State.DONE or (phase.kind == "service" and st.state == State.RUNNING and st.service_ready):
             yield Skipped(st)
             continue
-        if st.state in ("running", "verifying") and st.run is not None:
+        if st.state in LIVE and st.run is not None:
             yield Attaching(phase)
             waited = wait(project, phase, st.run, out, timeout)
             yield waited

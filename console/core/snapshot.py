@@ -17,9 +17,8 @@ from typing import Any
 from console.core.checks.result import CheckResult
 from console.core.livestats import EventTail, LiveSnapshot
 from console.core.stall import FirstUnitWatch, first_unit_reported, silence, stall_after
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus, State
 
-LIVE = ("running", "verifying")
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ class SnapshotBuilder:
                 if st.state in LIVE:
                     info = run.read_pid()
                     pv.launcher_pid = info.pid if info is not None else None
-                if st.state == "running" and st.pid is not None:  # no pid: its launcher is starting
+                if st.state == State.RUNNING and st.pid is not None:  # no pid: its launcher is starting
                     last_t = pv.live.last_progress_t if pv.live is not None else None
                     pv.silent_s = silence(now, st.started_at, _last_event_t(pv.live, last_t),
                                           _mtime(run.output_log))

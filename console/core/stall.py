@@ -28,6 +28,7 @@ import psutil
 
 from console.core.durations import MAX_DURATION, format_duration, parse_duration
 from console.core.notify import claim, claims_dir
+from console.core.state import State
 
 __all__ = ["DEFAULT_STALL_AFTER", "MAX_DURATION", "FirstUnitWatch", "StallAlert", "StallWatch", "first_unit_reported",
            "parse_duration", "silence", "stall_after"]
@@ -145,7 +146,7 @@ class StallWatch:
         out: list[StallAlert] = []
         for pv in phases:
             st = pv.status
-            if st.run is None or st.state != "running" or pv.silent_s is None:
+            if st.run is None or st.state != State.RUNNING or pv.silent_s is None:
                 continue
             alert = self._look(pv, st.phase.id, st.run.run_id, now - pv.silent_s)
             if alert is not None:

@@ -21,9 +21,8 @@ from console.core.errors import Eagle3Error
 from console.core.project import Blocked, NeedsConfirmation, Project
 from console.core.reread import ConfigChanged
 from console.core.runs.rundir import RunDir
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus, State
 
-LIVE = ("running", "verifying")
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ def ask(project: Project, request: StartRequest, status: PhaseStatus | None = No
     st = status if status is not None else project.status(phase.id)
     if st.state in LIVE:
         return AlreadyLive(request, st)
-    if st.state == "done" and not request.rerun:
+    if st.state == State.DONE and not request.rerun:
         return RerunNeeded(request, [ph.id for ph in project.config.phases if phase.id in ph.needs])
     if phase.confirm and not request.confirmed:
         # Typing the id of a phase that cannot start anyway is a question with no point:

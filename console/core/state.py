@@ -6,22 +6,56 @@ stopped would see."""
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
+from console.core.durations import Elapsed
 from console.core.runs.rundir import RunDir
 
-STATES = ("pending", "blocked", "ready", "running", "verifying", "done", "failed", "stale", "stopped")
+
+class State(StrEnum):
+    """A phase's state. The values are the words `status --json`, the journal and the
+    notifications carry, so a member compares equal to its word read back from a file."""
+
+    PENDING = "pending"
+    BLOCKED = "blocked"
+    READY = "ready"
+    RUNNING = "running"
+    VERIFYING = "verifying"
+    DONE = "done"
+    FAILED = "failed"
+    STALE = "stale"
+    STOPPED = "stopped"
+
+    @property
+    def glyph(self) -> str:
+        """The one-cell mark the CLI and the UI draw before a phase."""
+        return GLYPHS[self]
+
+
+GLYPHS: dict[str, str] = {
+    State.PENDING: "○", State.BLOCKED: "⊘", State.READY: "▷", State.RUNNING: "▶", State.VERIFYING: "◐",
+    State.DONE: "✓", State.FAILED: "✗", State.STALE: "↻", State.STOPPED: "■",
+}
+
+# A process is at work: a run in one of these has not ended, and neither has the phase
+# whose latest run it is (a run's own states share these two words).
+LIVE: frozenset[str] = frozenset({State.RUNNING, State.VERIFYING})
+
+
+def glyph_of(state: str) -> str:
+    """The glyph of a state word read from anywhere; "?" for one this console does not know."""
+    return GLYPHS.get(state, "?")
 
 
 @dataclass
-class PhaseStatus:
+class PhaseStatus(Elapsed):
     phase: Phase
-    state: str
+    state: State
     reason: str = ""
     run: RunDir | None = None
     exit_code: int | None = None
@@ -33,18 +67,11 @@ class PhaseStatus:
     service_ready: bool | None = None
 
     @property
-    def duration_s(self) -> float | None:
-        if self.started_at is None:
-            return None
-        end = self.ended_at if self.ended_at is not None else time.time()
-        return max(0.0, end - self.started_at)
-
-    @property
     def satisfies_needs(self) -> bool:
         """Whether a later phase that needs this one may start."""
         if self.phase.kind == "service":
-            return self.state == "running" and bool(self.service_ready)
-        return self.state == "done"
+            return self.state == State.RUNNING and bool(self.service_ready)
+        return self.state == State.DONE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,7 +109,7 @@ def derive_states(
     out: list[PhaseStatus] = []
     for phase in config.phases:
         rd, rs = run_of(phase.id)
-        st = PhaseStatus(phase=phase, state="ready", run=rd, checks=checks.get(phase.id))
+        st = PhaseStatus(phase=phase, state=State.READY, run=rd, checks=checks.get(phase.id))
         if rs is not None:
             st.exit_code = rs.exit_code
             st.started_at = rs.started_at
@@ -93,40 +120,40 @@ def derive_states(
         run_state = rs.state if rs is not None else None
 
         if run_state == "running":
-            st.state = "running"
+            st.state = State.RUNNING
             if phase.kind == "service" and service_ready is not None:
                 ok, why = service_ready(phase)
                 st.service_ready = ok
                 st.reason = "ready" if ok else f"starting: {why}"
         elif run_state == "verifying":
-            st.state = "verifying"
+            st.state = State.VERIFYING
             st.reason = "exit 0; running verify checks"
         elif run_state == "succeeded" and phase.kind == "service":
-            st.state = "stopped"
+            st.state = State.STOPPED
             st.reason = "service exited (code 0)"
         elif run_state == "succeeded":
-            st.state = "done"
+            st.state = State.DONE
             why = _upstream_stale(phase, deps, record_time) or stale_reason(phase)
             if why:
-                st.state = "stale"
+                st.state = State.STALE
                 st.reason = why
         elif run_state == "failed":
-            st.state = "failed"
+            st.state = State.FAILED
             st.reason = _failure_reason(rs)
         elif run_state == "lost":
-            st.state = "failed"
+            st.state = State.FAILED
             st.reason = "the run vanished without recording an exit (killed with -9 or the machine restarted)"
         elif run_state == "stopped":
-            st.state = "stopped"
+            st.state = State.STOPPED
             st.reason = "stopped by the operator"
 
         if run_state is None:
             missing = [d for d in deps if not d.satisfies_needs]
             if missing:
-                st.state = "pending"
+                st.state = State.PENDING
                 st.reason = "waiting for " + ", ".join(f"{d.phase.id} ({d.state})" for d in missing)
             elif st.checks is not None and any(c.blocking for c in st.checks):
-                st.state = "blocked"
+                st.state = State.BLOCKED
                 st.reason = "failing: " + ", ".join(c.name for c in st.checks if c.blocking)
         by_id[phase.id] = st
         out.append(st)
@@ -158,11 +185,11 @@ def _failure_reason(rs: Any) -> str:
 def _upstream_stale(phase: Phase, deps: list[PhaseStatus], record_time: Callable[[str], float | None]) -> str | None:
     mine = record_time(phase.id)
     for d in deps:
-        if d.state == "stale":
+        if d.state == State.STALE:
             return f"upstream {d.phase.id} is stale"
         if d.phase.kind == "service":
             continue
-        if d.state in ("running", "verifying"):
+        if d.state in LIVE:
             return f"upstream {d.phase.id} is running again"
         theirs = record_time(d.phase.id)
         if mine is not None and theirs is not None and theirs > mine:

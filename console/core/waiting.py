@@ -15,10 +15,9 @@ from console.core.config.model import Phase
 from console.core.project import Project
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus, State
 from console.core.terminal_text import strip_controls
 
-LIVE = ("running", "verifying")
 LOG_POLL_S = 0.2
 SERVICE_POLL_S = 1.0
 
@@ -74,11 +73,11 @@ def wait(project: Project, phase: Phase, run: RunDir, out: TextIO, timeout: floa
     if phase.kind != "service":
         follow(run, out)
         st = project.status(phase.id)
-        return Waited(phase, "done" if st.state == "done" else "ended", st)
+        return Waited(phase, "done" if st.state == State.DONE else "ended", st)
     deadline = time.monotonic() + timeout
     while True:
         st = project.status(phase.id)
-        if st.state != "running":
+        if st.state != State.RUNNING:
             copy_log(run.output_log, out)
             return Waited(phase, "ended", st)
         if st.service_ready:

@@ -21,12 +21,11 @@ from console.core.reread import ConfigChanged
 from console.core.runs.manager import run_status
 from console.core.snapshot import Snapshot, SnapshotBuilder, SpaceNeed
 from console.core.stall import StallAlert, StallWatch
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus, State
 from console.core.telemetry.history import DiskForecast, VolumeForecast
 from console.core.telemetry.ownership import owner_map
 from console.core.telemetry.samples import DiskReading, GpuReading
 
-LIVE = ("running", "verifying")
 
 
 @dataclass
@@ -152,7 +151,7 @@ class PreflightSchedule:
         out = []
         for st in statuses:
             last = self._last.get(st.phase.id)
-            if st.state in ("ready", "blocked") and (last is None or now - last >= self.every):
+            if st.state in (State.READY, State.BLOCKED) and (last is None or now - last >= self.every):
                 self._last[st.phase.id] = now
                 out.append(st.phase.id)
         return out

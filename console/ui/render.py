@@ -10,45 +10,42 @@ from collections.abc import Sequence
 
 from textual.content import Content
 
+from console.core.checks.result import CHECK_GLYPHS
 from console.core.durations import format_duration
+from console.core.state import State, glyph_of
 from console.core.rates import compact_number
 from pipeline.sizes import format_bytes
 
-STATE_GLYPHS: dict[str, tuple[str, str]] = {
-    "pending": ("○", "$text-muted"),
-    "blocked": ("⊘", "$error"),
-    "ready": ("▷", "$accent"),
-    "running": ("▶", "$primary"),
-    "verifying": ("◐", "$primary"),
-    "done": ("✓", "$success"),
-    "failed": ("✗", "$error"),
-    "stale": ("↻", "$warning"),
-    "stopped": ("■", "$warning"),
+# The glyphs are the core's (`State.glyph`, `CHECK_GLYPHS`); the colours are the UI's.
+STATE_STYLES: dict[str, str] = {
+    State.PENDING: "$text-muted",
+    State.BLOCKED: "$error",
+    State.READY: "$accent",
+    State.RUNNING: "$primary",
+    State.VERIFYING: "$primary",
+    State.DONE: "$success",
+    State.FAILED: "$error",
+    State.STALE: "$warning",
+    State.STOPPED: "$warning",
 }
 
-CHECK_GLYPHS: dict[str, tuple[str, str]] = {
-    "pass": ("✓", "$success"),
-    "warn": ("!", "$warning"),
-    "fail": ("✗", "$error"),
-}
+CHECK_STYLES: dict[str, str] = {"pass": "$success", "warn": "$warning", "fail": "$error"}
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def state_glyph(state: str) -> Content:
-    glyph, style = STATE_GLYPHS.get(state, ("?", "$text-muted"))
-    return Content.styled(glyph, style)
+    return Content.styled(glyph_of(state), state_style(state))
 
 
 def state_style(state: str) -> str:
-    return STATE_GLYPHS.get(state, ("?", "$text-muted"))[1]
+    return STATE_STYLES.get(state, "$text-muted")
 
 
 def check_glyph(status: str, overridden: bool = False) -> Content:
     if overridden:
         return Content.styled("⚑", "$warning")
-    glyph, style = CHECK_GLYPHS.get(status, ("?", "$text-muted"))
-    return Content.styled(glyph, style)
+    return Content.styled(CHECK_GLYPHS.get(status, "?"), CHECK_STYLES.get(status, "$text-muted"))
 
 
 def sparkline(values: Sequence[float | None], width: int, lo: float | None = None,

@@ -88,7 +88,7 @@ def test_states_from_exit_and_verify(tmp_path):
     rd.write_verify([CheckResult("out", "exists", "error", "pass", "x exists")])
     st = run_status(rd)
     assert st.state == "succeeded"
-    assert 9.0 < st.duration < 60
+    assert 9.0 < st.duration_s < 60
 
     rd.write_exit(ExitInfo(code=None, signal=9, ended_at=time.time(), stopped=True))
     assert run_status(rd).state == "stopped"

@@ -59,7 +59,7 @@ def test_phase_runs_detached_and_records_output_exit_and_journal(tmp_path):
     assert rd.read_pid() is not None  # written before start_run returns
     st = wait_ended(rd)
     assert st.state == "succeeded"
-    assert st.exit_code == 0 and st.duration is not None
+    assert st.exit_code == 0 and st.duration_s is not None
 
     log = rd.output_log.read_text()
     assert f"merging 7 {tmp_path}" in log

@@ -9,7 +9,7 @@ import os
 import time
 
 from textual.widgets import Input, SelectionList
-from ui_harness import Notices, make_app, select, showing, state_of, wait_for
+from ui_harness import Notices, answered, make_app, nothing_started, select, showing, state_of, wait_for, workers_of
 
 from console.ui.components.checks_view import ChecksView
 from console.ui.components.log_view import LogView
@@ -102,12 +102,16 @@ async def test_confirm_phase_needs_its_id_typed(project) -> None:  # type: ignor
 
 async def test_confirm_cancel_does_not_run(project) -> None:  # type: ignore[no-untyped-def]
     app = make_app(project)
-    async with app.run_test(size=(100, 30)) as pilot:
+    notices = Notices()
+    async with app.run_test(size=(100, 30), message_hook=notices.hook) as pilot:
         await select(pilot, app, "clean")
         await pilot.press("r")
         await wait_for(pilot, lambda: showing(app, ConfirmDialog), what="confirm dialog")
+        before = workers_of(app, "start")
         await pilot.press("escape")
-        await pilot.pause(0.3)  # wait-ok: nothing must start; a slow machine only makes this pass more easily
+        # The notice is posted by the answer's handler, before it would ask for a start.
+        await wait_for(pilot, lambda: "clean not started" in notices.texts, what="the 'not started' notice")
+        await nothing_started(pilot, app, "clean", before)
         assert state_of(app, "clean") == "ready"
         assert project.run_dir("clean") is None
 
@@ -121,7 +125,10 @@ async def test_stop_asks_then_stops(project) -> None:  # type: ignore[no-untyped
         await pilot.press("s")
         await wait_for(pilot, lambda: showing(app, AskDialog), what="stop question")
         await pilot.press("n")
-        await pilot.pause(0.3)  # wait-ok: nothing must stop; a slow machine only makes this pass more easily
+        await answered(pilot, app, AskDialog)
+        assert not workers_of(app, "stop"), "'n' began a stop"
+        assert project.status("sleeper").state == "running"
+        assert not project.journal.read(phase="sleeper", events={"stop"})
         assert state_of(app, "sleeper") == "running"
         await pilot.press("s")
         await wait_for(pilot, lambda: showing(app, AskDialog), what="stop question")
@@ -281,8 +288,10 @@ async def test_run_on_a_done_phase_asks_first(project) -> None:  # type: ignore[
         await wait_for(pilot, lambda: showing(app, AskDialog), what="run-again question")
         text = str(app.screen.query_one("#ask-text").render())
         assert "is done" in text and "train" in text  # names the phase that would go stale
+        before = workers_of(app, "start")
         await pilot.press("n")
-        await pilot.pause(0.5)  # wait-ok: nothing must start; a slow machine only makes this pass more easily
+        await answered(pilot, app, AskDialog)
+        await nothing_started(pilot, app, "prep", before)
         assert len(project.journal.read(phase="prep", events={"run_started"})) == runs_before
         await pilot.press("r")
         await wait_for(pilot, lambda: showing(app, AskDialog), what="run-again question")

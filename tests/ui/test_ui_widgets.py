@@ -29,6 +29,7 @@ from console.ui.messages import LogLines, ShmUpdated
 from console.core.snapshot import SpaceNeed
 from console.ui.pollers import Poller
 from console.ui.theming import load_themes
+from console.ui import watchdog
 from console.ui.watchdog import TtyWatchdog
 from console.ui.worker_notices import WorkerNotices
 
@@ -125,13 +126,25 @@ async def test_disk_panel_warns_loudly_when_the_rest_will_not_fit() -> None:
         assert "WILL NOT FIT" not in str(panel.render())
 
 
-def test_watchdog_fires_when_the_terminal_hangs_up() -> None:
+def test_watchdog_fires_when_the_terminal_hangs_up(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     master, slave = pty.openpty()
     fired = threading.Event()
+    probes: list[bool] = []
+    looked = threading.Event()
+    real_probe = watchdog.terminal_alive
+
+    def probe(fd: int) -> bool:
+        alive = real_probe(fd)
+        probes.append(alive)
+        if len(probes) >= 4:  # the look at start, then three of the watch loop's
+            looked.set()
+        return alive
+
+    monkeypatch.setattr(watchdog, "terminal_alive", probe)
     dog = TtyWatchdog(fired.set, fd=slave, interval=0.05)
     assert dog.start()
-    time.sleep(0.2)  # wait-ok: a live terminal must not fire it (a loaded machine only makes this pass more easily)
-    assert not fired.is_set()
+    assert looked.wait(10), f"the watchdog looked at the terminal {len(probes)} times, not 4"
+    assert all(probes[:4]) and not fired.is_set(), "a live terminal fired the watchdog"
     os.close(master)
     assert fired.wait(5)
     os.close(slave)

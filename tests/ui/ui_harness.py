@@ -161,3 +161,24 @@ def stop_all(project: Project) -> None:
             project.stop(ph.id, grace=2)
         except Exception:  # noqa: BLE001 - cleanup only
             pass
+
+
+def workers_of(app: ConsoleApp, group: str) -> set[object]:
+    """The main screen's workers of `group` ("start", "stop") that have not finished."""
+    return {w for w in app.main_screen().workers if w.group == group and not w.is_finished}
+
+
+async def answered(pilot, app: ConsoleApp, dialog: type) -> None:  # type: ignore[no-untyped-def]
+    """Wait until `dialog` has closed and its answer has been handled: the answer's callback
+    is queued before the dialog is popped, and `pilot.pause()` drains every queue it is in."""
+    await wait_for(pilot, lambda: not isinstance(app.screen, dialog), what=f"the {dialog.__name__} to close")
+    await pilot.pause()
+
+
+async def nothing_started(pilot, app: ConsoleApp, phase_id: str, before: set[object]) -> None:  # type: ignore[no-untyped-def]
+    """Asserts that an answer already handled started nothing: no start step it began is still
+    at work, and none that already finished asked for a launch (its outcome was posted before
+    it finished, so the drain below delivers it: a launch would show in `flow.starting`)."""
+    assert not workers_of(app, "start") - before, f"an answer that should start nothing began a start of {phase_id}"
+    await pilot.pause()
+    assert phase_id not in app.main_screen().flow.starting, f"{phase_id} is starting"

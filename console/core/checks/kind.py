@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from console.core.expr import ExprError, check_expression, check_need, references
+from console.core.expr import ExprError, check_expression, check_need, parse_number, references
 from pipeline.sizes import parse_size
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def _as_amount(value: Any, what: str) -> Any:
         return value
     if isinstance(value, str):
         try:
-            return float(value) if any(c in value for c in ".eE") else int(value)
+            return parse_number(value)
         except ValueError:
             pass
         try:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from console.core.redaction import Redactor
 
 Status = Literal["pass", "warn", "fail"]
+CHECK_GLYPHS: dict[str, str] = {"pass": "✓", "warn": "!", "fail": "✗"}  # the CLI's and the UI's mark
 
 
 @dataclass

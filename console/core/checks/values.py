@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from console.core.checks.context import CheckContext
 from console.core.checks.subproc import run_bounded
+from console.core.expr import parse_number
 
 COMMAND_TIMEOUT = 60.0
 
@@ -65,7 +66,7 @@ def load_values(spec: Mapping[str, Any] | None, ctx: CheckContext) -> dict[str, 
         else:
             text = str(src)
             try:
-                out[name] = float(text) if any(c in text for c in ".eE") else int(text)
+                out[name] = parse_number(text)
                 continue
             except ValueError:
                 pass

@@ -23,6 +23,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
+from console.core.durations import Elapsed
 from console.core.errors import PhaseError
 from console.core.interpreter import python_argv
 from console.core.redaction import redactor_for
@@ -44,7 +45,7 @@ _FINISH_PATIENCE = 5.0
 
 
 @dataclass
-class RunStatus:
+class RunStatus(Elapsed):
     state: RunState
     run_id: str
     phase_id: str
@@ -57,17 +58,6 @@ class RunStatus:
     launcher_pid: int | None = None
     error: str | None = None
     reasons: list[str] = field(default_factory=list)
-
-    @property
-    def duration(self) -> float | None:
-        if self.started_at is None:
-            return None
-        end = self.ended_at if self.ended_at is not None else time.time()
-        return max(0.0, end - self.started_at)
-
-    @property
-    def active(self) -> bool:
-        return self.state in ("running", "verifying")
 
 
 def _runs_root(state_dir: str | os.PathLike[str], phase_id: str) -> Path:

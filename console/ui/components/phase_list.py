@@ -13,6 +13,7 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from console.core.state import LIVE, State
 from console.ui.render import fit, fit_words, fmt_duration, state_glyph, state_style
 
 # States whose reason is worth a second line even when the list is narrow.
@@ -101,10 +102,10 @@ class PhaseList(OptionList):
         width = max(20, (self.scrollable_content_region.width or self.size.width or 40) - 1)
         dur = fmt_duration(phase_duration(s, self.clock())) if s.started_at is not None else ""
         dur_w = 7
-        stalled = s.phase.id in self.stalled and s.state == "running"
+        stalled = s.phase.id in self.stalled and s.state == State.RUNNING
         reason = (s.reason or "").splitlines()[0] if s.reason else ""
         glyph = Content.styled("⚠", "$warning") if stalled else state_glyph(s.state)
-        if s.phase.id in self.starting and s.state not in ("running", "verifying"):
+        if s.phase.id in self.starting and s.state not in LIVE:
             # Its checks are running for a start: not the last run's ✓ or ✗ any more.
             # Narrow: in the duration's place, so the row keeps its height (no second line).
             glyph, dur, reason = Content.styled("…", "$primary"), "start…", "starting: pre-flight checks"

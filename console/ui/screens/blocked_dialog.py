@@ -19,10 +19,10 @@ from textual.widgets import Button, Input, Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
 from console.core.checks.result import CheckResult
+from console.core.state import LIVE
 from console.ui.components.checks_view import render_results
 
 NEEDS_CHECK = "needs-done"
-_LIVE = ("running", "verifying")
 FIXED_ROWS = 12  # border, reason field, error line, buttons, margins: what never scrolls
 
 
@@ -33,7 +33,7 @@ def upstream_running(r: CheckResult) -> list[str]:
     missing = r.evidence.get("missing") if isinstance(r.evidence, dict) else None
     if not isinstance(missing, dict):
         return []
-    return [p for p, state in missing.items() if state in _LIVE]
+    return [p for p, state in missing.items() if state in LIVE]
 
 
 def fit_scroll(screen: ModalScreen[Any], scroll_id: str) -> None:

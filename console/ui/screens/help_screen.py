@@ -11,7 +11,8 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widget import Widget
 
-from console.ui.render import STATE_GLYPHS
+from console.core.state import State
+from console.ui.render import state_style
 
 KEYS = (
     ("↑ ↓  j k", "move between phases"),
@@ -62,8 +63,8 @@ def help_text(width: int | None = None) -> Content:
     for key, what in KEYS:
         rows += _hanging(Content.styled(f"  {key:<{KEY_W - 2}}", "bold"), what, "", width)
     rows += [Content(""), Content.styled("States", "bold $accent")]
-    for state, (glyph, style) in STATE_GLYPHS.items():
-        label = Content.assemble("  ", (glyph, style), f" {state:<{KEY_W - 4}}")
+    for state in State:
+        label = Content.assemble("  ", (state.glyph, state_style(state)), f" {state:<{KEY_W - 4}}")
         rows += _hanging(label, STATE_TEXT[state], "$text-muted", width)
     label = Content.assemble("  ", ("⚠", "$warning"), f" {'stalled':<{KEY_W - 4}}")
     rows += _hanging(label, "running, but no event and no log line for its stall_after", "$text-muted", width)

@@ -58,7 +58,7 @@ def read_history(project: Any, phase_id: str, limit: int = MAX_RUNS) -> list[Run
     rows = []
     for rd in reversed(runs):
         rs = manager.run_status(rd)
-        rows.append(RunRow(rd.run_id, str(rd.output_log), rs.started_at, rs.duration, rs.state, rs.exit_code,
+        rows.append(RunRow(rd.run_id, str(rd.output_log), rs.started_at, rs.duration_s, rs.state, rs.exit_code,
                            users.get(rd.run_id, "?"), tuple(overrides.get(rd.run_id, ()))))
     return rows
 

@@ -35,7 +35,7 @@ from console.core.project import Project
 from console.core.snapshot import Snapshot
 from console.core.stall import StallAlert
 from console.core.startflow import StartRequest
-from console.core.state import PhaseStatus
+from console.core.state import LIVE, PhaseStatus, State
 from console.core.telemetry.history import DiskForecast
 from console.core.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
 from console.ui.components.charts import DetailCharts
@@ -68,7 +68,6 @@ from console.ui.screens.log_screen import LogScreen
 from console.ui.startflow import StartFlow, StartOutcome
 from console.ui.worker_notices import WorkerNotices
 
-LIVE = ("running", "verifying")
 DETAIL_LOG_LINES = 1000
 
 
@@ -325,7 +324,7 @@ class MainScreen(WorkerNotices, Screen[None]):
     def _select_on_attach(self, plist: PhaseList) -> None:
         """Open on what matters: the running phase, else the first that is not done."""
         pick = next((s for s in self.statuses if s.state in LIVE), None) or next(
-            (s for s in self.statuses if s.state != "done"), None) or (self.statuses[0] if self.statuses else None)
+            (s for s in self.statuses if s.state != State.DONE), None) or (self.statuses[0] if self.statuses else None)
         if pick is None:
             return
         plist.select_id(pick.phase.id)
@@ -344,7 +343,7 @@ class MainScreen(WorkerNotices, Screen[None]):
     def _phase_ended(self, st: PhaseStatus) -> None:
         self.ended.append((st.phase.id, st.state))
         self.app.bell()
-        good = st.state == "done"
+        good = st.state == State.DONE
         text = f"{st.phase.id} {st.state}"
         if st.reason:
             text += f": {st.reason}"
@@ -398,12 +397,12 @@ class MainScreen(WorkerNotices, Screen[None]):
             self._header_plain = ""
             return
         ph = st.phase
-        stalled = ph.id in self.stalled and st.state == "running"
+        stalled = ph.id in self.stalled and st.state == State.RUNNING
         bits: list[Any] = [state_glyph(st.state), " ", (ph.id, "bold"), " · ", ph.title, " · ",
                            (st.state, state_style(st.state))]
         if stalled:
             bits += ["  ", ("⚠ stalled", "bold $warning")]
-        elif ph.id in self.first_unit and st.state == "running":
+        elif ph.id in self.first_unit and st.state == State.RUNNING:
             bits += ["  ", ("busy on its first unit", "$text-muted")]
         dur = phase_duration(st, self.clock())
         if dur is not None:
@@ -417,7 +416,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         if ph.confirm:
             bits += [("  destructive", "$warning")]
         if st.reason and st.state not in LIVE:
-            bits += ["\n", (st.reason.splitlines()[0], state_style(st.state) if st.state in ("blocked", "failed", "stale") else "$text-muted")]
+            bits += ["\n", (st.reason.splitlines()[0], state_style(st.state) if st.state in (State.BLOCKED, State.FAILED, State.STALE) else "$text-muted")]
         content = Content.assemble(*bits)
         if content.plain != self._header_plain:
             self._header_plain = content.plain
