@@ -50,7 +50,7 @@ def _export_bad_drafter(tmp: Path) -> list[str]:
     return ["--checkpoint", str(ckpt), "--target", str(_folder(tmp, "t", SHALLOW)), "--out", str(tmp / "e")]
 
 
-def _train_target_without_shapes(tmp: Path) -> list[str]:
+def _train_target_without_weights(tmp: Path) -> list[str]:
     data = write_merged(tmp / "merged.jsonl", make_records(4))
     target = _folder(tmp, "t", {"model_type": "llama", "num_hidden_layers": 8})
     return ["--data", str(data), "--target", str(target), "--out", str(tmp / "run")]
@@ -78,6 +78,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
      2, "not a folder"),
     ("train", lambda t: ["--data", str(_bad_record(t)), "--target", str(_folder(t, "t", SHALLOW)), "--out",
                          str(t / "run")], 2, "key 'id' must be a string"),
+    ("train", _train_target_without_weights, 2, "has no weight files"),
     ("export", lambda t: ["--checkpoint", str(t / "nope"), "--target", str(_folder(t, "t", SHALLOW)), "--out",
                           str(t / "e")],
      2, "is not a folder"),
