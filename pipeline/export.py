@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import output_guard
-from pipeline.output_guard import swap_folder_in  # noqa: F401 - the one folder swap (tests check it is shared)
 from pipeline.events import EventWriter
 from pipeline.jsonfile import read_object
 from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
