@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipeline.chat_template import ROLES
+from pipeline.program_edge import BadInput
 
 SHAPE_CONVERSATIONS = "conversations"
 SHAPE_MESSAGES = "messages"
@@ -44,8 +45,9 @@ NOT_UTF8 = "not_utf8"  # a lone surrogate (JSON "\ud800"): valid JSON, but no UT
 REASONS = (NO_MESSAGES, UNKNOWN_ROLE, EMPTY_VALUE, NO_ASSISTANT, NOT_TEXT, NOT_JSON, BAD_ID, NOT_UTF8)
 
 
-class RecordError(Exception):
-    """A malformed input record; str() is the operator-facing line."""
+class RecordError(BadInput):
+    """A malformed input record; str() is the operator-facing line. A reader that skips bad
+    records counts it; one that lets it escape ends its stage with exit 2."""
 
     def __init__(
         self, path: str, line: int, field: str | None, problem: str, reason: str = NOT_JSON, record_id: str | None = None

@@ -37,7 +37,8 @@ from pipeline.chat_records import (
 )
 from pipeline.bounded_read import open_file
 from pipeline.chat_template import ROLES
-from pipeline.json_stream import ArrayReader, StreamError, first_char, read_lines
+from pipeline.json_stream import ArrayReader, first_char, read_lines
+from pipeline.program_edge import BadInput
 
 DEFAULT_ROLE_MAP: Mapping[str, str] = MappingProxyType({"bing": "assistant", "chatgpt": "assistant", "bard": "assistant"})
 """ShareGPT's extra speaker names; all three are assistants (the web UIs the logs came from)."""
@@ -53,11 +54,10 @@ SOURCE_SUFFIXES = (".jsonl", ".json")
 JOINER = "\n\n"
 
 
-class SourceError(Exception):
-    """A source that cannot be used as a whole (too many bad records, an unreadable array);
-    str() names the file and what to do."""
-
-    exit_code = 2
+class SourceError(BadInput):
+    """A source that cannot be used as a whole (too many bad records, an array cut short under
+    --strict); str() names the file and what to do. An array that cannot be read past a point
+    is json_stream's StreamError, also BadInput."""
 
 
 @dataclass(frozen=True)
@@ -85,14 +85,15 @@ class SourcePolicy:
 
 
 def parse_role_map(text: str) -> dict[str, str]:
-    """`bing=assistant,chatgpt=assistant` as the command line spells it; '' maps nothing."""
+    """`bing=assistant,chatgpt=assistant` as the command line spells it; '' maps nothing.
+    BadInput naming the entry that does not parse."""
     table: dict[str, str] = {}
     for item in (p.strip() for p in text.split(",")):
         if not item:
             continue
         raw, sep, role = (s.strip() for s in item.partition("="))
         if not sep or not raw or role not in ROLES:
-            raise ValueError(
+            raise BadInput(
                 f"--role-map entry {item!r}: expected NAME=ROLE with ROLE one of {', '.join(ROLES)} "
                 "(e.g. bing=assistant,chatgpt=assistant)"
             )
@@ -222,12 +223,9 @@ def _raw_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
         if first_char(f) == "[":
             reader = ArrayReader(f, name, policy.max_record_bytes)
             base = report.bytes_read
-            try:
-                for el in reader:
-                    report.bytes_read = base + reader.bytes_read
-                    yield el.value, el.line, f"{source}:{el.index}"
-            except StreamError as exc:
-                raise SourceError(str(exc)) from None
+            for el in reader:
+                report.bytes_read = base + reader.bytes_read
+                yield el.value, el.line, f"{source}:{el.index}"
             if reader.cut_at is not None:
                 cut = {"file": name, "byte": reader.cut_at, "line": reader.cut_line}
                 if policy.strict:

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 from pipeline import output_guard
-from pipeline.output_guard import swap_folder_in  # noqa: F401 - the one folder swap
 from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
 from pipeline.program_edge import BadInput, on_sigterm, run_program

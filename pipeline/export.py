@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import output_guard
-from pipeline.output_guard import swap_folder_in  # noqa: F401 - the one folder swap (tests check it is shared)
 from pipeline.events import EventWriter
+from pipeline.jsonfile import read_object
 from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 
 PROG = "python -m pipeline.export"
@@ -99,30 +99,15 @@ def required_keys() -> tuple[str, ...]:
 
 def aux_layer_ids(num_layers: int) -> list[int]:
     """SGLang's ids for the capture layers (pipeline.target.sglang_layer_ids)."""
-    from pipeline.target import TargetError, sglang_layer_ids
+    from pipeline.target import sglang_layer_ids
 
-    try:
-        return sglang_layer_ids(num_layers)
-    except TargetError as e:
-        raise BadInput(str(e)) from None
-
-
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        obj = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path}: missing; {what}") from None
-    except (OSError, ValueError) as e:
-        raise BadInput(f"{path}: unreadable or not JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise BadInput(f"{path}: expected a JSON object")
-    return obj
+    return sglang_layer_ids(num_layers)
 
 
 def target_text_config(target: Path) -> dict:
     from pipeline.target import read_config, text_config
 
-    return text_config(read_config(target, BadInput, "--target"))
+    return text_config(read_config(target, "--target"))
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -158,14 +143,11 @@ def load_checkpoint(ckpt: Path):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from pipeline.drafter import DrafterConfig, DrafterConfigError
+    from pipeline.drafter import DrafterConfig
 
     cfg_path = ckpt / CONFIG_FILE
-    try:
-        cfg = DrafterConfig.from_sglang(_read_json(cfg_path, "the checkpoint folder must hold the drafter's config"),
-                                        where=str(cfg_path))
-    except DrafterConfigError as e:
-        raise BadInput(str(e)) from None
+    raw = read_object(cfg_path, f"{cfg_path}: missing; the checkpoint folder must hold the drafter's config")
+    cfg = DrafterConfig.from_sglang(raw, where=str(cfg_path))
     weights = ckpt / WEIGHTS_FILE
     if not weights.exists():
         raise BadInput(f"{weights}: missing; the checkpoint folder must hold the drafter's weights")
@@ -277,7 +259,7 @@ def target_dtype(target: Path) -> str | None:
     first floating tensor of its first safetensors file; None when neither says."""
     from pipeline.target import FingerprintError, read_config, text_config, weight_files
 
-    cfg = read_config(target, BadInput, "--target")
+    cfg = read_config(target, "--target")
     for c in (text_config(cfg), cfg):
         for key in ("torch_dtype", "dtype"):
             if c.get(key) in FLOAT_DTYPES:
@@ -421,7 +403,8 @@ def manifest_problems(folder: Path) -> tuple[list[str], dict | None]:
 
     path = folder / MANIFEST_FILE
     try:
-        manifest = _read_json(path, "no checksum manifest: the folder was not written by this export; export again")
+        manifest = read_object(path, f"{path}: missing; no checksum manifest: the folder was not written by this "
+                                     "export; export again")
     except BadInput as e:
         return [str(e)], None
     files = manifest.get("files")
@@ -453,7 +436,8 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
     weights = folder / WEIGHTS_FILE
     try:
         header, start, size = safetensors_layout(weights)
-        cfg = _read_json(folder / CONFIG_FILE, "not an exported drafter folder")
+        cfg_path = folder / CONFIG_FILE
+        cfg = read_object(cfg_path, f"{cfg_path}: missing; not an exported drafter folder")
     except BadInput as e:
         return [str(e)]
     tiling = tiling_problems(weights, header, start, size)

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
+from pipeline.program_edge import BadInput
+
 READ_BLOCK = 1 << 20
 _SKIP_BLOCK = 1 << 20
 _WHITESPACE = " \t\n\r"
@@ -26,7 +28,7 @@ _NEAR_END = 8
 """A decode error this close to the buffer's end may only mean the element goes on."""
 
 
-class StreamError(Exception):
+class StreamError(BadInput):
     """The file cannot be read as a stream of records; str() names the file and the byte offset."""
 
     def __init__(self, path: str, offset: int, line: int, problem: str) -> None:

@@ -49,10 +49,9 @@ from typing import Any
 
 from pipeline import output_guard
 from pipeline.atomic_io import fsync_dir, write_json_atomic
-from pipeline.chat_records import ChatRecord, RecordError
+from pipeline.chat_records import ChatRecord
 from pipeline.chat_sources import (
     DEFAULT_ROLE_MAP,
-    SourceError,
     SourcePolicy,
     SourceReport,
     format_role_map,
@@ -183,10 +182,7 @@ def _parser() -> argparse.ArgumentParser:
 def source_policy(opts: MergeOptions, max_record_bytes: int) -> SourcePolicy:
     if not 0.0 <= opts.max_invalid <= 1.0:
         raise BadInput(f"--max-invalid must be a share between 0 and 1 (0.05 is 5%), got {opts.max_invalid}")
-    try:
-        role_map = parse_role_map(opts.role_map)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    role_map = parse_role_map(opts.role_map)
     return SourcePolicy(
         strict=opts.strict,
         max_invalid=opts.max_invalid,
@@ -642,8 +638,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with EventWriter.from_env() as events:
                 merge(opts, events)
-        except RecordError as exc:
-            raise BadInput(str(exc)) from None
         except MemoryError:
             raise StageError("out of memory; lower --max-len or --max-line-bytes, or use fewer --workers") from None
         print(f"merge: wrote {opts.out} in {time.monotonic() - started:.1f}s", flush=True)
@@ -652,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM and Ctrl-C unwind through merge's `finally`, so its temporary files go with it; a
     # forked tokenizer worker signalled before init_worker resets the handlers ends quietly
     with on_sigterm(signals=(signal.SIGTERM, signal.SIGINT)):
-        return run_program("merge", body, SourceError, stop_note="temporary files removed")
+        return run_program("merge", body, stop_note="temporary files removed")
 
 
 if __name__ == "__main__":

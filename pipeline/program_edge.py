@@ -3,7 +3,9 @@ exit code, never a traceback, the same in every stage the console runs.
 
 Exit codes: 0 ok, 1 a bug (anything unexpected, its type named), 2 bad input, 3 out of space
 or stopped short (what was written is kept; a rerun resumes), 4 a peer (server) died,
-130 interrupted (Ctrl-C), 143 terminated (SIGTERM, `eagle3 stop`).
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM, `eagle3 stop`). Two stages keep codes they
+documented before this edge existed, named here so that each number has one spelling per meaning:
+evaluate's MISMATCH (3) and patch's REFUSED (3) and WRITE_FAILED (4).
 
 Lines: `<stage>: error: <message>` for a failure, `<stage>: interrupted[; note]` for Ctrl-C,
 `<stage>: stopped by SIGTERM[; note]` for a stop.
@@ -37,6 +39,10 @@ STOPPED_SHORT = 3
 PEER_DEAD = 4
 INTERRUPTED = 130
 TERMINATED = 128 + signal.SIGTERM
+# codes documented before the edge, kept for the scripts that read them
+MISMATCH = 3  # evaluate: speculative output differs from plain greedy decoding (a bug; no figure reported)
+REFUSED = 3  # patch: content the patcher does not know, or a backup that is not the original
+WRITE_FAILED = 4  # patch: the file, its backup or its lock cannot be written
 
 
 class StageError(Exception):

@@ -27,8 +27,8 @@ a 1T model of hundreds of shards, and it changes when the weights are re-saved, 
 or swapped. It is not a full-content hash: an in-place edit of a few bytes that no sampled
 block covers goes unseen. Value: "wfp1:" + 32 hex digits (sha256, cut).
 
-Errors are `TargetError` (a ValueError; `FingerprintError` for the weights) naming the file
-or key and what to do; a stage turns them into its own input error.
+Errors are `TargetError` (the edge's `BadInput`, exit 2; `FingerprintError` for the weights)
+naming the file or key and what to do; stages let them through to their edge as they are.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ import json
 import os
 import struct
 from pathlib import Path
+
+from pipeline.jsonfile import read_object
+from pipeline.program_edge import BadInput
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -49,7 +52,7 @@ BLOCKS = 16
 BLOCK = 4096
 
 
-class TargetError(ValueError):
+class TargetError(BadInput):
     """The target folder cannot be used as it is; the text names the file or key."""
 
 
@@ -57,23 +60,11 @@ class FingerprintError(TargetError):
     """The target folder has no readable weights; the text names the file."""
 
 
-def read_config(model_dir: Path | str, error: type[Exception] = TargetError, flag: str = "the target") -> dict:
-    """The target's config.json as saved; `error` (the caller's input error) naming the file
-    when it is missing, not JSON or not an object. `flag` is how the operator named the folder."""
+def read_config(model_dir: Path | str, flag: str = "the target") -> dict:
+    """The target's config.json as saved; BadInput naming the file when it is missing, not a
+    regular file, not JSON or not an object. `flag` is how the operator named the folder."""
     path = Path(model_dir) / CONFIG
-    try:
-        with open(path, "rb") as f:
-            cfg = json.loads(f.read())
-    except FileNotFoundError:
-        raise error(f"{path}: missing; {flag} must be the target's save_pretrained folder") from None
-    except OSError as e:
-        raise error(f"{path}: cannot be read ({e.strerror or e}); {flag} must be the target's save_pretrained "
-                    "folder") from None
-    except ValueError as e:
-        raise error(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise error(f"{path}: expected a JSON object, got {type(cfg).__name__}")
-    return cfg
+    return read_object(path, f"{path}: missing; {flag} must be the target's save_pretrained folder")
 
 
 def text_config(cfg: dict) -> dict:

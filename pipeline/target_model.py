@@ -19,7 +19,9 @@ import torch
 from .program_edge import BadInput
 
 
-def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Module:
+def load_target(model_dir: Path, device: str, dtype: torch.dtype, flag: str = "--model") -> torch.nn.Module:
+    """The target for inference; BadInput naming `model_dir` (as the operator's `flag` named it)
+    when transformers cannot load it."""
     import transformers
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
@@ -33,7 +35,7 @@ def load_target(model_dir: Path, device: str, dtype: torch.dtype) -> torch.nn.Mo
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
     except (OSError, ValueError, KeyError, SafetensorError) as e:
-        raise BadInput(f"cannot load the target from {model_dir} (--model): {str(e).splitlines()[0]}") from None
+        raise BadInput(f"cannot load the target from {model_dir} ({flag}): {str(e).splitlines()[0]}") from None
     if on_gpu and "device_map" not in kwargs:
         model.to(device)
     return model.eval()

@@ -40,7 +40,9 @@ _BLOCK = 1 << 20
 EVENTS = ("run_started", "run_ended", "checks", "override", "stop", "confirm", "verify")
 
 
-def _user() -> str:
+def user_name() -> str:
+    """Who ran it, for the journal and a run's record: the login name, else the uid (a
+    container's user often has no passwd entry)."""
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -92,7 +94,7 @@ class Journal:
         rec.update((k, v) for k, v in fields.items() if k != "t")
         if self.redactor:
             rec = self.redactor.obj(rec)
-        rec.setdefault("user", _user())
+        rec.setdefault("user", user_name())
         rec.setdefault("host", socket.gethostname())
         line = json.dumps(rec, separators=(",", ":"), default=str, ensure_ascii=False) + "\n"
         data = line.encode("utf-8")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.program_edge import BadInput
 from pipeline.target import text_config
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
@@ -21,7 +22,7 @@ MAX_VOCAB = 4_000_000
 MAX_HIDDEN = 65_536
 
 
-class DrafterConfigError(ValueError):
+class DrafterConfigError(BadInput):
     """A config dict that cannot describe a drafter; str() names the key and the value."""
 
 

@@ -17,23 +17,15 @@ EMBED_SUFFIX = "embed_tokens.weight"
 HEAD_SUFFIX = "lm_head.weight"
 
 
-class TargetWeightsError(ValueError):
+class TargetWeightsError(target_files.TargetError):
     """The target folder lacks a tensor or file; str() names it and what to do."""
-
-
-def read_config(target: Path) -> dict:
-    """The target's config.json (pipeline.target.read_config), refused as TargetWeightsError."""
-    return target_files.read_config(target, TargetWeightsError, "--target")
 
 
 def weight_map(target: Path) -> dict[str, str]:
     """Tensor name -> shard file name, from the index (pipeline.target.weight_map) or the
     single file's header."""
     target = Path(target)
-    try:
-        wm = target_files.weight_map(target)
-    except target_files.TargetError as e:
-        raise TargetWeightsError(str(e)) from None
+    wm = target_files.weight_map(target)
     if wm is not None:
         return wm
     single = target / SINGLE
@@ -65,7 +57,7 @@ def tensor_names(target: Path) -> tuple[str, str]:
         raise TargetWeightsError(f"{target}: no tensor named *{EMBED_SUFFIX} in its safetensors")
     head = _find(names, HEAD_SUFFIX)
     if head is None:
-        if not _tied(read_config(target)):
+        if not _tied(target_files.read_config(target, "--target")):
             raise TargetWeightsError(
                 f"{target}: no *{HEAD_SUFFIX} tensor and config.json does not set tie_word_embeddings")
         head = embed

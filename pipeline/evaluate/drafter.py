@@ -27,11 +27,11 @@ from pipeline.jsonfile import read_json
 
 
 def load_exported(folder: Path, target_dir: Path, capture: list[int], device: str, dtype: torch.dtype):
-    from pipeline.drafter import DrafterConfigError, load_drafter
+    from pipeline.drafter import load_drafter
 
     folder = Path(folder)
     cfg_path = folder / "config.json"
-    raw = read_json(cfg_path, f"{cfg_path}: missing; --drafter must be a folder written by pipeline.export", BadInput)
+    raw = read_json(cfg_path, f"{cfg_path}: missing; --drafter must be a folder written by pipeline.export")
     ids = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     if not isinstance(ids, list) or [int(i) + 1 for i in ids] != list(capture):
         raise BadInput(f"{cfg_path}: eagle_aux_hidden_state_layer_ids is {ids!r}, but this target is captured at "
@@ -44,7 +44,7 @@ def load_exported(folder: Path, target_dir: Path, capture: list[int], device: st
     except SafetensorError as e:
         raise BadInput(f"{folder / 'model.safetensors'}: cannot be read ({e}): the file is truncated or damaged; "
                        "export the drafter again (python -m pipeline.export)") from None
-    except (DrafterConfigError, ValueError, OSError) as e:
+    except (ValueError, OSError) as e:  # what torch or safetensors raise for a damaged folder
         raise BadInput(f"{folder}: {e}") from None
     refuse_non_finite(model, folder / "model.safetensors")
     check_manifest(folder, "model.safetensors")  # after the checks that say more about a damaged file
@@ -61,7 +61,7 @@ def check_manifest(folder: Path, name: str) -> None:
 
     path = folder / MANIFEST
     manifest = read_json(path, f"{path}: missing; the folder was not written by pipeline.export, which records "
-                               "what it wrote there: export the drafter again", BadInput)
+                               "what it wrote there: export the drafter again")
     files = manifest.get("files") if isinstance(manifest, dict) else None
     want = files.get(name) if isinstance(files, dict) else None
     if not isinstance(want, dict):
@@ -78,11 +78,11 @@ def check_manifest(folder: Path, name: str) -> None:
 
 
 def _with_target(model, target_dir: Path, device: str, dtype: torch.dtype):
-    from pipeline.drafter.target_head import TargetWeightsError, read_embeddings
+    from pipeline.drafter.target_head import read_embeddings
 
     try:
         model.load_embeddings(read_embeddings(Path(target_dir)))
-    except (TargetWeightsError, ValueError, OSError) as e:
+    except (ValueError, OSError) as e:  # what safetensors or torch raise for a damaged file
         raise BadInput(f"{target_dir}: {e}") from None
     return model.to(device=device, dtype=dtype).eval()
 
@@ -103,16 +103,17 @@ BASELINE_DRAFT_VOCAB = 32000
 def untrained(like, target_dir: Path, device: str, dtype: torch.dtype):
     """The drafter training would start from: the shape and vocabulary of `like` (a loaded
     drafter), or, when None, of a drafter built from the target with train's defaults."""
-    from pipeline.drafter import DrafterConfig, DrafterConfigError, Eagle3Drafter
+    from pipeline.drafter import DrafterConfig, Eagle3Drafter
     from pipeline.drafter import vocab as dvocab
-    from pipeline.drafter.target_head import TargetWeightsError, read_config, read_lm_head
+    from pipeline.drafter.target_head import read_lm_head
+    from pipeline.target import read_config
 
     try:
         if like is not None:
             cfg = like.config
             vocab = dvocab.from_buffers(like.d2t, like.t2d)
         else:
-            cfg = DrafterConfig.from_target(read_config(Path(target_dir)), BASELINE_DRAFT_VOCAB,
+            cfg = DrafterConfig.from_target(read_config(Path(target_dir), "--target"), BASELINE_DRAFT_VOCAB,
                                             where=str(Path(target_dir) / "config.json"))
             vocab = dvocab.from_ids(torch.arange(cfg.draft_vocab_size), cfg.vocab_size)
         with torch.random.fork_rng(devices=[]):
@@ -122,7 +123,7 @@ def untrained(like, target_dir: Path, device: str, dtype: torch.dtype):
         head = read_lm_head(Path(target_dir))
         with torch.no_grad():
             model.lm_head.weight.copy_(head[vocab.ids].float())
-    except (DrafterConfigError, TargetWeightsError, ValueError, OSError) as e:
+    except (ValueError, OSError) as e:  # what torch or safetensors raise; our refusals name their file
         raise BadInput(f"cannot build an untrained drafter for {target_dir}: {e}") from None
     return _with_target(model, target_dir, device, dtype)
 

@@ -3,7 +3,7 @@ Refusals are the stage edge's BadInput (exit 2)."""
 
 from __future__ import annotations
 
-from pipeline.program_edge import BadInput, StageError
+from pipeline.program_edge import MISMATCH, BadInput, StageError
 
 __all__ = ["BadInput", "EvalError", "Mismatch"]
 
@@ -16,4 +16,4 @@ class Mismatch(EvalError):
     """Speculative decoding produced other tokens than plain greedy decoding: a bug in
     the drafter plumbing or the verifier, so no acceptance figure is reported."""
 
-    exit_code = 3
+    exit_code = MISMATCH

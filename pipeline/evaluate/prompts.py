@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.chat_records import RecordError, parse_record
+from pipeline.chat_records import parse_record
 
 from .errors import BadInput
 
@@ -97,10 +97,7 @@ def read_file(path: Path, load_tokenizer: Callable[[], Any | None], max_tokens: 
         tokenizer = tokenizer or load_tokenizer()
         if tokenizer is None:
             raise BadInput(f"{where}: a chat record needs the target's tokenizer; pass --target")
-        try:
-            rec = parse_record(line, str(path), n)
-        except RecordError as e:
-            raise BadInput(str(e)) from None
+        rec = parse_record(line, str(path), n)
         ids = chat_prompt(tokenizer, rec.conversations, where, max_tokens)
         yield Prompt(rec.id, ids or [], too_long=ids is None)
 

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.program_edge import StageError
 from pipeline.hf_cache import cache_kwarg
-from pipeline.target import TargetError, capture_layers
+from pipeline.target import capture_layers
 from pipeline.target_model import load_target
 
 from .errors import BadInput
@@ -56,18 +55,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 class Target:
     def __init__(self, model_dir: Path, device: str, dtype: torch.dtype, kv_cache: bool = True) -> None:
-        try:
-            self.model = load_target(Path(model_dir), device, dtype)
-        except StageError as e:
-            raise BadInput(str(e).replace("--model", "--target")) from None
+        self.model = load_target(Path(model_dir), device, dtype, "--target")
         self.device = torch.device(device)
         self.model_dir, self._fingerprint = Path(model_dir), None
         layers = self.model.base_model.layers
         self.num_layers = len(layers)
-        try:
-            self.capture = capture_layers(self.num_layers)
-        except TargetError as e:
-            raise BadInput(str(e)) from None
+        self.capture = capture_layers(self.num_layers)
         self.hidden_size = int(self.model.config.hidden_size)
         self.vocab_size = int(self.model.config.vocab_size)
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)

@@ -30,7 +30,7 @@ META_BYTES = 4096
 
 def read_stats(stats_path: Path) -> dict:
     path = Path(stats_path)
-    stats = read_json(path, f"stats file {path} does not exist (--stats); run pipeline.merge first", BadInput)
+    stats = read_json(path, f"stats file {path} does not exist (--stats); run pipeline.merge first")
     if not isinstance(stats, dict):
         raise BadInput(f"{path}: expected a JSON object of merge stats")
     for key in ("records", "tokens"):

@@ -11,31 +11,21 @@ test can hit the reserve after a few samples without filling a real disk.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from pathlib import Path
 
+from ..output_guard import DISK_FULL_ERRNOS, volume_of  # the one reading of a full disk's errno and volume
+from ..program_edge import BadInput
+
 # One size syntax and one printed form for the whole project (`1.001GB` is the same number
 # in a config check and in --reserve): see pipeline/events.py.
 from ..sizes import format_bytes, parse_size
-from ..program_edge import BadInput
 from .errors import ReserveStop
 
 __all__ = ["DiskGuard", "disk_full", "format_bytes", "is_disk_full", "parse_size", "volume_of"]
 
 FAKE_FREE_ENV = "EAGLE3_EXTRACT_FAKE_FREE"
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def volume_of(path: Path) -> str:
-    """The mount point holding `path`: the name an operator recognises in `df`."""
-    p = Path(os.path.abspath(path))
-    while not p.exists():
-        p = p.parent
-    while not os.path.ismount(p):
-        p = p.parent
-    return str(p)
 
 
 class DiskGuard:
@@ -82,7 +72,7 @@ class DiskGuard:
 
 
 def is_disk_full(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno in DISK_FULL
+    return isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS
 
 
 def disk_full(e: OSError, doing: str, out: Path | str | None) -> ReserveStop:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeline.atomic_io import write_bytes_atomic
 from pipeline.patch.recipes import RECIPES, Recipe, supported
-from pipeline.program_edge import BadInput, StageError
+from pipeline.program_edge import REFUSED, WRITE_FAILED, BadInput, StageError
 
 BACKUP_SUFFIX = ".eagle3-orig"
 LOCK_SUFFIX = ".eagle3-lock"
@@ -43,13 +43,13 @@ class PatchError(StageError):
 class Refused(PatchError):
     """Content this patcher does not know, or a backup that is not the original."""
 
-    exit_code = 3
+    exit_code = REFUSED
 
 
 class WriteFailed(PatchError):
     """The file, its backup or its lock cannot be written (or the lock stays held)."""
 
-    exit_code = 4
+    exit_code = WRITE_FAILED
 
 
 def sha256(data: bytes) -> str:

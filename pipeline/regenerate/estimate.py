@@ -14,7 +14,9 @@ import json
 from itertools import islice
 from pathlib import Path
 
-from .options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound, _role_map
+from pipeline.chat_sources import parse_role_map
+
+from .options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound
 from .sources import policy, records
 
 BYTES_PER_TOKEN = 8
@@ -58,7 +60,7 @@ def run(argv: list[str]) -> int:
         _bound("--limit", a.limit, 1, 2**62)
     _bound("--max-invalid", a.max_invalid, 0, 1)
     _bound("--samples-per-prompt", a.samples_per_prompt, 1, MAX_SAMPLES)
-    figures = estimate(tuple(a.sources), a.max_new_tokens, a.limit, policy(_role_map(a.role_map), a.max_invalid,
+    figures = estimate(tuple(a.sources), a.max_new_tokens, a.limit, policy(parse_role_map(a.role_map), a.max_invalid,
                                                                           False), a.samples_per_prompt)
     if a.json:
         print(json.dumps(figures))

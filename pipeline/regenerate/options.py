@@ -125,13 +125,6 @@ def _bound(flag: str, value: float, lo: float, hi: float) -> None:
         raise BadInput(f"{flag} must be {lo:g}..{hi:g}, got {value:g}")
 
 
-def _role_map(text: str) -> dict[str, str]:
-    try:
-        return parse_role_map(text)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
-
-
 def parse(argv: list[str] | None = None) -> Options:
     a = build_parser().parse_args(argv)
     _bound("--max-new-tokens", a.max_new_tokens, 1, MAX_NEW_TOKENS)
@@ -183,5 +176,5 @@ def parse(argv: list[str] | None = None) -> Options:
         concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
         max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
         temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt,
-        limit=a.limit, role_map=_role_map(a.role_map),
+        limit=a.limit, role_map=parse_role_map(a.role_map),
         max_invalid=a.max_invalid, strict=a.strict, max_failed_share=a.max_failed_share)

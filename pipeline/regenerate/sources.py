@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.chat_records import ChatRecord, RecordError
-from pipeline.chat_sources import DEFAULT_ROLE_MAP, SourceError, SourcePolicy, SourceReport, iter_records
+from pipeline.chat_records import ChatRecord
+from pipeline.chat_sources import DEFAULT_ROLE_MAP, SourcePolicy, SourceReport, iter_records
 
 from .conversation import MAX_RECORD_CHARS, record_chars
 from .errors import BadInput
@@ -64,21 +64,18 @@ def records(sources: tuple[Path, ...], pol: SourcePolicy, plan: Plan | None = No
             raise BadInput(f"source {path} does not exist")
         name = source_name(path)
         report = SourceReport(source=name)
-        try:
-            for rec in iter_records(path, name, pol, report):
-                why = _why_not(rec)
-                if why is None and rec.id in seen:
-                    why = "duplicate_id"
-                if why is not None:
-                    if plan is not None:
-                        plan.skipped[why] += 1
-                    continue
-                seen.add(rec.id)
+        for rec in iter_records(path, name, pol, report):
+            why = _why_not(rec)
+            if why is None and rec.id in seen:
+                why = "duplicate_id"
+            if why is not None:
                 if plan is not None:
-                    plan.usable += 1
-                yield rec
-        except (RecordError, SourceError) as e:
-            raise BadInput(str(e)) from None
+                    plan.skipped[why] += 1
+                continue
+            seen.add(rec.id)
+            if plan is not None:
+                plan.usable += 1
+            yield rec
         if plan is not None:
             plan.reports[name] = report
             for kind in ("assistant_first", "duplicate_id"):

@@ -49,7 +49,7 @@ class TargetInfo:
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> "TargetInfo":
-        cfg = read_config(model_dir, BadInput, "--model")
+        cfg = read_config(model_dir, "--model")
         info = cls.from_config(cfg, os.path.abspath(model_dir), Path(model_dir) / "config.json")
         try:
             fingerprint = target_fingerprint(model_dir)
@@ -59,11 +59,8 @@ class TargetInfo:
 
     @property
     def capture_layers(self) -> list[int]:
-        """pipeline.target.capture_layers of this target; BadInput when it is too shallow."""
-        try:
-            return capture_layers(self.num_layers)
-        except TargetError as e:
-            raise BadInput(str(e)) from None
+        """pipeline.target.capture_layers of this target; TargetError (BadInput) when it is too shallow."""
+        return capture_layers(self.num_layers)
 
     @classmethod
     def from_config(cls, cfg: dict, path: str, where: object = "config") -> "TargetInfo":

@@ -26,7 +26,7 @@ import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from pipeline.program_edge import BadInput, SigtermGuard, on_sigterm, run_program
+from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
 
 from .errors import Stopped
 
@@ -89,15 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _is_bad_input(e: Exception) -> bool:
-    """Refusals raised by the modules training reads through (drafter, store, target weights)."""
-    from ..drafter.config import DrafterConfigError
-    from ..drafter.target_head import TargetWeightsError
-    from ..program_edge import BadInput as StoreInput
-
-    return isinstance(e, (DrafterConfigError, TargetWeightsError, StoreInput))
-
-
 def stop_signals(stop: threading.Event, got: list[int] | None = None) -> AbstractContextManager[SigtermGuard]:
     """SIGTERM/SIGINT: checkpoint and stop (the loop sees `stop` between steps and between TTT
     passes). A DataLoader worker forked before its worker_init_fn ignores these inherits this
@@ -134,10 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         except Stopped as e:
             if got and got[0] == signal.SIGINT:  # Ctrl-C: the same checkpoint, the interrupt's exit code
                 raise KeyboardInterrupt(str(e)) from None
-            raise
-        except Exception as e:
-            if _is_bad_input(e):
-                raise BadInput(str(e)) from None
             raise
         if summary.get("checkpoint"):
             print(f"train: done: {summary['steps']} steps, loss {summary['loss']:.4f}, acc_0 {summary['acc'][0]:.3f}; "

@@ -181,15 +181,12 @@ def refuse_run_folder(run: Path, inputs: list[Path]) -> None:
     train did not write (no marker of train's, and more than a run of an older version holds),
     is refused (exit 2) before anything is read or written: `--overwrite` deletes `checkpoints/`,
     and a resume would write into somebody else's folder."""
-    try:
-        output_guard.refuse_overlap(run, inputs)
-        if os.path.isdir(run) and not os.path.islink(run) and output_guard.writer_of(run) is None:
-            names = set(os.listdir(run))
-            if names and names <= _LEGACY_RUN:
-                return
-        output_guard.refuse_foreign(run, RUN_WRITER)
-    except output_guard.BadInput as e:
-        raise BadInput(str(e)) from None
+    output_guard.refuse_overlap(run, inputs)
+    if os.path.isdir(run) and not os.path.islink(run) and output_guard.writer_of(run) is None:
+        names = set(os.listdir(run))
+        if names and names <= _LEGACY_RUN:
+            return
+    output_guard.refuse_foreign(run, RUN_WRITER)
 
 
 # run folder (resolved) -> the descriptor holding its lock: held until this process ends

@@ -93,9 +93,9 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
     if not root.is_dir():
         raise BadInput(f"--store {root}: not a folder; run the extraction first")
     meta_path = root / "meta.json"
-    meta = read_json(meta_path, f"{meta_path}: missing; {root} is not a finished hidden-state store", BadInput)
+    meta = read_json(meta_path, f"{meta_path}: missing; {root} is not a finished hidden-state store")
     cfg_path = target / "config.json"
-    cfg = text_config(read_config(target, BadInput, "--target"))
+    cfg = text_config(read_config(target, "--target"))
     for mkey, ckey in SHAPE_KEYS.items():
         if meta.get(mkey) != cfg.get(ckey):
             raise BadInput(f"{meta_path}: {mkey} is {meta.get(mkey)!r} but {cfg_path} has {ckey} "

@@ -22,9 +22,8 @@ import struct
 from pathlib import Path
 
 from ..drafter.config import DrafterConfig
-from ..program_edge import BadInput
 from ..sizes import format_bytes
-from ..target import read_config, text_config, weight_files
+from ..target import FingerprintError, read_config, text_config, weight_files
 
 MARGIN = 1.2
 BF16 = 2
@@ -35,7 +34,7 @@ def _target_params(target: Path, cfg: dict) -> int:
     """Parameters of the target: counted from its safetensors headers, else from its config."""
     try:
         files = [f for f in weight_files(target) if f.suffix == ".safetensors"]
-    except ValueError:
+    except FingerprintError:  # no weight files: count from the config instead
         files = []
     total = 0
     for f in files:
@@ -65,7 +64,7 @@ def _target_params(target: Path, cfg: dict) -> int:
 def estimate(target: Path, online: bool, batch_tokens: int, draft_vocab: int, ttt_length: int,
              max_len: int) -> dict:
     target = Path(target)
-    cfg = text_config(read_config(target, BadInput, "--target"))
+    cfg = text_config(read_config(target, "--target"))
     d = DrafterConfig.from_target(cfg, draft_vocab, where=str(target / "config.json"))
     h, inter, vd, v = d.hidden_size, d.intermediate_size, d.draft_vocab_size, d.vocab_size
     trainable = 3 * h * h + (2 * h) * h * 3 + h * h + 3 * h * inter + vd * h + 3 * h

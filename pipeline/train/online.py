@@ -21,7 +21,7 @@ import torch
 from ..capture import Capturer, StoppedInForward
 from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
 from ..target import capture_layers, read_config, target_fingerprint, text_config
-from .errors import BadInput, TrainError
+from .errors import TrainError
 from .loss import StepAborted
 
 
@@ -86,7 +86,7 @@ class Records:
 
 def open_records(data: Path, target: Path) -> Records:
     """Index and validate every record (file:line on the first bad one) against the target's vocabulary."""
-    cfg = text_config(read_config(target, BadInput, "--target"))
+    cfg = text_config(read_config(target, "--target"))
     vocab = cfg.get("vocab_size")
     index = index_dataset(Path(data), vocab_size=vocab if isinstance(vocab, int) else None)
     return Records(index, target_fingerprint(target))
@@ -99,10 +99,10 @@ class TargetStates:
                  stop: threading.Event | None) -> None:
         from ..target_model import load_target
 
-        cfg = text_config(read_config(target, BadInput, "--target"))
+        cfg = text_config(read_config(target, "--target"))
         layers = int(cfg["num_hidden_layers"])
         self.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        model = load_target(Path(target), str(device), self.dtype)
+        model = load_target(Path(target), str(device), self.dtype, "--target")
         for p in model.parameters():
             p.requires_grad_(False)
         self.capturer = Capturer(model, capture_layers(layers), layers, str(device), compile=compile, log=log,

@@ -22,6 +22,7 @@ from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig
 from ..drafter.model import Eagle3Drafter, load_drafter
 from ..events import EventWriter
+from ..target import read_config
 from . import checkpoint
 from .data import BatchPlan, count_dataset_tokens, open_store, split_validation
 from .dist import Dist
@@ -111,7 +112,7 @@ def build(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading
     if rank == 0:
         checkpoint.claim_run_folder(out)
     source = open_source(opts, dist)
-    cfg_json = target_head.read_config(opts.target)
+    cfg_json = read_config(opts.target, "--target")
     dcfg = DrafterConfig.from_target(cfg_json, opts.draft_vocab, where=str(Path(opts.target) / "config.json"))
     if opts.max_len > dcfg.max_position_embeddings:
         log(f"train: warning: --max-len {opts.max_len} is above the target's max_position_embeddings "

@@ -10,7 +10,7 @@ import pytest
 
 from console.core.atomicfile import atomic_write_json
 from console.core import atomicfile as console_atomicfile
-from pipeline import atomic_io, output_guard
+from pipeline import atomic_io
 
 
 @pytest.fixture
@@ -53,20 +53,6 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         atomic_io.write_json_atomic(target, {"n": 2})
     assert '"n": 1' in target.read_text() and os.listdir(tmp_path) == ["stats.json"]
-
-
-@pytest.mark.parametrize("module", ["pipeline.demo", "pipeline.export"])
-def test_swapping_in_a_finished_folder_syncs_its_parent(tmp_path, synced, module):
-    import importlib
-
-    swap_in = importlib.import_module(module).swap_folder_in
-    assert swap_in is output_guard.swap_folder_in  # one folder swap for every stage
-    (tmp_path / "out").mkdir()
-    (tmp_path / "new").mkdir()
-    (tmp_path / "new" / "f").write_text("x")
-    swap_in(tmp_path / "new", tmp_path / "out")
-    assert (tmp_path / "out" / "f").read_text() == "x"
-    assert str(tmp_path) in synced
 
 
 def test_one_nearest_existing_for_checks_and_the_disk_panel(tmp_path, monkeypatch):

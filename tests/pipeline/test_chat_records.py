@@ -13,6 +13,7 @@ from pipeline.chat_records import RecordError, parse_record
 from pipeline.chat_sources import SourceError, SourcePolicy, SourceReport, iter_records, parse_role_map, source_files
 from pipeline.chat_template import CHAT_TEMPLATE
 from pipeline.merge import main as merge_main
+from pipeline.program_edge import BadInput
 from pipeline.tokenizer_build import build_tokenizer
 
 EXPECTED = [
@@ -148,7 +149,7 @@ def test_past_max_invalid_the_source_is_refused_at_its_end(tmp_path):
 def test_the_role_map_names_extra_speakers_and_rejects_a_role_we_do_not_have():
     assert parse_role_map("bing=assistant, bard = assistant,") == {"bing": "assistant", "bard": "assistant"}
     assert parse_role_map("") == {}
-    with pytest.raises(ValueError, match="--role-map entry 'bot=robot'"):
+    with pytest.raises(BadInput, match="--role-map entry 'bot=robot'"):
         parse_role_map("bot=robot")
     with pytest.raises(ValueError, match="role map bot=robot"):
         SourcePolicy(role_map={"bot": "robot"})
@@ -186,7 +187,7 @@ def test_an_array_with_broken_json_inside_stops_naming_the_byte(tmp_path):
     src = tmp_path / "bad.json"
     good = json.dumps({"id": "g", "conversations": _answer()})
     src.write_text(f"[\n{good},\n{{\"id\": \"b\", \"conversations\": [}} ],\n{good}\n]")
-    with pytest.raises(SourceError) as err:
+    with pytest.raises(BadInput) as err:  # json_stream's StreamError: the stage edge's exit 2
         _read(src)
     offset = len(f"[\n{good},\n") + len('{"id": "b", "conversations": [')
     assert f"{src}:3: byte {offset}: not valid JSON" in str(err.value)

@@ -2,9 +2,9 @@
 work, SIGINT to its process group, as a terminal sends it, ends it with exit 130 and one
 `<stage>: interrupted` line on stderr, never a traceback, and leaves no temporary behind.
 
-A stage too quick to catch on a tiny input is caught waiting on a slow peer instead: a target
-folder whose config.json does not answer (export), a log reader that stopped reading (serve),
-another patcher holding the lock (patch), a slow server (regenerate)."""
+A stage too quick to catch on a tiny input is caught waiting on a slow peer instead: an events
+file nobody reads yet (export), a log reader that stopped reading (serve), another patcher
+holding the lock (patch), a slow server (regenerate)."""
 
 from __future__ import annotations
 
@@ -130,13 +130,14 @@ def test_train(reference_store, tiny_target, tmp_path, xt):
 def test_export(tmp_path):
     target = make_target(tmp_path / "target")
     run = make_checkpoint(tmp_path / "train", make_drafter(target))
-    config = target / "config.json"
-    config.unlink()
-    os.mkfifo(config)  # a target on a filesystem that stopped answering: export waits in open()
+    # an events file nobody reads yet: export waits in open() (its inputs are read bounded, and a
+    # FIFO among them is refused at once)
+    events = tmp_path / "events.fifo"
+    os.mkfifo(events)
     out = tmp_path / "drafter"
     stage = Stage(tmp_path, [sys.executable, "-m", "pipeline.export", "--checkpoint", str(run), "--target",
-                             str(target), "--out", str(out)])
-    stage.wait_until(lambda: stage.blocked_in("wait_for_partner", "fifo_open"), "wait on the target's config.json")
+                             str(target), "--out", str(out)], _env(EAGLE3_EVENTS=str(events)))
+    stage.wait_until(lambda: stage.blocked_in("wait_for_partner", "fifo_open"), "wait on the events file")
     stage.ctrl_c()
     assert_interrupted(stage, "export")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

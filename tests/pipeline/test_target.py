@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from pipeline.program_edge import BadInput
+
 from pipeline.target import (
     FingerprintError,
     TargetError,
@@ -41,14 +43,11 @@ def test_text_config_unwraps_a_multimodal_config_and_keeps_a_plain_one():
     assert text_config({"text_config": "not a dict", "hidden_size": 4})["hidden_size"] == 4
 
 
-def test_read_config_names_the_file_and_raises_the_callers_error(tmp_path):
-    class Mine(Exception):
-        pass
-
-    with pytest.raises(Mine, match=f"{tmp_path / 'config.json'}: missing; --target must be"):
-        read_config(tmp_path, Mine, "--target")
+def test_read_config_names_the_file_and_is_the_edges_bad_input(tmp_path):
+    with pytest.raises(BadInput, match=f"{tmp_path / 'config.json'}: missing; --target must be"):
+        read_config(tmp_path, "--target")
     (tmp_path / "config.json").write_text("{torn")
-    with pytest.raises(TargetError, match="not valid JSON"):
+    with pytest.raises(BadInput, match="not valid JSON"):
         read_config(tmp_path)
     (tmp_path / "config.json").write_text("[1]")
     with pytest.raises(TargetError, match="expected a JSON object"):

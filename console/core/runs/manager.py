@@ -7,7 +7,6 @@ console started a day later, or a second console, sees exactly what the first on
 
 from __future__ import annotations
 
-import getpass
 import os
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from console.core.durations import Elapsed
 from console.core.errors import PhaseError
 from console.core.interpreter import python_argv
 from console.core.redaction import redactor_for
-from console.core.journal import Journal, private_dir
+from console.core.journal import Journal, private_dir, user_name
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock
 from console.core.runs.rundir import RUN_DIR_ENV, STOPPING, ExitInfo, RunDir, atomic_write_json, new_run_id
@@ -136,13 +135,6 @@ def run_status(rd: RunDir) -> RunStatus:
     return st
 
 
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
-
-
 def _reap(proc: subprocess.Popen[bytes]) -> None:
     """The spawner is the launcher's parent until the spawner exits: collect its status
     so a long-lived console does not accumulate zombies."""
@@ -221,7 +213,7 @@ def _prepare(config: Config, ph: Phase, run_env: dict[str, str] | None, state_di
         "verify": [s.to_json() for s in ph.verify],
         "inputs": [str(config.resolve(p)) for p in ph.inputs],
         "outputs": [str(config.resolve(p)) for p in ph.outputs],
-        "user": _user(), "state_dir": str(state_dir),
+        "user": user_name(), "state_dir": str(state_dir),
     }
     # ${env:...} values never reach the disk; the launcher restores them from its
     # inherited environment, by these names, when it execs the phase.
