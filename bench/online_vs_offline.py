@@ -52,6 +52,8 @@ import quality  # noqa: E402  (its Log, Job, Runner, stage_env, split, prepare_t
 import quality_inputs as qi  # noqa: E402
 from fp8_store import commit  # noqa: E402
 
+from pipeline.program_edge import BadInput  # noqa: E402
+
 MODES = ("offline", "online")
 BIG_MARKER = "bench-ovo-big-target.json"
 # Llama-3.1-8B's shape; the weights are random (throughput does not depend on their values)
@@ -151,7 +153,7 @@ def build_big(out: Path, tokenizer_from: Path, device: str, seed: int) -> dict:
 
     from pipeline.target import read_config, text_config
 
-    src = text_config(read_config(tokenizer_from, qi.InputError, "--target"))
+    src = text_config(read_config(tokenizer_from, "--target"))
     ids = {k: src.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id") if src.get(k) is not None}
     torch.manual_seed(seed)
     with torch.device(device):
@@ -431,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: v for k, v in info.items() if k != "shape"}), flush=True)
             return 0
         return run(a)
-    except qi.InputError as e:
+    except (qi.InputError, BadInput) as e:
         print(f"bench/online_vs_offline: error: {e}", file=sys.stderr)
         return 2
 

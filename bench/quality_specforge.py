@@ -120,9 +120,9 @@ def our_plan(a: argparse.Namespace):
     """pipeline.train's store, held-out slice, batch plan, step schedule and draft vocabulary for
     these options (train's defaults for the held-out share and the vocabulary's source), so both
     trainers see the same samples in the same order and predict over the same vocabulary."""
-    from pipeline.drafter import target_head
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
+    from pipeline.target import read_config
     from pipeline.train.data import BatchPlan, StepDataset, open_store, split_validation
     from types import SimpleNamespace
 
@@ -133,7 +133,7 @@ def our_plan(a: argparse.Namespace):
     opts = Options(store=a.store, target=a.target, out=a.out, draft_vocab=a.draft_vocab, steps=a.steps,
                    batch_tokens=a.batch_tokens, max_len=a.max_len, seed=a.seed)
     store = open_store(a.store, a.target, checksums="none")
-    cfg = target_head.read_config(a.target)
+    cfg = read_config(a.target, "--target")
     dcfg = DrafterConfig.from_target(cfg, a.draft_vocab)
     train_pos, val_pos = split_validation(store.samples, val_count(opts, store.samples), a.seed)
     counts, _source = vocab_counts(SimpleNamespace(opts=opts, dist=_OneProcess, source=store, dcfg=dcfg,
