@@ -50,7 +50,7 @@ def test_read_config_names_the_file_and_is_the_edges_bad_input(tmp_path):
     with pytest.raises(BadInput, match="not valid JSON"):
         read_config(tmp_path)
     (tmp_path / "config.json").write_text("[1]")
-    with pytest.raises(TargetError, match="expected a JSON object"):
+    with pytest.raises(BadInput, match="config.json: expected a JSON object, got list"):
         read_config(tmp_path)
 
 
