@@ -60,6 +60,17 @@ ARMS = ("bf16", "fp8")
 TRAINER = "ours"  # quality's name for pipeline.train's runs and drafters
 
 
+def log_header(log, script: str, a) -> None:
+    """A result file's first lines: the command, the commit, the device and the time."""
+    import torch
+
+    log("# " + " ".join(["python", script, *sys.argv[1:]]))
+    log(f"# commit {commit(a.commit, a.result)}")
+    gpu = f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else ""
+    log(f"{script.removesuffix('.py')}: device {a.device}{gpu}, torch {torch.__version__}, work {a.work}; "
+        f"{time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}")
+
+
 def commit(given: str | None, result: Path | None) -> str:
     """HEAD, and whether tracked files differ from it (the --result file this run rewrites aside)."""
     if given:
@@ -217,11 +228,7 @@ def run(a: argparse.Namespace) -> int:
     import torch
 
     a.device = a.device or ("cuda" if torch.cuda.is_available() and not a.small else "cpu")
-    log("# " + " ".join(["python", "bench/fp8_store.py", *sys.argv[1:]]))
-    log(f"# commit {commit(a.commit, a.result)}")
-    gpu = f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else ""
-    log(f"bench/fp8_store: device {a.device}{gpu}, torch {torch.__version__}, work {a.work}; "
-        f"{time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}")
+    log_header(log, "bench/fp8_store.py", a)
     a.work.mkdir(parents=True, exist_ok=True)
     for old in ("runs", "drafters", "evals", "logs", *(f"store-{arm}" for arm in ARMS)):
         shutil.rmtree(a.work / old, ignore_errors=True)

@@ -50,7 +50,7 @@ sys.path.insert(0, str(BENCH))
 
 import quality  # noqa: E402  (its Log, Job, Runner, stage_env, split, prepare_target, merge_job)
 import quality_inputs as qi  # noqa: E402
-from fp8_store import commit  # noqa: E402
+from fp8_store import log_header  # noqa: E402
 
 from pipeline.program_edge import BadInput  # noqa: E402
 
@@ -349,11 +349,7 @@ def run(a: argparse.Namespace) -> int:
     a.device = a.device or ("cuda" if torch.cuda.is_available() and not a.small else "cpu")
     if a.big and a.device != "cuda":
         raise qi.InputError(f"--big needs --device cuda (got {a.device}): an 8B target on a CPU takes hours")
-    log("# " + " ".join(["python", "bench/online_vs_offline.py", *sys.argv[1:]]))
-    log(f"# commit {commit(a.commit, a.result)}")
-    gpu = f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else ""
-    log(f"bench/online_vs_offline: device {a.device}{gpu}, torch {torch.__version__}, work {a.work}; "
-        f"{time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}")
+    log_header(log, "bench/online_vs_offline.py", a)
     a.work.mkdir(parents=True, exist_ok=True)
     for old in ("runs", "logs"):
         shutil.rmtree(a.work / old, ignore_errors=True)

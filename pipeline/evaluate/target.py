@@ -16,6 +16,8 @@ on the whole sequence, the slow reference the cached path is checked against.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,14 +45,6 @@ def eos_ids(model: torch.nn.Module) -> set[int]:
         elif isinstance(eos, (list, tuple)):
             ids.update(int(e) for e in eos)
     return ids
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class Target:
@@ -109,7 +103,7 @@ class Target:
             return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=aux)
         from transformers import DynamicCache
 
-        reuse = min(common_prefix(self._ids, ids), len(ids) - keep)
+        reuse = min(len(os.path.commonprefix([self._ids, ids])), len(ids) - keep)
         if reuse == 0 or self._cache is None:
             self._cache, self._ids, reuse = DynamicCache(config=self.model.config), [], 0
         elif self._cache.get_seq_length() > reuse:
@@ -125,7 +119,7 @@ class Target:
         mask: every draft sees the sequence and its own ancestors, at position
         len(seq) - 1 + depth. Returns the greedy token after the root and after each draft
         [D]; `commit` then keeps the accepted path."""
-        reuse = min(common_prefix(self._ids, seq), len(seq) - 1) if self.kv_cache and self._cache is not None else 0
+        reuse = min(len(os.path.commonprefix([self._ids, seq])), len(seq) - 1) if self.kv_cache and self._cache is not None else 0
         if self.kv_cache:
             from transformers import DynamicCache
 

@@ -21,7 +21,7 @@ def test_a_rerun_of_a_phase_beside_the_start_of_one_that_needs_it_starts_only_on
     """b's start has passed its needs check (a is done) and is about to launch when a rerun of
     a comes: whichever goes second must see the other's run, never both start."""
     config = config_for(tmp_path, Phase(id="a", title="a", argv=(sys.executable, "-c", "pass")),
-                        Phase(id="b", title="b", argv=(sys.executable, "-c", "import time; time.sleep(120)"),
+                        Phase(id="b", title="b", argv=(sys.executable, "-c", "import time; time.sleep(120)"),  # wait-ok: the phase body runs long, the test does not wait on it
                               needs=("a",)))
     project = Project(config)
     first = project.start("a")

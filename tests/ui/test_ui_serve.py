@@ -207,7 +207,7 @@ def test_the_served_console_answers_only_its_own_page_and_leaves_no_process(tmp_
                     break
                 except aiohttp.WSServerHandshakeError as e:
                     assert e.status == 503 and time.monotonic() < deadline, e
-                    await asyncio.sleep(0.1)
+                    await asyncio.sleep(0.1)  # wait-ok: poll interval of a deadline loop
             wait_until(lambda: len(_session_pids(served.proc.pid)) == 2, 60, "the new tab's console", served.proc)
             served.close()
             assert served.proc.returncode is not None
@@ -259,12 +259,12 @@ def test_a_real_browser_shows_the_console(tmp_path: Path) -> None:
             deadline = time.monotonic() + 60
             while not await browser.evaluate("document.body.classList.contains('-first-byte')"):
                 assert time.monotonic() < deadline, "the console never sent its first byte to the page"
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # wait-ok: poll interval of a deadline loop
             # Settled: the same picture twice in a row, the intro dialog long gone.
             last, shot = b"", await browser.screenshot()
             while shot != last:
                 assert time.monotonic() < deadline, "the page never settled"
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.5)  # wait-ok: two screenshots apart, under a deadline
                 last, shot = shot, await browser.screenshot()
             return shot
 

@@ -11,6 +11,8 @@ further than `window` ahead of the oldest unwritten one, so the sink's held reco
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable, Iterator
 
 from ..conversation import Chat, checked
@@ -19,14 +21,6 @@ from ..sink import Sink
 from .decoder import Admit, Decoder
 
 PREFILL_TOKENS = 8192  # tokens fed in one prefill forward (padding included)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class Slots:
@@ -105,7 +99,7 @@ class Scheduler:
                 self._fail(slot, f)
                 continue
             held = self.slots.held[slot]
-            start = min(common_prefix(held, tokens), len(tokens) - 1)
+            start = min(len(os.path.commonprefix([held, tokens])), len(tokens) - 1)
             self.dec.reserve(len(tokens) + self.dec.max_new)
             self.slots.prompt[slot], self.slots.since[slot] = tokens, self.step
             admits.append(Admit(slot, tokens, start, self.seed_of(chat)))
