@@ -240,6 +240,38 @@ def _batch_size(args: EvalOptions, settings, device: str) -> int:
     return want
 
 
+def _decode(args: EvalOptions, target, prompts: list, arms: list, baseline: list, refs, batch: int,
+            events: EventWriter, progress: Progress) -> tuple[list[dict], int, int]:
+    """Score every prompt, `batch` at a time: the per-prompt figures, the greedy reference's
+    target forwards, and how many batched answers were decoded again one by one."""
+    from . import sweep
+
+    per_prompt: list[dict] = []
+    greedy_fw = redecoded = 0
+    n = len(prompts)
+    for start in range(0, n, batch):
+        chunk = prompts[start:start + batch]
+        progress.current = chunk[0].id if len(chunk) == 1 else f"{chunk[0].id} .. {chunk[-1].id}"
+        if batch == 1:
+            refs_used = [sweep.score_prompt(target, chunk[0], arms + baseline, args.max_new_tokens, refs)]
+        else:
+            refs_used, again = sweep.score_chunk(target, chunk, arms + baseline, args.max_new_tokens, refs)
+            redecoded += again
+        for p, ref in zip(chunk, refs_used):
+            greedy_fw += ref.forwards
+            entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
+                     "acceptance_length": arms[0].lengths[p.id]}
+            if baseline:
+                entry["baseline_acceptance_length"] = baseline[0].lengths[p.id]
+            per_prompt.append(entry)
+        done = start + len(chunk)
+        progress.scored, progress.current = done, None
+        progress.so_far = (f"acceptance length so far "
+                           f"{arms[0].summary(arms[0].setting.num_steps, done, greedy_fw).acceptance_length:.3f}")
+        events.progress(done, n, unit="prompts")
+    return per_prompt, greedy_fw, redecoded
+
+
 def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dict:
     import torch
 
@@ -266,31 +298,10 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
                  f"KV cache {'off' if args.no_kv_cache else 'on'}")
     progress.total = n
     events.progress(0, n, unit="prompts")
-    per_prompt = []
-    greedy_fw = 0
-    redecoded = 0
     batch = _batch_size(args, settings, device)
     decode_started = time.monotonic()
-    for start in range(0, n, batch):
-        chunk = chosen.prompts[start:start + batch]
-        progress.current = chunk[0].id if len(chunk) == 1 else f"{chunk[0].id} .. {chunk[-1].id}"
-        if batch == 1:
-            refs_used = [sweep.score_prompt(target, chunk[0], arms + baseline, args.max_new_tokens, refs)]
-        else:
-            refs_used, again = sweep.score_chunk(target, chunk, arms + baseline, args.max_new_tokens, refs)
-            redecoded += again
-        for p, ref in zip(chunk, refs_used):
-            greedy_fw += ref.forwards
-            entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
-                     "acceptance_length": arms[0].lengths[p.id]}
-            if baseline:
-                entry["baseline_acceptance_length"] = baseline[0].lengths[p.id]
-            per_prompt.append(entry)
-        done = start + len(chunk)
-        progress.scored, progress.current = done, None
-        progress.so_far = (f"acceptance length so far "
-                           f"{arms[0].summary(settings[0].num_steps, done, greedy_fw).acceptance_length:.3f}")
-        events.progress(done, n, unit="prompts")
+    per_prompt, greedy_fw, redecoded = _decode(args, target, chosen.prompts, arms, baseline, refs, batch, events,
+                                               progress)
     decode_seconds = time.monotonic() - decode_started
     times = estimate.forward_times(target, timed_model, chosen.prompts[0].input_ids, settings)
     target.forget()
