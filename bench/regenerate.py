@@ -6,14 +6,17 @@ batches round differently, so a few may part ways after a near-tie).
 
     .venv/bin/python bench/regenerate.py --model TARGET_DIR --prompts SHAREGPT.json --device cuda
         [--limit 1024] [--batch-size 256] [--max-new-tokens 512] [--temperature 0]
-        [--baseline-limit N] [--no-graphs] [--multi-turn N] --result FILE
+        [--baseline-limit N] [--no-graphs] [--multi-turn N] [--max-prompt-tokens N] [--profile FILE] --result FILE
     .venv/bin/python bench/regenerate.py --small --result FILE   # a tiny random target on the CPU
 
 --prompts reads what regenerate and merge read (ShareGPT, OpenAI messages, our chat JSONL, a
 merged dataset). --baseline-limit runs the baseline on the first N of the same prompts only
 (it is the slow one), and the ratio compares rates. --multi-turn N also times the fast
 backend on the first N whole chats, every user turn answered in order, the way regenerate
-runs; there is no baseline for it. This prints figures; it asserts nothing.
+runs; there is no baseline for it. --batch-size takes several values: the first is the
+baseline's batch, and the fast backend is timed at each. --profile FILE writes torch.profiler's
+table of one more fast run (the device kernels by time), to see where a step goes. This
+prints figures; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -112,6 +115,23 @@ def run_fast(backend, chats: list[tuple[str, list[dict[str, str]]]], slots: int,
     return sum(c.tokens for c in work), took, answers, failed
 
 
+def steps_kind(backend) -> str:
+    """How the last run's decode steps ran: graphs can fall back to eager steps with a warning."""
+    return "CUDA graphs" if backend.graphs_used else "eager steps"
+
+
+def profile(backend, chats, slots: int, graphs: bool, seed: int, out: Path) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.device.type == "cuda" else [])
+    with torch_profile(activities=acts) as prof:
+        run_fast(backend, chats, slots, graphs, seed)
+    key = "cuda_time_total" if backend.device.type == "cuda" else "cpu_time_total"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
+
+
 def run_baseline(model, tok, prompts: list[list[int]], batch: int, max_new: int, temperature: float, eos: set[int]):
     import torch
 
@@ -157,7 +177,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prompts", type=Path, help="chat records (ShareGPT, messages, chat JSONL, merged JSONL)")
     p.add_argument("--limit", type=int, default=None, help="prompts timed (default 1024, 48 with --small)")
     p.add_argument("--baseline-limit", type=int, default=None, help="of them, the first N for the baseline")
-    p.add_argument("--batch-size", type=int, default=None, help="slots, and the baseline's batch (default 256, 16)")
+    p.add_argument("--batch-size", type=int, nargs="+", default=None,
+                   help="slots, and the baseline's batch; more values time the fast backend at each (default 256, 16)")
+    p.add_argument("--max-prompt-tokens", type=int, help="regenerate's bound on a prompt (default: the target's "
+                   "positions less --max-new-tokens); every slot attends as wide as the longest one")
+    p.add_argument("--profile", type=Path, help="write a torch.profiler table of one fast run here")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 512, 24 with --small")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--device", default=None, help="default cuda when there is one")
@@ -185,14 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = a.dtype or ("fp32" if device == "cpu" else "bf16")
     limit = a.limit or (48 if a.small else 1024)
-    batch = a.batch_size or (16 if a.small else 256)
+    batches = a.batch_size or [16 if a.small else 256]
+    batch = batches[0]
     max_new = a.max_new_tokens or (24 if a.small else 512)
     lines = header(argv, a.commit)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = small_target(Path(tmp) / "small") if a.small else a.model
         chats = small_chats(limit) if a.small else read_chats(a.prompts, limit)
         t0 = time.perf_counter()
-        fast = HFBackend(model_dir, device, dtype, max_new, a.temperature, 1.0)
+        fast = HFBackend(model_dir, device, dtype, max_new, a.temperature, 1.0, a.max_prompt_tokens)
         base = load_target(Path(model_dir), device, getattr(torch, {"bf16": "bfloat16", "fp16": "float16",
                                                                    "fp32": "float32"}[dtype]))
         lines.append(f"target {model_dir} ({sum(p.numel() for p in base.parameters()) / 1e6:.1f}M parameters, "
@@ -207,20 +232,29 @@ def main(argv: list[str] | None = None) -> int:
         nbase = min(a.baseline_limit or len(prompts), len(prompts))
         lines.append(f"{len(prompts)} prompts (first user turns; {len(chats) - len(prompts)} past the bounds "
                      f"skipped), mean {sum(map(len, prompts)) / max(len(prompts), 1):.0f} tokens; "
-                     f"max_new_tokens {max_new}, temperature {a.temperature:g}, batch {batch}; baseline on {nbase}")
+                     f"max_new_tokens {max_new}, max prompt tokens {a.max_prompt_tokens or 'the target bound'}, "
+                     f"temperature {a.temperature:g}, batch {batch}; baseline on {nbase}")
         graphs = not a.no_graphs
         run_fast(fast, singles[:batch], batch, graphs, a.seed)  # warm-up: first graphs captured
-        run_baseline(base, fast.tok, prompts[:min(batch, nbase)], batch, max_new, a.temperature, fast.eos)
+        run_baseline(base, fast.tok, prompts[:min(batch, nbase)], batch, 8, a.temperature, fast.eos)  # warm-up
         ftok, fsec, fans, ffail = run_fast(fast, singles, batch, graphs, a.seed)
         btok, bsec, btexts = run_baseline(base, fast.tok, prompts[:nbase], batch, max_new, a.temperature, fast.eos)
         frate, brate = ftok / fsec, btok / bsec
-        lines.append(f"fast hf backend ({'CUDA graphs' if graphs and device.startswith('cuda') else 'eager'}): "
+        lines.append(f"fast hf backend ({steps_kind(fast)}): "
                      f"{ftok} tokens in {fsec:.2f} s = {frate:,.0f} generated tokens/s ({ffail} failed)")
         lines.append(f"plain batched model.generate: {btok} tokens in {bsec:.2f} s = {brate:,.0f} generated tokens/s")
         lines.append(f"ratio fast / generate: {frate / brate:.1f}x")
         if a.temperature == 0:
             same = sum(1 for (rid, _), t in zip(singles[:nbase], btexts) if fans.get(rid, [None])[0] == t)
             lines.append(f"greedy answers identical to model.generate's: {same} of {nbase}")
+        for more in batches[1:]:
+            run_fast(fast, singles[: max(1, more // 4)], more, graphs, a.seed)  # warm-up: this batch's graphs
+            mtok, msec, _, mfail = run_fast(fast, singles, more, graphs, a.seed)
+            lines.append(f"fast hf backend at batch {more} ({steps_kind(fast)}): {mtok} tokens in {msec:.2f} s = "
+                         f"{mtok / msec:,.0f} generated tokens/s ({mfail} failed)")
+        if a.profile:
+            profile(fast, singles[:batch], batch, graphs, a.seed, a.profile)
+            lines.append(f"profile of one fast run of {min(batch, len(singles))} prompts: {a.profile}")
         if a.multi_turn:
             mtok, msec, mans, mfail = run_fast(fast, chats[: a.multi_turn], batch, graphs, a.seed)
             turns = sum(len(v) for v in mans.values())

@@ -65,6 +65,7 @@ class HFBackend:
         if not self.eos:
             raise BadInput(f"--model {model_dir}: neither generation_config.json nor the tokenizer names an end token")
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        self.graphs_used = False  # whether the last run's decode steps replayed CUDA graphs (capture can fail)
         self._use_slots()
 
     def _use_slots(self) -> None:
@@ -110,5 +111,6 @@ class HFBackend:
         try:
             with self.torch.inference_mode():
                 scheduler.run(chats)
+            self.graphs_used = decoder.graphs is not None
         except UnsupportedAttention as e:
             raise BadInput(f"--model {self.model_dir}: {e}; use --backend server for this target") from None
