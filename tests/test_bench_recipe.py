@@ -40,6 +40,18 @@ def test_a_phase_keeps_back_only_the_reserve_of_later_phases_in_the_same_call():
     assert recipe.reserve_after("train", ["merge", "train", "export", "evaluate"], reserve) == 200
 
 
+def test_a_calls_reserves_can_be_set_per_phase_and_a_wrong_one_says_what_is_expected():
+    a = recipe.parser().parse_args(["--phases", "train,export,evaluate", "--phase-reserve", "evaluate=90",
+                      "--phase-reserve", "export=20"])
+    c = recipe.Ctx(a, None, None, None, deadline=1000.0)  # type: ignore[arg-type]
+    with_defaults = recipe.Ctx(recipe.parser().parse_args(["--phases", "train,export,evaluate"]), None, None, None, 1000.0)  # type: ignore[arg-type]
+    assert with_defaults.left("train") - c.left("train") == pytest.approx(-130, abs=1)  # 240 kept back, now 110
+    with pytest.raises(argparse.ArgumentTypeError, match="PHASE=SECONDS"):
+        recipe.parse_reserve("evaluate=soon")
+    with pytest.raises(argparse.ArgumentTypeError, match="PHASE=SECONDS"):
+        recipe.parse_reserve("regen=10")
+
+
 def test_training_is_sized_to_the_time_left_and_never_past_the_passes_asked():
     common = dict(fixed=0, batch_tokens=16384, setup_s=45, rate=30000)
     steps, _ = recipe.size_steps(epochs=4, largest_tokens=24_000_000, left_s=445, **common)
