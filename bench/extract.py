@@ -279,7 +279,7 @@ def worker(args) -> None:
     (out / f"result.rank{args.rank}.json").write_text(json.dumps(res))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="a folder on the disk to measure (not tmpfs)")
     p.add_argument("--samples", type=int, default=320, help="2048-token samples for the single-GPU run")
@@ -297,7 +297,119 @@ def main() -> None:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="tiny model, 64-token samples, CPU if no GPU: checks the script")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def forward_figures(model, args) -> float:
+    """[1]: the three captures' forward-only figures; returns the rate end to end is held to
+    (the compiled capture's, or the eager one's where compiling did not happen)."""
+    info = target_info()
+    layers = info.capture_layers
+    it = dict(warmup=3, iters=args.iters)
+    old = forward_only(HiddenStatesCapture(model, layers), args.batch_tokens, **it)
+    log(f"[1] forward-only, output_hidden_states=True (the old capture): {old['tokens_per_s']:,.0f} tokens/s, "
+        f"peak GPU memory {old['peak_gib']:.1f} GiB")
+    eager_cap = Capturer(model, layers, info.num_layers, DEVICE, compile=False, log=log)
+    eager = forward_only(eager_cap, args.batch_tokens, **it)
+    eager_cap.close()
+    log(f"    forward-only, pre-hooks on the capture layers, eager: {eager['tokens_per_s']:,.0f} tokens/s, "
+        f"peak GPU memory {eager['peak_gib']:.1f} GiB")
+    comp_cap = Capturer(model, layers, info.num_layers, DEVICE, compile=None, log=log)
+    comp = forward_only(comp_cap, args.batch_tokens, **it)
+    compiled_ok = comp_cap.compiled
+    comp_cap.close()
+    diff = max(float((a - b).abs().max()) for a, b in zip(comp["sample"], eager["sample"]))
+    scale = max(float(b.abs().max()) for b in eager["sample"])
+    log(f"    forward-only, hooks + torch.compile'd decoder layers ({'compiled' if compiled_ok else 'NOT compiled'}, "
+        f"first batch {comp['first_s']:.1f} s): {comp['tokens_per_s']:,.0f} tokens/s, peak GPU memory "
+        f"{comp['peak_gib']:.1f} GiB; largest difference to eager {diff:.3g} (values up to {scale:.3g})")
+    try:
+        from torch._dynamo.utils import counters
+
+        log(f"    dynamo: {dict(counters['stats'])}, graph breaks {sum(counters['graph_break'].values())}")
+    except Exception as e:  # noqa: BLE001 - a figure, not the bench
+        log(f"    dynamo counters unavailable: {e}")
+    log(f"    peak GPU memory of the forward: {old['peak_gib']:.1f} GiB before (output_hidden_states), "
+        f"{comp['peak_gib']:.1f} GiB now")
+    return comp["tokens_per_s"] if compiled_ok else eager["tokens_per_s"]
+
+
+def write_figures(out: Path, args, per_token: float) -> float:
+    """[2]: checksum and disk speeds; returns the write bound in tokens/s. Sets args.writers
+    to the thread count the end-to-end runs use."""
+    log(f"[2] xxh3 checksum on one core: {checksum_speed():.1f} GB/s")
+    seq = sequential_write(out, (2 << 30) if not args.smoke else (64 << 20))
+    log(f"    write, one sequential file + fsync: {seq:.2f} GB/s")
+    args.writers = args.writers or 8
+    st = store_write(out, 48 if not args.smoke else 16, args.writers, SEQ, SHAPE["hidden_size"],
+                     SHAPE["vocab_size"], pin=DEVICE.startswith("cuda"))
+    log(f"    write, store sample files ({args.writers} threads, temp+fsync+rename+checksum): {st:.2f} GB/s")
+    write_gbps = max(seq, st)
+    write_bound = write_gbps * 1e9 / per_token
+    log(f"    write-bound: {write_bound:,.0f} tokens/s at {write_gbps:.2f} GB/s")
+    return write_bound
+
+
+def end_to_end_figures(model, out: Path, args, fwd: float, write_bound: float) -> float:
+    """[3]: the engine into a fresh store, compiled with and without checksums (and eager);
+    returns the compiled-with-checksums rate, the one the targets are about."""
+    runs = [("compiled, checksums on", None, True), ("compiled, checksums off", None, False)]
+    if args.eager_e2e:
+        runs.append(("eager, checksums on", False, True))
+    e2e: dict[str, float] = {}
+    for label, compile, checksums in runs:
+        res = extract_run(model, out / "data.jsonl", out / "store", args.samples, Shard(0, 1), args,
+                          compile=compile, checksums=checksums)
+        rate = res["tokens"] / res["seconds"]
+        e2e[label] = rate
+        log(f"[3] end to end, {label}: {res['samples']} samples, {res['tokens']:,} tokens, "
+            f"{res['bytes'] / 1e9:.1f} GB in {res['seconds']:.1f} s: {rate:,.0f} tokens/s "
+            f"({res['bytes'] / res['seconds'] / 1e9:.2f} GB/s), peak GPU memory {res['peak_gib']:.1f} GiB")
+        shutil.rmtree(out / "store")
+    main_rate = e2e["compiled, checksums on"]
+    e2e_ratio = main_rate / fwd
+    log(f"    checksums cost {1 - main_rate / e2e['compiled, checksums off']:+.1%} of end-to-end throughput")
+    log(f"    end to end with checksums {main_rate:,.0f} tokens/s (target >= 40,000: "
+        f"{'MET' if main_rate >= 40000 else 'MISSED'}); {e2e_ratio:.3f} x forward-only {fwd:,.0f} "
+        f"(target >= 0.950: {'MET' if e2e_ratio >= 0.95 else 'MISSED'}); write-bound {write_bound:,.0f}")
+    return main_rate
+
+
+def sharded_figures(out: Path, args, e2e: float, write_bound: float) -> None:
+    """[4]: one worker process per GPU over twice the samples into one shared store."""
+    n = min(args.gpus, torch.cuda.device_count()) if DEVICE != "cpu" else args.gpus
+    (out / "barrier").mkdir()
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(r))
+        procs.append(subprocess.Popen([sys.executable, __file__, "--role", "worker", "--rank", str(r),
+                                       "--world-size", str(n), "--out", str(out), "--samples", str(args.samples),
+                                       "--batch-tokens", str(args.batch_tokens), "--writers", str(args.writers),
+                                       "--queue", str(args.queue), "--reserve", str(args.reserve)]
+                                      + (["--smoke"] if args.smoke else []), env=env))
+    codes = [pr.wait() for pr in procs]
+    if any(codes):
+        log(f"[4] sharded run failed: worker exit codes {codes}")
+        sys.exit(1)
+    results = [json.loads((out / f"result.rank{r}.json").read_text()) for r in range(n)]
+    tokens = sum(r["tokens"] for r in results)
+    nbytes = sum(r["bytes"] for r in results)
+    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+    agg = tokens / wall
+    done = len(read_manifest(out / "store-sharded"))
+    manifest_ok = (out / "store-sharded" / "manifest.jsonl").exists() and done == 2 * args.samples
+    for r in results:
+        log(f"    rank {r['rank']}: forward-only {r['forward_tokens_per_s']:,.0f} tokens/s, end to end "
+            f"{r['tokens'] / r['seconds']:,.0f} tokens/s over {r['samples']} samples")
+    log(f"[4] sharded on {n} GPUs, one store: {tokens:,} tokens, {nbytes / 1e9:.1f} GB in {wall:.1f} s: "
+        f"{agg:,.0f} tokens/s ({nbytes / wall / 1e9:.2f} GB/s); scaling {agg / e2e:.2f}x over one GPU "
+        f"({agg / e2e / n:.0%} of linear); write-bound of the shared disk {write_bound:,.0f} tokens/s; "
+        f"manifest complete: {manifest_ok} ({done} samples)")
+    shutil.rmtree(out / "store-sharded")
+
+
+def main() -> None:
+    args = parse_args()
     global SEQ, DEVICE
     DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
     if args.smoke:
@@ -331,101 +443,15 @@ def main() -> None:
         accuracy(model)
         shutil.rmtree(out)
         return
-    info = target_info()
-    layers = info.capture_layers
-    it = dict(warmup=3, iters=args.iters)
-    old = forward_only(HiddenStatesCapture(model, layers), args.batch_tokens, **it)
-    log(f"[1] forward-only, output_hidden_states=True (the old capture): {old['tokens_per_s']:,.0f} tokens/s, "
-        f"peak GPU memory {old['peak_gib']:.1f} GiB")
-    eager_cap = Capturer(model, layers, info.num_layers, DEVICE, compile=False, log=log)
-    eager = forward_only(eager_cap, args.batch_tokens, **it)
-    eager_cap.close()
-    log(f"    forward-only, pre-hooks on the capture layers, eager: {eager['tokens_per_s']:,.0f} tokens/s, "
-        f"peak GPU memory {eager['peak_gib']:.1f} GiB")
-    comp_cap = Capturer(model, layers, info.num_layers, DEVICE, compile=None, log=log)
-    comp = forward_only(comp_cap, args.batch_tokens, **it)
-    compiled_ok = comp_cap.compiled
-    comp_cap.close()
-    diff = max(float((a - b).abs().max()) for a, b in zip(comp["sample"], eager["sample"]))
-    scale = max(float(b.abs().max()) for b in eager["sample"])
-    log(f"    forward-only, hooks + torch.compile'd decoder layers ({'compiled' if compiled_ok else 'NOT compiled'}, "
-        f"first batch {comp['first_s']:.1f} s): {comp['tokens_per_s']:,.0f} tokens/s, peak GPU memory "
-        f"{comp['peak_gib']:.1f} GiB; largest difference to eager {diff:.3g} (values up to {scale:.3g})")
-    try:
-        from torch._dynamo.utils import counters
-
-        log(f"    dynamo: {dict(counters['stats'])}, graph breaks {sum(counters['graph_break'].values())}")
-    except Exception as e:  # noqa: BLE001 - a figure, not the bench
-        log(f"    dynamo counters unavailable: {e}")
-    fwd = comp["tokens_per_s"] if compiled_ok else eager["tokens_per_s"]
-    log(f"    peak GPU memory of the forward: {old['peak_gib']:.1f} GiB before (output_hidden_states), "
-        f"{comp['peak_gib']:.1f} GiB now")
-
-    log(f"[2] xxh3 checksum on one core: {checksum_speed():.1f} GB/s")
-    seq = sequential_write(out, (2 << 30) if not args.smoke else (64 << 20))
-    log(f"    write, one sequential file + fsync: {seq:.2f} GB/s")
-    args.writers = args.writers or 8
-    st = store_write(out, 48 if not args.smoke else 16, args.writers, SEQ, SHAPE["hidden_size"],
-                     SHAPE["vocab_size"], pin=DEVICE.startswith("cuda"))
-    log(f"    write, store sample files ({args.writers} threads, temp+fsync+rename+checksum): {st:.2f} GB/s")
-    write_gbps = max(seq, st)
-    write_bound = write_gbps * 1e9 / per_token
-    log(f"    write-bound: {write_bound:,.0f} tokens/s at {write_gbps:.2f} GB/s")
-
-    runs = [("compiled, checksums on", None, True), ("compiled, checksums off", None, False)]
-    if args.eager_e2e:
-        runs.append(("eager, checksums on", False, True))
-    e2e: dict[str, float] = {}
-    for label, compile, checksums in runs:
-        res = extract_run(model, out / "data.jsonl", out / "store", args.samples, Shard(0, 1), args,
-                          compile=compile, checksums=checksums)
-        rate = res["tokens"] / res["seconds"]
-        e2e[label] = rate
-        log(f"[3] end to end, {label}: {res['samples']} samples, {res['tokens']:,} tokens, "
-            f"{res['bytes'] / 1e9:.1f} GB in {res['seconds']:.1f} s: {rate:,.0f} tokens/s "
-            f"({res['bytes'] / res['seconds'] / 1e9:.2f} GB/s), peak GPU memory {res['peak_gib']:.1f} GiB")
-        shutil.rmtree(out / "store")
-    main_rate = e2e["compiled, checksums on"]
-    e2e_ratio = main_rate / fwd
-    log(f"    checksums cost {1 - main_rate / e2e['compiled, checksums off']:+.1%} of end-to-end throughput")
-    log(f"    end to end with checksums {main_rate:,.0f} tokens/s (target >= 40,000: "
-        f"{'MET' if main_rate >= 40000 else 'MISSED'}); {e2e_ratio:.3f} x forward-only {fwd:,.0f} "
-        f"(target >= 0.950: {'MET' if e2e_ratio >= 0.95 else 'MISSED'}); write-bound {write_bound:,.0f}")
-    e2e = main_rate
+    fwd = forward_figures(model, args)
+    write_bound = write_figures(out, args, per_token)
+    e2e = end_to_end_figures(model, out, args, fwd, write_bound)
     del model
     if DEVICE != "cpu":
         torch.cuda.empty_cache()
 
     if args.gpus > 1:
-        n = min(args.gpus, torch.cuda.device_count()) if DEVICE != "cpu" else args.gpus
-        (out / "barrier").mkdir()
-        procs = []
-        for r in range(n):
-            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(r))
-            procs.append(subprocess.Popen([sys.executable, __file__, "--role", "worker", "--rank", str(r),
-                                           "--world-size", str(n), "--out", str(out), "--samples", str(args.samples),
-                                           "--batch-tokens", str(args.batch_tokens), "--writers", str(args.writers),
-                                           "--queue", str(args.queue), "--reserve", str(args.reserve)]
-                                          + (["--smoke"] if args.smoke else []), env=env))
-        codes = [pr.wait() for pr in procs]
-        if any(codes):
-            log(f"[4] sharded run failed: worker exit codes {codes}")
-            sys.exit(1)
-        results = [json.loads((out / f"result.rank{r}.json").read_text()) for r in range(n)]
-        tokens = sum(r["tokens"] for r in results)
-        nbytes = sum(r["bytes"] for r in results)
-        wall = max(r["end"] for r in results) - min(r["start"] for r in results)
-        agg = tokens / wall
-        done = len(read_manifest(out / "store-sharded"))
-        manifest_ok = (out / "store-sharded" / "manifest.jsonl").exists() and done == 2 * args.samples
-        for r in results:
-            log(f"    rank {r['rank']}: forward-only {r['forward_tokens_per_s']:,.0f} tokens/s, end to end "
-                f"{r['tokens'] / r['seconds']:,.0f} tokens/s over {r['samples']} samples")
-        log(f"[4] sharded on {n} GPUs, one store: {tokens:,} tokens, {nbytes / 1e9:.1f} GB in {wall:.1f} s: "
-            f"{agg:,.0f} tokens/s ({nbytes / wall / 1e9:.2f} GB/s); scaling {agg / e2e:.2f}x over one GPU "
-            f"({agg / e2e / n:.0%} of linear); write-bound of the shared disk {write_bound:,.0f} tokens/s; "
-            f"manifest complete: {manifest_ok} ({done} samples)")
-        shutil.rmtree(out / "store-sharded")
+        sharded_figures(out, args, e2e, write_bound)
     shutil.rmtree(out)
 
 

@@ -182,7 +182,7 @@ def client_alone(server: SGLangServer, folder: DumpFolder, target: Path, out: Pa
             job.lock.release()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="a folder on the disk to measure (not tmpfs)")
     p.add_argument("--shm", default="/dev/shm", help="where the dump folder goes (default /dev/shm; a tmpfs "
@@ -203,7 +203,94 @@ def main() -> None:
                    help="the stand-in on its own cores, the client (and the write bound) on the rest")
     p.add_argument("--standin-cores", type=int, default=None,
                    help="with --pin: how many cores the stand-in gets (default a quarter, at least 1)")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def write_bound(out: Path, args: argparse.Namespace, per_token: float) -> tuple[float, int]:
+    """[1]: the store's write bound in tokens/s, and the writer thread count that gave it."""
+    files = args.samples  # as many bytes as the end-to-end run: a disk's sustained rate, not its burst
+    speeds = {w: store_write(out, files, w, args.seq, args.hidden, VOCAB) for w in (2, 4, 8)}
+    for w, s in speeds.items():
+        log(f"[1] store write bound, write_sample on {w} threads (checksum, temp+fsync+rename): {s:.3f} GB/s")
+    best = max(speeds, key=speeds.get)
+    bound = speeds[best] * 1e9 / per_token
+    log(f"    write bound: {bound:,.0f} tokens/s ({speeds[best]:.3f} GB/s, {best} threads)")
+    return bound, best
+
+
+def watched_run(job, opts: SGLangOptions, server: SGLangServer, folder: DumpFolder):
+    """The client's extraction, with the dump folder's peak occupancy and this process's CPU
+    seconds (user + system) taken while it runs."""
+    peak = [0]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.005):
+            peak[0] = max(peak[0], folder.occupancy()[1])
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    res = Extraction(job, opts, server, EventWriter(None), log=lambda s: None).run(plan(job, opts))
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    client_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    stop.set()
+    watcher.join()
+    return res, peak[0], client_cpu
+
+
+def end_to_end(server: SGLangServer, folder: DumpFolder, opts: SGLangOptions, target: Path, data: Path, out: Path,
+               bound: float, rate: float) -> float:
+    """[3]: the client into a fresh store, held to the write bound and the dump path's rate; returns tokens/s."""
+    job = prepare(ExtractOptions(data=data, out=out / "store", reserve=0), TargetInfo.from_dir(target),
+                  "bfloat16", Shard(0, 1))
+    res, peak, client_cpu = watched_run(job, opts, server, folder)
+    if job.lock is not None:
+        job.lock.release()
+    e2e = res.tokens / res.seconds
+    log(f"[3] end to end ({opts.concurrency} requests in flight, {opts.writers} store writers): {res.samples} samples, {res.tokens:,} tokens, {res.bytes / 1e9:.2f} GB into the store "
+        f"in {res.seconds:.2f} s: {e2e:,.0f} tokens/s ({res.bytes / res.seconds / 1e9:.3f} GB/s); "
+        f"{res.retried} retries; dump folder peak {peak / 1e6:.1f} MB of {opts.dump_budget / 1e6:.0f} MB; "
+        f"complete: {res.complete}")
+    log(f"    the client's CPU (this process, user + system): {client_cpu:.2f} s, "
+        f"{client_cpu / max(res.samples, 1) * 1000:.1f} ms per sample")
+    log(f"    end to end is {e2e / bound:.3f} x the store's write bound (target >= 0.900): "
+        f"{'MET' if e2e >= 0.9 * bound else 'MISSED'}")
+    both = 1 / (1 / bound + 1 / rate)
+    log(f"    bottleneck min(write {bound:,.0f}, dump path {rate:,.0f}) = {min(bound, rate):,.0f} tokens/s: end to "
+        f"end is {e2e / min(bound, rate):.3f} x of it; if the two share one resource (cores, memory bandwidth: "
+        f"the stand-in runs on the same machine) the bound is {both:,.0f} tokens/s and end to end is "
+        f"{e2e / both:.3f} x of that")
+    return e2e
+
+
+def dump_path_figures(server: SGLangServer, folder: DumpFolder, data: Path, args: argparse.Namespace,
+                      per_token: float) -> float:
+    """[2]: the dump path's tokens/s with no store (after one warm-up pair: the stand-in computes its block once)."""
+    dump_path_only(server, folder, data, 2, args.hidden, 1)
+    n = min(args.samples, 24)
+    rate = dump_path_only(server, folder, data, n, args.hidden, args.concurrency)
+    log(f"[2] dump path alone (stand-in answers and writes to shm; client checks, streams, deletes), "
+        f"{args.concurrency} in flight: {rate:,.0f} tokens/s ({rate * per_token / 1e9:.3f} GB/s)")
+    return rate
+
+
+def report_ahead(ahead, bound: float, e2e: float, standin_cores: set[int] | None) -> None:
+    """[4]: the client alone on dumps written ahead of it, against the bound (and, pinned, what that says)."""
+    log(f"[4] the client alone, every dump written before it starts (a server running ahead of it, as the "
+        f"stand-in wrote them as fast as it can): {ahead.samples} samples, {ahead.bytes / 1e9:.2f} GB into the "
+        f"store in {ahead.seconds:.2f} s: {ahead.tokens / ahead.seconds:,.0f} tokens/s, "
+        f"{ahead.tokens / ahead.seconds / bound:.3f} x the store's write bound; complete: {ahead.complete}")
+    if standin_cores is not None:
+        alone = ahead.tokens / ahead.seconds / bound
+        log(f"    pinned ({len(standin_cores)} stand-in cores, {len(os.sched_getaffinity(0))} client cores): "
+            f"the client alone is {alone:.3f} x the bound on its own cores, end to end {e2e / bound:.3f} x; "
+            + ("the client itself is under 0.9x: the hold-up is in the client, not the shared cores"
+               if alone < 0.9 else "the client alone reaches 0.9x: what end to end loses is the sharing"))
+
+
+def main() -> None:
+    args = parse_args()
     standin_cores: set[int] | None = None
     if args.pin:
         standin_cores, client_cores = split_cores(args.standin_cores)
@@ -233,15 +320,7 @@ def main() -> None:
     target = make_target(out / "target", args.hidden)
     data = out / "data.jsonl"
     write_dataset(data, args.samples, args.seq)
-
-    files = args.samples  # as many bytes as the end-to-end run: a disk's sustained rate, not its burst
-    speeds = {w: store_write(out, files, w, args.seq, args.hidden, VOCAB) for w in (2, 4, 8)}
-    for w, s in speeds.items():
-        log(f"[1] store write bound, write_sample on {w} threads (checksum, temp+fsync+rename): {s:.3f} GB/s")
-    best = max(speeds, key=speeds.get)
-    bound = speeds[best] * 1e9 / per_token
-    log(f"    write bound: {bound:,.0f} tokens/s ({speeds[best]:.3f} GB/s, {best} threads)")
-    concurrency = args.concurrency
+    bound, best = write_bound(out, args, per_token)
     writers = best if args.writers == "best" else int(args.writers)
 
     proc = start_standin(target, dump_dir, budget, out / "port", standin_cores)
@@ -250,58 +329,11 @@ def main() -> None:
         server = SGLangServer(url, timeout=120)
         check_server(server, target)
         folder = DumpFolder(dump_dir)
-        dump_path_only(server, folder, data, 2, args.hidden, 1)  # the stand-in computes its block once
-        n = min(args.samples, 24)
-        rate = dump_path_only(server, folder, data, n, args.hidden, concurrency)
-        log(f"[2] dump path alone (stand-in answers and writes to shm; client checks, streams, deletes), "
-            f"{concurrency} in flight: {rate:,.0f} tokens/s ({rate * per_token / 1e9:.3f} GB/s)")
-
-        opts = SGLangOptions(server=url, dump_dir=dump_dir, dump_budget=budget, concurrency=concurrency,
+        rate = dump_path_figures(server, folder, data, args, per_token)
+        opts = SGLangOptions(server=url, dump_dir=dump_dir, dump_budget=budget, concurrency=args.concurrency,
                              writers=writers)
-        job = prepare(ExtractOptions(data=data, out=out / "store", reserve=0), TargetInfo.from_dir(target),
-                      "bfloat16", Shard(0, 1))
-        peak = [0]
-        stop = threading.Event()
-
-        def watch() -> None:
-            while not stop.wait(0.005):
-                peak[0] = max(peak[0], folder.occupancy()[1])
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-        res = Extraction(job, opts, server, EventWriter(None), log=lambda s: None).run(plan(job, opts))
-        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-        client_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-        stop.set()
-        watcher.join()
-        if job.lock is not None:
-            job.lock.release()
-        e2e = res.tokens / res.seconds
-        log(f"[3] end to end ({concurrency} requests in flight, {writers} store writers): {res.samples} samples, {res.tokens:,} tokens, {res.bytes / 1e9:.2f} GB into the store "
-            f"in {res.seconds:.2f} s: {e2e:,.0f} tokens/s ({res.bytes / res.seconds / 1e9:.3f} GB/s); "
-            f"{res.retried} retries; dump folder peak {peak[0] / 1e6:.1f} MB of {budget / 1e6:.0f} MB; "
-            f"complete: {res.complete}")
-        log(f"    the client's CPU (this process, user + system): {client_cpu:.2f} s, "
-            f"{client_cpu / max(res.samples, 1) * 1000:.1f} ms per sample")
-        log(f"    end to end is {e2e / bound:.3f} x the store's write bound (target >= 0.900): "
-            f"{'MET' if e2e >= 0.9 * bound else 'MISSED'}")
-        both = 1 / (1 / bound + 1 / rate)
-        log(f"    bottleneck min(write {bound:,.0f}, dump path {rate:,.0f}) = {min(bound, rate):,.0f} tokens/s: end to "
-            f"end is {e2e / min(bound, rate):.3f} x of it; if the two share one resource (cores, memory bandwidth: "
-            f"the stand-in runs on the same machine) the bound is {both:,.0f} tokens/s and end to end is "
-            f"{e2e / both:.3f} x of that")
-        ahead = client_alone(server, folder, target, out, data, budget, opts, args)
-        log(f"[4] the client alone, every dump written before it starts (a server running ahead of it, as the "
-            f"stand-in wrote them as fast as it can): {ahead.samples} samples, {ahead.bytes / 1e9:.2f} GB into the "
-            f"store in {ahead.seconds:.2f} s: {ahead.tokens / ahead.seconds:,.0f} tokens/s, "
-            f"{ahead.tokens / ahead.seconds / bound:.3f} x the store's write bound; complete: {ahead.complete}")
-        if standin_cores is not None:
-            alone = ahead.tokens / ahead.seconds / bound
-            log(f"    pinned ({len(standin_cores)} stand-in cores, {len(os.sched_getaffinity(0))} client cores): "
-                f"the client alone is {alone:.3f} x the bound on its own cores, end to end {e2e / bound:.3f} x; "
-                + ("the client itself is under 0.9x: the hold-up is in the client, not the shared cores"
-                   if alone < 0.9 else "the client alone reaches 0.9x: what end to end loses is the sharing"))
+        e2e = end_to_end(server, folder, opts, target, data, out, bound, rate)
+        report_ahead(client_alone(server, folder, target, out, data, budget, opts, args), bound, e2e, standin_cores)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

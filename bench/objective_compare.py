@@ -162,7 +162,7 @@ def overfit(kind: str, model, batch: dict, vocab, ttt: int, steps: int, lr: floa
     return trail
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--specforge", type=Path, default=None, help="folder holding the unzipped specforge package")
@@ -172,12 +172,11 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overfit", type=int, default=0, help="AdamW steps on the one batch for each trainer (0: skip)")
     p.add_argument("--lr", type=float, default=1e-3)
-    a = p.parse_args()
-    if a.specforge:
-        sys.path.insert(0, str(a.specforge))
-    device = torch.device(a.device)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    return p.parse_args()
+
+
+def import_specforge(device: torch.device) -> bool:
+    """SpecForge made importable and runnable on `device`; False (the reason printed) when it is not there."""
     if device.type == "cpu":
         import torch._dynamo as dynamo
 
@@ -187,7 +186,7 @@ def main() -> int:
         from specforge.core.loss import _compute_loss
     except Exception as e:  # noqa: BLE001 - the reason is the result
         print(f"specforge not importable: {type(e).__name__}: {e}")
-        return 2
+        return False
     if device.type == "cpu":
         class ReferenceLoss:  # its triton kernel needs a GPU; the reference is the same file's definition
             @staticmethod
@@ -195,28 +194,21 @@ def main() -> int:
                 return _compute_loss(logits, target_p, position_mask)
 
         sfm.LogSoftmaxLoss = ReferenceLoss
-    from pipeline.drafter import vocab as dvocab
+    return True
 
-    batch = make_batch(a.batch, a.tokens, a.seed, device)
-    counts = torch.bincount(batch["input_ids"][batch["loss_mask"].bool()].cpu(), minlength=CFG["vocab_size"])
-    top = (batch["final"] @ batch["head"].T).argmax(-1).flatten().cpu()
-    counts += torch.bincount(top, minlength=CFG["vocab_size"])  # most target top tokens in the draft vocabulary
-    vocab = dvocab.from_counts(counts, DRAFT_VOCAB)
-    ours = ours_model(batch, vocab, device, a.seed)
-    sf = sf_model(ours, batch, device)
-    b, t = batch["input_ids"].shape
-    print(f"device {device}, batch {b} x {t} tokens, TTT {a.ttt}, drafter H {CFG['hidden_size']}, "
-          f"vocab {CFG['vocab_size']} -> draft {DRAFT_VOCAB}; answer-token share {batch['loss_mask'].float().mean():.2f}")
 
-    ce, trainer_loss, acc, n_rows = ours_forward(ours, batch, vocab, a.ttt, device)
-    w = DECAY ** torch.arange(a.ttt, dtype=torch.float32, device=device)
+def compare(ours, sf, batch: dict, vocab, ttt: int, device: torch.device) -> torch.Tensor:
+    """Both objectives on the one batch: losses, accuracies and gradients per TTT step, printed;
+    returns SpecForge's loss."""
+    ce, trainer_loss, acc, n_rows = ours_forward(ours, batch, vocab, ttt, device)
+    w = DECAY ** torch.arange(ttt, dtype=torch.float32, device=device)
     g_ours_sf_scale = grads(ours, (w * ce).sum())
-    g_ours = grads(ours, ours_forward(ours, batch, vocab, a.ttt, device)[1])
-    plosses, sf_loss, sf_acc = sf_forward(sf, batch, a.ttt)
+    g_ours = grads(ours, ours_forward(ours, batch, vocab, ttt, device)[1])
+    plosses, sf_loss, sf_acc = sf_forward(sf, batch, ttt)
     g_sf = grads(sf, sf_loss)
 
     print("\nstep  ours CE/(B*T)  SpecForge ploss  rel.diff   ours acc  SF acc   rows counted")
-    for i in range(a.ttt):
+    for i in range(ttt):
         rd = abs(float(ce[i]) - float(plosses[i])) / max(abs(float(plosses[i])), 1e-12)
         print(f"{i:>4}  {float(ce[i]):>13.6f}  {float(plosses[i]):>15.6f}  {rd:>8.1e}   {float(acc[i]):>8.4f}  "
               f"{float(sf_acc[i]):>6.4f}   {int(n_rows[i])}")
@@ -232,19 +224,49 @@ def main() -> int:
     cos = float(torch.dot(z, y) / (z.norm() * y.norm()))
     print(f"our trainer's normalisation (KL per counted row of each step) vs SpecForge's (per row of the batch): "
           f"gradient norm ratio {float(z.norm() / y.norm()):.2f}, cosine {cos:.4f}")
+    b, t = batch["input_ids"].shape
     per_step = [(b * t) / max(int(r), 1) for r in n_rows.tolist()]
     print("  i.e. ours weighs step i by 0.8^i x (B*T)/rows_i relative to SpecForge: "
           + " ".join(f"{s:.2f}" for s in per_step))
+    return sf_loss
 
+
+def overfit_figures(a: argparse.Namespace, batch: dict, vocab, device: torch.device) -> None:
+    """Both trainers from the same initial weights on the one batch, acc_0 and the last step's side by side."""
+    print(f"\noverfit one batch, {a.overfit} AdamW steps at lr {a.lr} (clip 0.5), acc_0 / acc_{a.ttt - 1}:")
+    trails = {}
+    for kind, model in (("ours", ours_model(batch, vocab, device, a.seed)), ("specforge", None)):
+        if model is None:
+            model = sf_model(ours_model(batch, vocab, device, a.seed), batch, device)
+        trails[kind] = overfit(kind, model, batch, vocab, a.ttt, a.overfit, a.lr, device)
+    for (s, a0, al), (_s, b0, bl) in zip(trails["ours"], trails["specforge"]):
+        print(f"  step {s:>5}: ours {a0:.3f} / {al:.3f}   specforge {b0:.3f} / {bl:.3f}")
+
+
+def main() -> int:
+    a = parse_args()
+    if a.specforge:
+        sys.path.insert(0, str(a.specforge))
+    device = torch.device(a.device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if not import_specforge(device):
+        return 2
+    from pipeline.drafter import vocab as dvocab
+
+    batch = make_batch(a.batch, a.tokens, a.seed, device)
+    counts = torch.bincount(batch["input_ids"][batch["loss_mask"].bool()].cpu(), minlength=CFG["vocab_size"])
+    top = (batch["final"] @ batch["head"].T).argmax(-1).flatten().cpu()
+    counts += torch.bincount(top, minlength=CFG["vocab_size"])  # most target top tokens in the draft vocabulary
+    vocab = dvocab.from_counts(counts, DRAFT_VOCAB)
+    ours = ours_model(batch, vocab, device, a.seed)
+    sf = sf_model(ours, batch, device)
+    b, t = batch["input_ids"].shape
+    print(f"device {device}, batch {b} x {t} tokens, TTT {a.ttt}, drafter H {CFG['hidden_size']}, "
+          f"vocab {CFG['vocab_size']} -> draft {DRAFT_VOCAB}; answer-token share {batch['loss_mask'].float().mean():.2f}")
+    sf_loss = compare(ours, sf, batch, vocab, a.ttt, device)
     if a.overfit:
-        print(f"\noverfit one batch, {a.overfit} AdamW steps at lr {a.lr} (clip 0.5), acc_0 / acc_{a.ttt - 1}:")
-        trails = {}
-        for kind, model in (("ours", ours_model(batch, vocab, device, a.seed)), ("specforge", None)):
-            if model is None:
-                model = sf_model(ours_model(batch, vocab, device, a.seed), batch, device)
-            trails[kind] = overfit(kind, model, batch, vocab, a.ttt, a.overfit, a.lr, device)
-        for (s, a0, al), (_s, b0, bl) in zip(trails["ours"], trails["specforge"]):
-            print(f"  step {s:>5}: ours {a0:.3f} / {al:.3f}   specforge {b0:.3f} / {bl:.3f}")
+        overfit_figures(a, batch, vocab, device)
     return 0 if math.isfinite(float(sf_loss)) else 1
 
 

@@ -214,20 +214,14 @@ def agreement(sf: dict, lcfg, state: dict, ckpt: Path, target: Path, batch: dict
             "top1_agreement": round(float((a.argmax(-1) == b.argmax(-1)).float().mean()), 4)}
 
 
-def run(a: argparse.Namespace) -> dict:
-    sf, why = _imports(a.device)
-    if sf is None:
-        return {"skipped": why}
-    from safetensors.torch import save_file
+def build_models(sf: dict, a: argparse.Namespace, cfg: dict, dcfg, vocab, device: torch.device):
+    """SpecForge's draft over our config, started from our initial weights (the target's embedding,
+    our vocabulary's maps, the target's lm_head rows of it) and wrapped for TTT, and SpecForge's
+    frozen target head over the stored final states: (SpecForge's LlamaConfig, model, head)."""
     from transformers import LlamaConfig
 
     from pipeline.drafter import target_head
 
-    _rank, _world, local = bench_train._env_rank()
-    device = bench_train._device(local, a.device)
-    sf["init_distributed"](timeout=10)
-    began = time.monotonic()
-    cfg, dcfg, vocab, steps = our_plan(a)
     dv = dcfg.draft_vocab_size
     lcfg = LlamaConfig(**{k: cfg[k] for k in SF_CONFIG_KEYS if k in cfg and cfg[k] is not None},
                        num_hidden_layers=1, draft_vocab_size=dv, pad_token_id=0, tie_word_embeddings=False)
@@ -249,8 +243,12 @@ def run(a: argparse.Namespace) -> dict:
         head.fc.weight.copy_(head_w.float())
     head.freeze_weights()
     head = head.eval().to(device=device, dtype=torch.bfloat16)
-    del head_w
-    total = len(steps)
+    return lcfg, model, head
+
+
+def trainer_core(sf: dict, a: argparse.Namespace, model, head, device: torch.device, total: int):
+    """SpecForge's FSDP backend with its BF16Optimizer and cosine warmup, and its TrainerCore over
+    the EAGLE-3 strategy: (backend, core)."""
     backend = sf["FSDPTrainingBackend"](
         sf["ParallelConfig"].from_distributed(),
         optimizer_factory=lambda m: sf["BF16Optimizer"](m, lr=a.lr, max_grad_norm=a.max_grad_norm, total_steps=total,
@@ -259,11 +257,13 @@ def run(a: argparse.Namespace) -> dict:
     wrapped = backend.prepare_model(model, wrap=not cpu, optimizer_target=model.draft_model)
     if cpu:
         sf["note"] = (sf["note"] or "") + "; model not FSDP-wrapped (FSDP needs an accelerator)"
-    core = sf["TrainerCore"](sf["Eagle3TrainStrategy"](wrapped, target_head=head), backend)
-    loader = torch.utils.data.DataLoader(steps, batch_size=None, shuffle=False, num_workers=a.workers,
-                                         prefetch_factor=4 if a.workers else None)
+    return backend, sf["TrainerCore"](sf["Eagle3TrainStrategy"](wrapped, target_head=head), backend)
+
+
+def train_steps(sf: dict, a: argparse.Namespace, core, loader, total: int, device: torch.device) -> dict:
+    """Every step of the plan, logged as pipeline.train logs (means over each --log-every window):
+    the token counts, the seconds and the last window's loss and accuracies."""
     multiple = 128 if a.attention == "flex_attention" else 1
-    setup_s = time.monotonic() - began
     t0 = time.monotonic()
     padded = tokens = loss_tokens = 0
     last: dict = {}
@@ -285,21 +285,50 @@ def run(a: argparse.Namespace) -> dict:
                   + f" | {rate:,.0f} tok/s", flush=True)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    train_s = time.monotonic() - t0
+    return {"tokens": tokens, "padded": padded, "loss_tokens": loss_tokens, "train_s": time.monotonic() - t0,
+            "last": last}
+
+
+def save(sf: dict, a: argparse.Namespace, backend, dcfg, lcfg, first: dict) -> tuple[Path, dict]:
+    """The trained draft as our checkpoint (RUN/checkpoint), and its forward's agreement with ours."""
+    from safetensors.torch import save_file
+
     state = export_names(backend._module_state_dict())
     ckpt = Path(a.out) / "checkpoint"
     ckpt.mkdir(parents=True, exist_ok=True)
     save_file(state, str(ckpt / "model.safetensors"))
     (ckpt / "config.json").write_text(json.dumps(dcfg.to_sglang(), indent=1))
     try:
-        agree = agreement(sf, lcfg, backend._module_state_dict(), ckpt, a.target, steps[0])
+        agree = agreement(sf, lcfg, backend._module_state_dict(), ckpt, a.target, first)
     except Exception as e:  # noqa: BLE001 - the check's failure is reported, the drafter is still there
         agree = {"error": f"{type(e).__name__}: {e}"[:300]}
     print(f"specforge: forward agreement with pipeline.drafter: {agree}", flush=True)
+    return ckpt, agree
+
+
+def run(a: argparse.Namespace) -> dict:
+    sf, why = _imports(a.device)
+    if sf is None:
+        return {"skipped": why}
+    _rank, _world, local = bench_train._env_rank()
+    device = bench_train._device(local, a.device)
+    sf["init_distributed"](timeout=10)
+    began = time.monotonic()
+    cfg, dcfg, vocab, steps = our_plan(a)
+    lcfg, model, head = build_models(sf, a, cfg, dcfg, vocab, device)
+    total = len(steps)
+    backend, core = trainer_core(sf, a, model, head, device, total)
+    loader = torch.utils.data.DataLoader(steps, batch_size=None, shuffle=False, num_workers=a.workers,
+                                         prefetch_factor=4 if a.workers else None)
+    setup_s = time.monotonic() - began
+    t = train_steps(sf, a, core, loader, total, device)
+    train_s, tokens = t["train_s"], t["tokens"]
+    ckpt, agree = save(sf, a, backend, dcfg, lcfg, steps[0])
     torch.distributed.destroy_process_group()
-    return {"agreement": agree, "steps": total, "tokens": tokens, "padded_tokens": padded, "note": sf["note"], "loss_tokens": loss_tokens, "train_s": round(train_s, 1),
+    return {"agreement": agree, "steps": total, "tokens": tokens, "padded_tokens": t["padded"], "note": sf["note"],
+            "loss_tokens": t["loss_tokens"], "train_s": round(train_s, 1),
             "setup_s": round(setup_s, 1), "tokens_per_s": round(tokens / max(train_s, 1e-9)),
-            "attention_backend": a.attention, "checkpoint": str(ckpt), **last}
+            "attention_backend": a.attention, "checkpoint": str(ckpt), **t["last"]}
 
 
 def main(argv: list[str] | None = None) -> int:

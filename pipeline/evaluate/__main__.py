@@ -306,11 +306,7 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
     times = estimate.forward_times(target, timed_model, chosen.prompts[0].input_ids, settings)
     target.forget()
     if before is not None:
-        changed = fingerprint.differences(before, fingerprint.take(args.drafter))
-        if changed:
-            raise BadInput(f"--drafter {args.drafter} changed while it was evaluated ({'; '.join(changed)}): the "
-                           "figures belong to a drafter that is no longer there, so no report was written; "
-                           "rerun the evaluation once the folder stays put (is an export running?)")
+        _refuse_if_changed(args, before)
     summaries = [a.summary(a.setting.num_steps, n, greedy_fw) for a in arms]
     s, k = summaries[0], settings[0].num_steps
     _say(events, describe(s))
@@ -347,13 +343,32 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
     top = sweep.best(rows)
     report["best"] = {"setting": top["setting"], "flags": top["flags"]}
     report["per_prompt"] = per_prompt
+    _say_best(events, rows, top)
+    return report
+
+
+def _refuse_if_changed(args: EvalOptions, before) -> None:
+    """No report for a drafter folder that changed while it was scored (an export over it, say):
+    its figures would be credited to weights that are no longer there."""
+    from . import fingerprint
+
+    changed = fingerprint.differences(before, fingerprint.take(args.drafter))
+    if changed:
+        raise BadInput(f"--drafter {args.drafter} changed while it was evaluated ({'; '.join(changed)}): the "
+                       "figures belong to a drafter that is no longer there, so no report was written; "
+                       "rerun the evaluation once the folder stays put (is an export running?)")
+
+
+def _say_best(events: EventWriter, rows: list[dict], top: dict) -> None:
+    """The sweep's table (when there is more than one setting) and the setting to serve."""
+    from . import sweep
+
     if len(rows) > 1:
         for line in sweep.lines(rows):
             _say(events, line)
     est = f"estimated ~{top['speedup_estimate']:.2f}x wall clock here" if top["speedup_estimate"] else "no estimate"
     _say(events, f"best setting {top['setting']} (acceptance length {top['acceptance_length']:.3f}, {est}); "
                  "serve it with the flags on the last line")
-    return report
 
 
 def run_server(args: EvalOptions, events: EventWriter) -> dict:

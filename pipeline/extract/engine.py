@@ -170,34 +170,55 @@ def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[st
             slot = pool.acquire(abort=lambda: writers.error is not None or stop.is_set())
             if slot is None:
                 break
-            if opts.fp8:
-                (h_final, h_aux, h_final_scale, h_aux_scale, h_bad), ready = quantize_to_host(
-                    capturer, final, aux, bad, slot)
-            else:
-                ready = capturer.to_host(final, aux, bad, slot)
-                h_final, h_aux, h_bad = slot.views(len(lb.plan.indices), lb.plan.padded_len)
-                h_final_scale = h_aux_scale = None
+            batch = _host_batch(lb, capturer, final, aux, bad, slot, nbytes, opts.fp8)
             del final, aux, bad
-            writers.submit(HostBatch(plan=lb.plan, ids=lb.ids, input_ids=lb.input_ids, loss_mask=lb.loss_mask,
-                                     final=h_final, aux=h_aux, bad=h_bad, ready=ready,
-                                     positions=lb.positions, nbytes=nbytes, slot=slot,
-                                     final_scale=h_final_scale, aux_scale=h_aux_scale))
+            writers.submit(batch)
             progress.tick()
     except BaseException as e:  # noqa: BLE001 - in-flight writes are drained first
         failure = e
     finally:
-        capturer.close()
-        loader.close()
-        writers.close()
-        try:
-            manifest.close()
-        except OSError as e:  # a full disk here must not hide the first failure, nor exit 1
-            close_error = disk_full(e, "appending to the manifest", job.out) if is_disk_full(e) else \
-                StageError(f"closing the manifest {manifest.path} failed: {e}")
-            failure = failure or close_error
-    seconds = time.monotonic() - t0
+        failure = _close(capturer, loader, writers, manifest, job, failure)
+    return _finish(job, events, progress, stop, writers.error or failure, dropped, time.monotonic() - t0)
+
+
+def _host_batch(lb: LoadedBatch, capturer: Capturer, final: torch.Tensor, aux: torch.Tensor, bad: torch.Tensor,
+                slot: HostSlot, nbytes: dict[int, int], fp8: bool) -> HostBatch:
+    """The batch's copy into its host slot started (quantized first for an fp8 store), as the
+    writers take it: they wait on its event before they read the slot."""
+    if fp8:
+        (h_final, h_aux, h_final_scale, h_aux_scale, h_bad), ready = quantize_to_host(
+            capturer, final, aux, bad, slot)
+    else:
+        ready = capturer.to_host(final, aux, bad, slot)
+        h_final, h_aux, h_bad = slot.views(len(lb.plan.indices), lb.plan.padded_len)
+        h_final_scale = h_aux_scale = None
+    return HostBatch(plan=lb.plan, ids=lb.ids, input_ids=lb.input_ids, loss_mask=lb.loss_mask,
+                     final=h_final, aux=h_aux, bad=h_bad, ready=ready,
+                     positions=lb.positions, nbytes=nbytes, slot=slot,
+                     final_scale=h_final_scale, aux_scale=h_aux_scale)
+
+
+def _close(capturer: Capturer, loader: Loader, writers: WriterPool, manifest: ManifestWriter, job: Job,
+           failure: BaseException | None) -> BaseException | None:
+    """The three stages stopped and the writes in flight drained; returns the run's failure: the
+    first one, else the manifest's own if it could not be closed."""
+    capturer.close()
+    loader.close()
+    writers.close()
+    try:
+        manifest.close()
+    except OSError as e:  # a full disk here must not hide the first failure, nor exit 1
+        close_error = disk_full(e, "appending to the manifest", job.out) if is_disk_full(e) else \
+            StageError(f"closing the manifest {manifest.path} failed: {e}")
+        failure = failure or close_error
+    return failure
+
+
+def _finish(job: Job, events, progress: Progress, stop: threading.Event, failure: BaseException | None,
+            dropped: int, seconds: float) -> RunResult:
+    """The run's outcome once everything is on disk: its failure raised, Stopped when it was
+    stopped, else the shard's manifest finalized and the store reported."""
     progress.tick(force=True)
-    failure = writers.error or failure
     if isinstance(failure, ReserveStop):
         events.message(str(failure), level="error")
     if failure is not None:
