@@ -20,16 +20,16 @@ from console.core.checks.subproc import kill_live
 from console.core.config.loader import load_config
 from console.core.config.model import UnknownPhase
 from console.core.config.saved import overlay_lock, overlay_path, read_saved, write_saved
-from console.core.durations import format_duration
-from console.core.errors import ConfigError, Eagle3Error
-from console.core.livestats import headline_metrics
-from console.core.project import Project, override_hint
-from console.core.rates import format_rate
-from console.core.reread import ConfigChanged
-from console.core.setpaths import misread_paths
-from console.core.runall import AllDone, Attaching, Entering, Halted, Skipped, run_all, unknown_overrides
-from console.core.snapshot import SnapshotBuilder
-from console.core.startflow import (
+from console.core.leaves.durations import format_duration
+from console.core.leaves.errors import ConfigError, Eagle3Error
+from console.core.lifecycle.livestats import headline_metrics
+from console.core.lifecycle.project import Project, override_hint
+from console.core.leaves.rates import format_rate
+from console.core.lifecycle.reread import ConfigChanged
+from console.core.leaves.setpaths import misread_paths
+from console.core.flow.runall import AllDone, Attaching, Entering, Halted, Skipped, run_all, unknown_overrides
+from console.core.lifecycle.snapshot import SnapshotBuilder
+from console.core.flow.startflow import (
     AlreadyLive,
     BlockedStart,
     ConfirmationNeeded,
@@ -40,9 +40,9 @@ from console.core.startflow import (
     StartResult,
     drive,
 )
-from console.core.state import LIVE, State, glyph_of, signal_name
-from console.core.terminal_text import one_line
-from console.core.waiting import Waited, copy_log, follow, wait
+from console.core.lifecycle.state import LIVE, State, glyph_of, signal_name
+from console.core.leaves.terminal_text import one_line
+from console.core.flow.waiting import Waited, copy_log, follow, wait
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 

@@ -4,7 +4,7 @@ time a unit takes, failed units beside the done ones, the smoothed training loss
 from __future__ import annotations
 
 from console.cli import _progress_line
-from console.core.livestats import LiveSnapshot
+from console.core.lifecycle.livestats import LiveSnapshot
 
 
 def _snap(**kw) -> LiveSnapshot:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ import pytest
 
 from console.cli import main
 from console.core.config.saved import MAX_BYTES, overlay_path, write_saved
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 
 CFG = textwrap.dedent("""\
     name: tuned

@@ -90,7 +90,7 @@ def test_our_modules_are_imported_at_module_level():
 def test_a_function_level_import_of_ours_is_found_in_every_form():
     source = (
         "import json\n"
-        "from console.core import errors\n"
+        "from console.core.leaves import errors\n"
         "def f():\n"
         "    import os\n"
         "    from ..ui import render\n"
@@ -116,5 +116,5 @@ def test_the_launcher_starts_a_phase_before_it_loads_the_config_checks_and_notif
     loaded = set(done.stdout.split())
     assert "console.launcher" in loaded
     heavy = {"console.supervision", "console.core.config.loader", "console.core.checks.registry",
-             "console.core.notify", "console.core.runs.manager", "yaml"}
+             "console.core.lifecycle.notify", "console.core.runs.manager", "yaml"}
     assert loaded & heavy == set()

@@ -12,7 +12,7 @@ from textual.widgets import Button, Footer
 from ui_harness import FAST, Notices, make_app, select, showing, state_of, stop_all, wait_for, write_config
 
 from console.core.checks.result import CheckResult
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeGpuSource
 from console.ui.components.checks_view import ChecksView, render_results
 from console.ui.components.gpu_panel import GpuPanel

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ui_harness import FROZEN, T0, AtTime, make_app, stop_all, wait_for, write_config
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource
 from console.core.telemetry.history import DiskForecast
 from console.ui.components.disk_panel import DiskPanel

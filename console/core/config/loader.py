@@ -21,9 +21,9 @@ from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
 from console.core.config.saved import overlay_path, read_saved
-from console.core.durations import parse_duration
-from console.core.errors import ConfigError
-from console.core.terminal_text import strip_controls
+from console.core.leaves.durations import parse_duration
+from console.core.leaves.errors import ConfigError
+from console.core.leaves.terminal_text import strip_controls
 
 TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "phases")
 PHASE_KEYS = (
