@@ -60,7 +60,7 @@ def test_the_import_contracts_hold():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
-def test_an_import_across_layers_is_caught(tmp_path):
+def test_an_import_across_layers_a_circle_or_a_module_off_the_floors_is_caught(tmp_path):
     for pkg in ("console", "pipeline"):
         shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
@@ -71,11 +71,17 @@ def test_an_import_across_layers_is_caught(tmp_path):
     (tmp_path / "console" / "core" / "checks" / "sneaky.py").write_text(
         '"""a check reaching up to the config loader, out of sight in a function."""\n'
         "def f():\n    from console.core.config import loader  # noqa: F401\n")
+    (tmp_path / "console" / "core" / "stray.py").write_text('"""a module on no floor of the core."""\n')
+    with (tmp_path / "console" / "core" / "lifecycle" / "state.py").open("a") as state:
+        state.write("from console.core.lifecycle import project  # noqa: E402,F401 - closes a circle\n")
     done = lint_imports(tmp_path)
     assert done.returncode != 0
     assert "console.core.sneaky -> console.ui.render" in done.stdout
     assert "pipeline.sneaky -> console.cli" in done.stdout
     assert "console.core.checks.sneaky -> console.core.config.loader" in done.stdout
+    assert "No cycles are allowed in console.core.lifecycle" in done.stdout
+    assert ".state -> .project" in done.stdout
+    assert "not listed as layers" in done.stdout and "- console.core.stray\n" in done.stdout
 
 
 def test_our_modules_are_imported_at_module_level():
