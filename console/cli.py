@@ -19,7 +19,7 @@ from console.core.checks.result import CHECK_GLYPHS
 from console.core.checks.subproc import kill_live
 from console.core.config.loader import load_config
 from console.core.config.model import UnknownPhase
-from console.core.config.saved import overlay_lock, overlay_path, read_saved, write_saved
+from console.core.config.overlay import overlay_lock, overlay_path, read_saved, write_saved
 from console.core.leaves.durations import format_duration
 from console.core.leaves.errors import ConfigError, Eagle3Error
 from console.core.lifecycle.livestats import headline_metrics

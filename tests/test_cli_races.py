@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import console.cli as cli
 from console.cli import main
-from console.core.config.saved import read_saved
+from console.core.config.overlay import read_saved
 from tests.test_cli_saved_overrides import cfg  # noqa: F401 - the fixture: a config with two vars
 
 WAIT_S = 5.0  # how long the first set waits, after its read, for the second to read too

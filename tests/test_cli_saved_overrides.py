@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.core.config.saved import MAX_BYTES, overlay_path, write_saved
+from console.core.config.overlay import MAX_BYTES, overlay_path, write_saved
 from console.core.lifecycle.project import Project
 
 CFG = textwrap.dedent("""\

@@ -327,7 +327,7 @@ async def test_disk_line_is_what_df_says_and_full_in_fits_at_80_columns() -> Non
 
 
 async def test_the_phases_title_shows_the_overrides_eagle3_set_saved(tmp_path) -> None:
-    from console.core.config.saved import write_saved
+    from console.core.config.overlay import write_saved
 
     cfg = write_config(tmp_path)
     write_saved(cfg, {"workdir": "./work"})

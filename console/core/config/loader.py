@@ -20,7 +20,7 @@ from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
-from console.core.config.saved import overlay_path, read_saved
+from console.core.config.overlay import overlay_path, read_saved
 from console.core.leaves.durations import parse_duration
 from console.core.leaves.errors import ConfigError
 from console.core.leaves.terminal_text import strip_controls
@@ -171,7 +171,7 @@ def load_config(
     saved: Mapping[str, str] | None = None,
 ) -> Config:
     """Read, validate and interpolate a pipeline config. Raises ConfigError only.
-    `overrides` (--set) apply over the operator's remembered ones (`saved.py`'s overlay
+    `overrides` (--set) apply over the operator's remembered ones (`overlay.py`'s overlay
     beside the config, read here unless `saved` gives them)."""
     file = Path(path).expanduser()
     try:
