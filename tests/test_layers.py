@@ -21,7 +21,7 @@ OURS = ("console", "pipeline")
 # Files allowed to import our modules inside a function, each with its reason. Lazy imports of
 # heavy third-party packages (pynvml) are not ours and are not listed.
 DECLARED = {
-    "console/cli/__init__.py": "Textual (console.ui.app, console.ui.serve) loads for the console command only",
+    "console/cli/console.py": "Textual (console.ui.app, console.ui.serve) loads for the console command only",
     "console/launcher.py": "supervision (config, checks, notifier) loads once the phase has started, not before it",
 }
 
