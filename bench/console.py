@@ -44,7 +44,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from console.core.project import Project  # noqa: E402
+from console.core.lifecycle.project import Project  # noqa: E402
 from console.core.telemetry.fake import (  # noqa: E402
     FakeDiskSource,
     FakeGpuSource,

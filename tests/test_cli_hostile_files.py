@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.core.config.saved import overlay_path
+from console.core.config.overlay import overlay_path
 from tests.test_cli_saved_overrides import CFG  # a config with vars, a state dir and one phase
 
 DEADLINE_S = 120

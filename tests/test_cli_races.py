@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-import console.cli as cli
+import console.core.config.saved as saving
 from console.cli import main
-from console.core.config.saved import read_saved
+from console.core.config.overlay import read_saved
 from tests.test_cli_saved_overrides import cfg  # noqa: F401 - the fixture: a config with two vars
 
 WAIT_S = 5.0  # how long the first set waits, after its read, for the second to read too
@@ -14,7 +14,7 @@ WAIT_S = 5.0  # how long the first set waits, after its read, for the second to 
 def test_two_sets_at_once_keep_both_values(cfg, monkeypatch):  # noqa: F811 - cfg: the imported fixture
     """The first `set` reads the overlay, then lingers; a second `set` starts meanwhile. Each
     must see the other's value: the second waits for the first, or the first's is lost."""
-    real = cli.read_saved
+    real = saving.read_saved
     first_read, second_read = threading.Event(), threading.Event()
 
     def lingering_read(path):  # type: ignore[no-untyped-def]
@@ -26,7 +26,7 @@ def test_two_sets_at_once_keep_both_values(cfg, monkeypatch):  # noqa: F811 - cf
             second_read.set()
         return value
 
-    monkeypatch.setattr(cli, "read_saved", lingering_read)
+    monkeypatch.setattr(saving, "read_saved", lingering_read)
     codes: dict[str, int] = {}
     first = threading.Thread(name="first", target=lambda: codes.update(first=main(["set", str(cfg), "steps=40"])))
     second = threading.Thread(name="second",

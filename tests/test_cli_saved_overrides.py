@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.core.config.saved import MAX_BYTES, overlay_path, write_saved
-from console.core.project import Project
+from console.core.config.overlay import MAX_BYTES, overlay_path, write_saved
+from console.core.lifecycle.project import Project
 
 CFG = textwrap.dedent("""\
     name: tuned
@@ -145,11 +145,11 @@ def test_set_with_save_on_any_command_remembers_the_values(cfg: Path, capsys) ->
 
 
 def test_status_watch_reads_values_saved_between_its_looks(cfg: Path, capsys, monkeypatch) -> None:
-    import console.cli
+    import console.cli.status
 
     assert main(["run", str(cfg), "train", "--wait"]) == 0
     capsys.readouterr()
-    monkeypatch.setattr(console.cli.time, "sleep", lambda _s: write_saved(cfg, {"steps": "40"}))  # saved between looks
+    monkeypatch.setattr(console.cli.status.time, "sleep", lambda _s: write_saved(cfg, {"steps": "40"}))  # saved between looks
     assert main(["status", str(cfg), "--watch", "1", "--count", "2"]) == 1
     first, second = capsys.readouterr().out.split("(every 1s")[1:]
     assert " done " in first and " stale " in second and "saved overrides: steps=40" in second

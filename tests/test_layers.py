@@ -21,7 +21,7 @@ OURS = ("console", "pipeline")
 # Files allowed to import our modules inside a function, each with its reason. Lazy imports of
 # heavy third-party packages (pynvml) are not ours and are not listed.
 DECLARED = {
-    "console/cli.py": "Textual (console.ui.app, console.ui.serve) loads for the console command only",
+    "console/cli/console.py": "Textual (console.ui.app, console.ui.serve) loads for the console command only",
     "console/launcher.py": "supervision (config, checks, notifier) loads once the phase has started, not before it",
 }
 
@@ -60,7 +60,7 @@ def test_the_import_contracts_hold():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
-def test_an_import_across_layers_is_caught(tmp_path):
+def test_an_import_across_layers_a_circle_or_a_module_off_the_floors_is_caught(tmp_path):
     for pkg in ("console", "pipeline"):
         shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
@@ -71,11 +71,17 @@ def test_an_import_across_layers_is_caught(tmp_path):
     (tmp_path / "console" / "core" / "checks" / "sneaky.py").write_text(
         '"""a check reaching up to the config loader, out of sight in a function."""\n'
         "def f():\n    from console.core.config import loader  # noqa: F401\n")
+    (tmp_path / "console" / "core" / "stray.py").write_text('"""a module on no floor of the core."""\n')
+    with (tmp_path / "console" / "core" / "lifecycle" / "state.py").open("a") as state:
+        state.write("from console.core.lifecycle import project  # noqa: E402,F401 - closes a circle\n")
     done = lint_imports(tmp_path)
     assert done.returncode != 0
     assert "console.core.sneaky -> console.ui.render" in done.stdout
     assert "pipeline.sneaky -> console.cli" in done.stdout
     assert "console.core.checks.sneaky -> console.core.config.loader" in done.stdout
+    assert "No cycles are allowed in console.core.lifecycle" in done.stdout
+    assert ".state -> .project" in done.stdout
+    assert "not listed as layers" in done.stdout and "- console.core.stray\n" in done.stdout
 
 
 def test_our_modules_are_imported_at_module_level():
@@ -90,7 +96,7 @@ def test_our_modules_are_imported_at_module_level():
 def test_a_function_level_import_of_ours_is_found_in_every_form():
     source = (
         "import json\n"
-        "from console.core import errors\n"
+        "from console.core.leaves import errors\n"
         "def f():\n"
         "    import os\n"
         "    from ..ui import render\n"
@@ -116,5 +122,5 @@ def test_the_launcher_starts_a_phase_before_it_loads_the_config_checks_and_notif
     loaded = set(done.stdout.split())
     assert "console.launcher" in loaded
     heavy = {"console.supervision", "console.core.config.loader", "console.core.checks.registry",
-             "console.core.notify", "console.core.runs.manager", "yaml"}
+             "console.core.lifecycle.notify", "console.core.runs.manager", "yaml"}
     assert loaded & heavy == set()

@@ -14,7 +14,7 @@ from typing import Any
 from textual.message import Message
 
 from console.core.checks.result import CheckResult
-from console.core.snapshot import SpaceNeed
+from console.core.lifecycle.snapshot import SpaceNeed
 from console.core.telemetry.history import VolumeForecast
 from console.core.telemetry.samples import DiskReading, GpuReading, HostReading, ShmReading
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from textual.content import Content
 from textual.message import Message
 
-from console.core import startflow
-from console.core.startflow import (
+from console.core.flow import startflow
+from console.core.flow.startflow import (
     AlreadyLive,
     BlockedStart,
     ConfirmationNeeded,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipeline.evaluate.report import summarize
 
-from console.core.acceptance import ReportReader, parse_report, report_candidates
+from console.core.leaves.acceptance import ReportReader, parse_report, report_candidates
 
 
 def _today() -> dict:

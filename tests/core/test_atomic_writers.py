@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from console.core.atomicfile import atomic_write_json
-from console.core import atomicfile as console_atomicfile
+from console.core.leaves.atomicfile import atomic_write_json
+from console.core.leaves import atomicfile as console_atomicfile
 from pipeline import atomic_io
 
 

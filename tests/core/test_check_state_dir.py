@@ -10,7 +10,7 @@ import textwrap
 from core_harness import wait_for
 
 from console.cli import main
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.runs import manager
 
 CFG = textwrap.dedent("""\

@@ -7,8 +7,8 @@ import math
 
 from pipeline.events import Event
 
-from console.core.curves import StepCurve
-from console.core.livestats import LiveStats
+from console.core.leaves.curves import StepCurve
+from console.core.lifecycle.livestats import LiveStats
 
 
 def test_a_week_long_run_keeps_its_first_steps_in_bounded_memory() -> None:

@@ -8,7 +8,7 @@ import json
 import os
 import tracemalloc
 
-from console.core.livestats import EventTail
+from console.core.lifecycle.livestats import EventTail
 from pipeline.events import EventWriter, iter_events, MAX_LINE, parse_line, read_events
 
 

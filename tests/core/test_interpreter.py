@@ -14,8 +14,8 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.config.loader import load_config
 from console.core.config.model import CheckSpec
-from console.core.errors import ConfigError
-from console.core.project import PYTHON_CHECK, Blocked, Project
+from console.core.leaves.errors import ConfigError
+from console.core.lifecycle.project import PYTHON_CHECK, Blocked, Project
 from console.core.runs import manager
 
 

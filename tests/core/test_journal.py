@@ -6,7 +6,7 @@ import multiprocessing
 import os
 import socket
 
-from console.core.journal import Journal
+from console.core.records.journal import Journal
 
 
 def test_append_is_on_disk_and_readable_at_once(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.core.journal import Journal
+from console.core.records.journal import Journal
 from tests.test_cli_saved_overrides import CFG  # a config with vars, a state dir and one phase
 
 
@@ -81,7 +81,7 @@ def test_tail_of_a_journal_far_larger_than_memory_is_read_from_its_end(cfg, tmp_
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
         from console.cli import main
-        from console.core.journal import Journal
+        from console.core.records.journal import Journal
         recs = Journal({str(j.path.parent)!r}).read(phase="train", limit=50)
         assert [r["run_id"] for r in recs] == [f"r{{i}}" for i in range(8)], recs
         sys.exit(main(["journal", {str(cfg)!r}, "-n", "5"]))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.livestats import EventTail, LiveStats, headline_metrics
-from console.core.rates import format_rate
+from console.core.lifecycle.livestats import EventTail, LiveStats, headline_metrics
+from console.core.leaves.rates import format_rate
 from pipeline.events import Event, EventWriter
 
 
@@ -178,7 +178,7 @@ def test_a_phase_inventing_metric_names_cannot_grow_the_console_without_bound():
 
 
 def test_an_event_stamped_in_milliseconds_cannot_silence_the_stall_alert(tmp_path):
-    from console.core.stall import silence
+    from console.core.lifecycle.stall import silence
 
     ev = tmp_path / "events.jsonl"
     started = time.time()
@@ -198,7 +198,7 @@ def test_an_events_file_replaced_by_a_fifo_is_not_waited_on(tmp_path):
 
     ev = tmp_path / "events.jsonl"
     os.mkfifo(ev)
-    probe = f"from console.core.livestats import EventTail\nassert EventTail({str(ev)!r}).poll() == []\n"
+    probe = f"from console.core.lifecycle.livestats import EventTail\nassert EventTail({str(ev)!r}).poll() == []\n"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 

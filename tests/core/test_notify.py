@@ -9,8 +9,8 @@ from pathlib import Path
 from core_harness import config_for, wait_for
 
 from console.core.config.model import NotifySpec, Phase
-from console.core.journal import Journal
-from console.core.notify import Notifier
+from console.core.records.journal import Journal
+from console.core.lifecycle.notify import Notifier
 
 
 def _notifier(tmp_path: Path, *specs: NotifySpec, phase_specs: tuple[NotifySpec, ...] = ()) -> Notifier:
@@ -59,7 +59,7 @@ def test_notify_and_stall_after_keys_load_and_bad_ones_name_the_key(tmp_path: Pa
     import pytest
 
     from console.core.config.loader import load_config
-    from console.core.errors import ConfigError
+    from console.core.leaves.errors import ConfigError
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: n\nnotify:\n  - run: [notify-send, '{phase} {state}']\n    on: [failed, stalled]\n"
@@ -93,7 +93,7 @@ def _run_in_child(payload: dict, tmp_path: Path) -> dict:
     # VmHWM is this interpreter's own peak: ru_maxrss would also count the pytest process the
     # child was forked from (torch and all, once the whole suite is collected)
     code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30));"
-            "from console.core.notify import _run; r = _run(json.loads(sys.argv[1]));"
+            "from console.core.lifecycle.notify import _run; r = _run(json.loads(sys.argv[1]));"
             "r['peak_kb'] = next(int(ln.split()[1]) for ln in open('/proc/self/status') if ln.startswith('VmHWM:'));"
             "print(json.dumps(r))")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], capture_output=True, text=True,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from core_harness import wait_for
 
-from console.core.journal import Journal
-from console.core.project import Project
+from console.core.records.journal import Journal
+from console.core.lifecycle.project import Project
 from console.core.runs import procs
 from console.core.runs.manager import run_status
 from console.core.runs.rundir import RunDir
@@ -110,9 +110,9 @@ def test_a_phase_that_goes_silent_with_no_console_open_sends_stalled_once(tmp_pa
 
 
 def test_a_silence_is_sent_once_when_a_console_watches_it_too(tmp_path: Path) -> None:
-    from console.core.notify import Notifier
-    from console.core.snapshot import SnapshotBuilder
-    from console.core.stall import StallWatch
+    from console.core.lifecycle.notify import Notifier
+    from console.core.lifecycle.snapshot import SnapshotBuilder
+    from console.core.lifecycle.stall import StallWatch
 
     _, project = _project(tmp_path)
     console = Project.load(project.config.path)
@@ -207,7 +207,7 @@ def test_a_config_broken_while_the_phase_ran_costs_the_notification_not_the_run(
 
 def test_a_blocked_start_from_the_cli_sends_blocked_once(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from console.cli import main
-    from console.core.notify import Notifier
+    from console.core.lifecycle.notify import Notifier
 
     cfg, project = _project(tmp_path)
     fired: list[str] = []
@@ -226,7 +226,7 @@ def test_a_blocked_start_from_the_cli_sends_blocked_once(tmp_path: Path, monkeyp
 
 def _fire_at_once(state: str, barrier, results) -> None:  # type: ignore[no-untyped-def]
     from console.core.config.loader import load_config
-    from console.core.notify import Notifier
+    from console.core.lifecycle.notify import Notifier
 
     config = load_config(state)
     notifier = Notifier(config, Journal(config.state_dir))

@@ -14,8 +14,8 @@ import pytest
 
 from core_harness import config_for, wait_for
 from console.core.config.model import Config, Phase
-from console.core.errors import PhaseError
-from console.core.journal import Journal
+from console.core.leaves.errors import PhaseError
+from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import latest_run, list_runs, run_status, start_run, stop_run
 from console.core.runs.rundir import RunDir

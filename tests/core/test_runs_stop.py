@@ -14,7 +14,7 @@ import psutil
 
 from core_harness import config_for, wait_for
 from console.core.config.model import Config, Phase
-from console.core.journal import Journal
+from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import run_status, start_run, stop_run
 
@@ -156,7 +156,7 @@ def test_kill_group_spares_the_named_pid(tmp_path):
 def test_a_stop_confirmed_for_one_run_never_stops_the_run_that_replaced_it(tmp_path):
     import pytest
 
-    from console.core.errors import PhaseError
+    from console.core.leaves.errors import PhaseError
 
     ph = Phase(id="train", title="Train", argv=("sh", "-c", "echo ready; exec sleep 60"))
     cfg = config_for(tmp_path, ph)
@@ -177,7 +177,7 @@ def test_a_stop_confirmed_for_one_run_never_stops_the_run_that_replaced_it(tmp_p
 def test_needs_done_cannot_be_overridden_while_the_upstream_phase_still_runs(tmp_path):
     import pytest
 
-    from console.core.project import Blocked, Project
+    from console.core.lifecycle.project import Blocked, Project
 
     up = Phase(id="extract", title="Extract", argv=("sh", "-c", "echo writing; exec sleep 60"))
     down = Phase(id="train", title="Train", argv=("true",), needs=("extract",))

@@ -12,7 +12,7 @@ import pytest
 from console import launcher, supervision
 from console.core.checks.result import CheckResult
 from console.core.config.model import CheckSpec
-from console.core.journal import Journal
+from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import run_status
 from console.core.runs.rundir import RunDir, atomic_write_json
@@ -169,7 +169,7 @@ def test_a_phase_runs_to_its_end_when_the_launchers_supervision_will_not_load(tm
     """Supervision loads after the phase has started (a console upgraded under a starting run, a
     broken install): the phase still runs and its exit is kept; the run is not called verified."""
     def broken():
-        raise ImportError("cannot import name 'Notifier' from 'console.core.notify'")
+        raise ImportError("cannot import name 'Notifier' from 'console.core.lifecycle.notify'")
 
     monkeypatch.setattr(launcher, "supervision", broken)
     rd = make_run(tmp_path, ["sh", "-c", "echo made > out.txt"], [SPEC])
@@ -188,7 +188,7 @@ def test_a_phase_runs_to_its_end_when_the_launchers_supervision_will_not_load(tm
 
 _REAL = all(importlib.util.find_spec(m) is not None for m in (
     "console.core.config.loader", "console.core.checks.registry", "console.core.checks.context",
-    "console.core.provenance"))
+    "console.core.records.provenance"))
 
 REAL_CFG = """\
 name: verify-real
@@ -211,7 +211,7 @@ phases:
 @pytest.mark.skipif(not _REAL, reason="the config loader, check registry or provenance module is not there yet")
 def test_real_modules_verify_and_record_provenance(tmp_path):
     from console.core.config.loader import load_config
-    from console.core.provenance import read_record
+    from console.core.records.provenance import read_record
     from console.core.runs.manager import start_run
 
     (tmp_path / "pipeline.yaml").write_text(REAL_CFG)

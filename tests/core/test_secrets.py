@@ -11,7 +11,7 @@ from pathlib import Path
 from core_harness import wait_for
 
 from console.cli import main
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.runs import manager
 
 TOKEN = "hf_s3cr3t-T0KEN-value-42"
@@ -73,7 +73,7 @@ def test_env_secret_reaches_the_phase_but_no_file_under_the_state_dir(tmp_path, 
 def test_a_notifier_that_echoes_the_secret_is_journaled_without_it(tmp_path, monkeypatch):
     import sys
 
-    from console.core.notify import Notifier
+    from console.core.lifecycle.notify import Notifier
 
     monkeypatch.setenv("EAGLE3_TEST_TOKEN", TOKEN)
     cfg = tmp_path / "p.yaml"
@@ -96,7 +96,7 @@ def test_a_notifier_that_echoes_the_secret_is_journaled_without_it(tmp_path, mon
 def test_an_existing_state_dir_is_tightened_but_a_shared_folder_is_not(tmp_path):
     import stat as st
 
-    from console.core.journal import Journal
+    from console.core.records.journal import Journal
 
     old = tmp_path / "old-state"
     (old / "runs").mkdir(parents=True)

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from console.core.config.model import Phase
-from console.core.journal import Journal
+from console.core.records.journal import Journal
 from console.core.runs.rundir import RunDir
-from console.core.snapshot import SnapshotBuilder
-from console.core.stall import DEFAULT_STALL_AFTER, StallWatch, parse_duration, silence, stall_after
-from console.core.state import PhaseStatus
+from console.core.lifecycle.snapshot import SnapshotBuilder
+from console.core.lifecycle.stall import DEFAULT_STALL_AFTER, StallWatch, parse_duration, silence, stall_after
+from console.core.lifecycle.state import PhaseStatus
 
 
 @pytest.mark.parametrize("text,secs", [(90, 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400),
@@ -123,7 +123,7 @@ def test_a_phase_busy_before_its_first_unit_is_not_called_stalled(tmp_path: Path
     """A long first batch (regenerate on a CPU: 10 minutes before its first record) prints
     nothing and reports nothing, but works: its processes use CPU. Before its first unit,
     a silent phase counts as stalled only when its processes are idle too."""
-    from console.core.project import Project
+    from console.core.lifecycle.project import Project
 
     (tmp_path / "work").mkdir()
     cfg = tmp_path / "first.yaml"

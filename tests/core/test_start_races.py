@@ -9,10 +9,10 @@ import threading
 
 from core_harness import config_for
 from console.core.config.model import Phase
-from console.core.errors import Eagle3Error
-from console.core.project import Project
+from console.core.leaves.errors import Eagle3Error
+from console.core.lifecycle.project import Project
 from console.core.runs import manager
-from console.core.waiting import wait
+from console.core.flow.waiting import wait
 
 WAIT_S = 5.0  # how long b's start lingers before launching, for a rerun of a to slip in
 

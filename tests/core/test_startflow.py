@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from core_harness import wait_for
-from console.core.project import Project
-from console.core.runall import AllDone, Entering, Halted, Skipped, run_all
-from console.core.startflow import (
+from console.core.lifecycle.project import Project
+from console.core.flow.runall import AllDone, Entering, Halted, Skipped, run_all
+from console.core.flow.startflow import (
     AlreadyLive,
     BlockedStart,
     ConfirmationNeeded,
@@ -26,8 +26,8 @@ from console.core.startflow import (
     drive,
     step,
 )
-from console.core.waiting import wait
-from console.core.watch import PhaseWatch
+from console.core.flow.waiting import wait
+from console.core.flow.watch import PhaseWatch
 
 CFG = textwrap.dedent("""\
     name: flow

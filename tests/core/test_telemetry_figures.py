@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from console.core.durations import format_duration
-from console.core.livestats import LiveStats
+from console.core.leaves.durations import format_duration
+from console.core.lifecycle.livestats import LiveStats
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, VolumeSample
 from console.ui.render import fmt_bytes, fmt_pair, fmt_rate

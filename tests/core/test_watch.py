@@ -6,8 +6,8 @@ from __future__ import annotations
 
 
 from console.core.config.model import Phase
-from console.core.state import PhaseStatus
-from console.core.watch import PreflightSchedule
+from console.core.lifecycle.state import PhaseStatus
+from console.core.flow.watch import PreflightSchedule
 
 
 def _st(pid: str, state: str) -> PhaseStatus:

@@ -68,7 +68,7 @@ def test_a_server_that_refuses_every_request_is_exit_4_naming_it_and_never_done(
 
 def test_a_run_that_wrote_nothing_is_exit_4_and_the_production_verify_does_not_pass_it(tmp_path):
     """Consecutive failures are set out of reach: the share of failed records must stop it."""
-    from console.core.project import Project
+    from console.core.lifecycle.project import Project
 
     data = tmp_path / "data"
     regen = data / "synth_100k" / "regenerated"

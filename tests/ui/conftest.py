@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from ui_harness import stop_all, write_config
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 from charts_project import T0, write_charts_project
 from ui_harness import FAST, FROZEN, make_app, wait_for
 
-from console.core.acceptance import AcceptanceView, Setting
-from console.core.project import Project
+from console.core.leaves.acceptance import AcceptanceView, Setting
+from console.core.lifecycle.project import Project
 from console.ui.components.acceptance_bars import AcceptanceBars, acceptance_lines
 from console.ui.components.charts import CurveChart, DetailCharts
 from console.ui.components.disk_panel import DiskPanel

@@ -14,7 +14,7 @@ import pytest
 from charts_project import write_charts_project
 from test_ui_tmux import REPO, _quit, _tmux, _wait_screen
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 

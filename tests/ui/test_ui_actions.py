@@ -258,7 +258,7 @@ async def test_reattach_shows_running_phase_and_its_log(project) -> None:  # typ
 
 
 async def test_two_consoles_do_not_launch_a_phase_twice(project) -> None:  # type: ignore[no-untyped-def]
-    from console.core.project import Project
+    from console.core.lifecycle.project import Project
 
     other = Project.load(project.config.path)
     first, second = make_app(project), make_app(other)
@@ -358,7 +358,7 @@ async def test_quit_during_a_starts_preflight_asks_and_the_phase_still_starts(tm
     starting meanwhile, and after y the start lands and the phase runs on without a console."""
     from ui_harness import CONFIG, stop_all, write_config
 
-    from console.core.project import Project
+    from console.core.lifecycle.project import Project
     from console.ui.components.phase_list import PhaseList
 
     go = tmp_path / "preflight.go"

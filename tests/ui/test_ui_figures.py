@@ -3,7 +3,7 @@ every 20 s, a regenerate whose records half failed, a train whose batch loss swi
 
 from __future__ import annotations
 
-from console.core.livestats import LiveSnapshot
+from console.core.lifecycle.livestats import LiveSnapshot
 from console.ui.components.stats_panel import stats_lines
 
 

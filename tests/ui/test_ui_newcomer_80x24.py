@@ -9,8 +9,8 @@ import re
 from ui_harness import FROZEN, make_app, select, showing, stop_all, wait_for, write_config
 
 from console.core.checks.result import CheckResult
-from console.core.config.saved import write_saved
-from console.core.project import Project
+from console.core.config.overlay import write_saved
+from console.core.lifecycle.project import Project
 from console.ui.components.log_view import LogView
 from console.ui.components.phase_list import PhaseList
 from console.ui.messages import LogLines

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ui_harness import make_app, stop_all, wait_for
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.runs import procs
 
 CFG = """\

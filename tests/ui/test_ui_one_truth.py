@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ui_harness import FROZEN, Notices, make_app, select, state_of, stop_all, wait_for
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.ui.screens.main_screen import Intervals
 
 CFG = textwrap.dedent("""\

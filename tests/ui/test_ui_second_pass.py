@@ -12,7 +12,7 @@ from textual.widgets import Button, Footer
 from ui_harness import FAST, Notices, make_app, select, showing, state_of, stop_all, wait_for, write_config
 
 from console.core.checks.result import CheckResult
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeGpuSource
 from console.ui.components.checks_view import ChecksView, render_results
 from console.ui.components.gpu_panel import GpuPanel
@@ -327,7 +327,7 @@ async def test_disk_line_is_what_df_says_and_full_in_fits_at_80_columns() -> Non
 
 
 async def test_the_phases_title_shows_the_overrides_eagle3_set_saved(tmp_path) -> None:
-    from console.core.config.saved import write_saved
+    from console.core.config.overlay import write_saved
 
     cfg = write_config(tmp_path)
     write_saved(cfg, {"workdir": "./work"})

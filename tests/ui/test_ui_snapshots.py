@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ui_harness import FROZEN, T0, AtTime, make_app, stop_all, wait_for, write_config
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource
 from console.core.telemetry.history import DiskForecast
 from console.ui.components.disk_panel import DiskPanel
@@ -268,7 +268,7 @@ def test_a_toast_on_the_log_screen_leaves_its_header(snap_compare, snap_project)
 def test_the_phases_title_names_the_target_in_effect(snap_compare, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from test_ui_newcomer_80x24 import TARGET
 
-    from console.core.config.saved import write_saved
+    from console.core.config.overlay import write_saved
 
     cfg = write_config(tmp_path)
     cfg.write_text(cfg.read_text().replace("  workdir: ./work\n", "  workdir: ./work\n  target: ./models/base\n"))

@@ -9,7 +9,7 @@ from pathlib import Path
 from ui_harness import stop_all, write_config
 
 from console.cli import main
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 
 
 def _wait(cond, what: str, timeout: float = 30.0):  # type: ignore[no-untyped-def]

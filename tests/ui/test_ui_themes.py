@@ -11,7 +11,7 @@ import pytest
 from textual.theme import BUILTIN_THEMES, Theme
 from ui_harness import FROZEN, fixed_sources, make_app, showing, wait_for, write_config
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.ui import app as app_module
 from console.ui.app import run_console
 from console.ui.crashlog import EXIT_CRASH

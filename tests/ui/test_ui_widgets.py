@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.worker import WorkerState
 from ui_harness import Notices, wait_for
 
-from console.core.errors import Eagle3Error
+from console.core.leaves.errors import Eagle3Error
 
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, ShmReading, VolumeSample
@@ -26,7 +26,7 @@ from console.ui.components.journal_view import JournalView
 from console.ui.components.log_view import LogView
 from console.ui.logfeed import LogFeed, clean
 from console.ui.messages import LogLines, ShmUpdated
-from console.core.snapshot import SpaceNeed
+from console.core.lifecycle.snapshot import SpaceNeed
 from console.ui.pollers import Poller
 from console.ui.theming import load_themes
 from console.ui import watchdog

@@ -8,9 +8,9 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 from ui_harness import FAST, Notices, make_app, select, state_of, wait_for
 
-from console.core import startflow
-from console.core.errors import Eagle3Error
-from console.core.project import Project
+from console.core.flow import startflow
+from console.core.leaves.errors import Eagle3Error
+from console.core.lifecycle.project import Project
 from console.ui.components.phase_list import PhaseList
 from console.ui.screens.main_screen import Intervals
 

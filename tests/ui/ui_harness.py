@@ -10,7 +10,7 @@ from pathlib import Path
 from textual.message import Message
 from textual.notifications import Notify
 
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource, FakeHostSource, FakeShmSource
 from console.ui.app import ConsoleApp
 from console.ui.screens.main_screen import Intervals

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from console.core.interpreter import path_with_interpreter, python_argv
+from console.core.leaves.interpreter import path_with_interpreter, python_argv
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.samples import GpuReading
 

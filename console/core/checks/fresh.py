@@ -10,7 +10,7 @@ from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, short_path
-from console.core.provenance import compare, fingerprint, read_record
+from console.core.records.provenance import compare, fingerprint, read_record
 
 
 def _same(a: str | Path, b: str | Path) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, names_check
 from console.core.checks.values import ValueSourceError, named_values, values_budget
-from console.core.expr import ExprError, need_traced
+from console.core.leaves.expr import ExprError, need_traced
 from pipeline.sizes import format_bytes
 from console.core.telemetry.samples import GpuSample
 

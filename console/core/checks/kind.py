@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from console.core.expr import ExprError, check_expression, check_need, parse_number, references
+from console.core.leaves.expr import ExprError, check_expression, check_need, parse_number, references
 from pipeline.sizes import parse_size
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from console.core.checks.context import CheckContext
 from console.core.checks.subproc import run_bounded
-from console.core.expr import parse_number
+from console.core.leaves.expr import parse_number
 
 COMMAND_TIMEOUT = 60.0
 

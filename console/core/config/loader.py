@@ -20,10 +20,10 @@ from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
-from console.core.config.saved import overlay_path, read_saved
-from console.core.durations import parse_duration
-from console.core.errors import ConfigError
-from console.core.terminal_text import strip_controls
+from console.core.config.overlay import overlay_path, read_saved
+from console.core.leaves.durations import parse_duration
+from console.core.leaves.errors import ConfigError
+from console.core.leaves.terminal_text import strip_controls
 
 TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "phases")
 PHASE_KEYS = (
@@ -171,7 +171,7 @@ def load_config(
     saved: Mapping[str, str] | None = None,
 ) -> Config:
     """Read, validate and interpolate a pipeline config. Raises ConfigError only.
-    `overrides` (--set) apply over the operator's remembered ones (`saved.py`'s overlay
+    `overrides` (--set) apply over the operator's remembered ones (`overlay.py`'s overlay
     beside the config, read here unless `saved` gives them)."""
     file = Path(path).expanduser()
     try:
@@ -204,42 +204,16 @@ def load_config(
 def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
            overrides: dict[str, str], validate_check: Callable[[str, Any], str | None],
            saved: dict[str, str]) -> Config:
+    """In the order a reader needs: the top-level keys, the vars (everything else may refer to
+    them) with the saved overrides and --set over them, the settings, then the phases."""
     r = _Reader(file, loader)
-    top = {k: (kn, vn) for k, kn, vn in r.mapping(root, "")}
-    for k, (kn, _) in top.items():
-        if k not in TOP_KEYS:
-            raise r.error(kn, k, "unknown top-level key" + _did_you_mean(k, TOP_KEYS))
-    if "phases" not in top:
-        raise r.error(root, "phases", "missing: a config needs a `phases:` list")
-
-    # vars first: everything else may refer to them
-    raw_vars: dict[str, str] = {}
-    var_nodes: dict[str, yaml.Node] = {}
-    if "vars" in top:
-        vnode = top["vars"][1]
-        if not (isinstance(vnode, yaml.ScalarNode) and r.scalar(vnode, "vars") is None):
-            for k, kn, vn in r.mapping(vnode, "vars"):
-                if not VAR_NAME.match(k):
-                    raise r.error(kn, f"vars.{k}", "variable names use letters, digits, _ . - and start with a letter")
-                raw_vars[k] = r.string(vn, f"vars.{k}", interpolate=False, allow_empty=True, as_written=True)
-                var_nodes[k] = vn
-    for k in saved:
-        if k not in raw_vars:
-            raise ConfigError(overlay_path(file), f"no variable '{k}' under vars: in {file.name}"
-                              + _did_you_mean(k, list(raw_vars) or ["(none)"])
-                              + f"; remove it with: eagle3 set {file} --clear {k}", key=f"vars.{k}",
-                              line=getattr(saved, "lines", {}).get(k))
-    overrides = {**saved, **overrides}
-    for k, v in overrides.items():
-        if k not in raw_vars:
-            raise ConfigError(file, f"--set {k}={v}: no variable '{k}' under vars:" + _did_you_mean(k, list(raw_vars) or ["(none)"]), key=f"vars.{k}")
-        raw_vars[k] = v
+    top = _top_level(r, root)
+    raw_vars, var_nodes = _raw_vars(r, top)
+    overrides = _apply_overrides(file, raw_vars, saved, overrides)
     try:
-        lookup = resolve_vars(raw_vars, used_env=r.used_env)
+        r.lookup = resolve_vars(raw_vars, used_env=r.used_env)
     except InterpolationError as e:
-        node = var_nodes.get(e.var or "")
-        raise r.error(node, f"vars.{e.var}", str(e)) from None
-    r.lookup = lookup
+        raise r.error(var_nodes.get(e.var or ""), f"vars.{e.var}", str(e)) from None
 
     name = strip_controls(r.string(top["name"][1], "name") if "name" in top else file.stem)
     state_dir = r.string(top["state_dir"][1], "state_dir") if "state_dir" in top else "./.eagle3-state"
@@ -251,8 +225,70 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
         return q if q.is_absolute() else (file.parent / q)
 
     python = _python(r, top["python"][1], "python", resolve) if "python" in top else None
+    phases = _phases(r, top["phases"][1], resolve, validate_check)
+    return Config(
+        path=file,
+        name=name,
+        vars=dict(r.lookup),
+        state_dir=resolve(state_dir).resolve(),
+        volumes=tuple(resolve(v) for v in volumes),
+        phases=tuple(phases),
+        fingerprint=_fingerprint(text, overrides),
+        overrides=overrides,
+        saved_overrides=dict(saved),
+        shm_dump=resolve(shm_dump) if shm_dump else None,
+        python=python,
+        notify=_notify(r, top["notify"][1], "notify") if "notify" in top else (),
+        secret_env=tuple(sorted(r.used_env)),
+    )
 
-    phases_node = top["phases"][1]
+
+def _top_level(r: _Reader, root: yaml.Node) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    top = {k: (kn, vn) for k, kn, vn in r.mapping(root, "")}
+    for k, (kn, _) in top.items():
+        if k not in TOP_KEYS:
+            raise r.error(kn, k, "unknown top-level key" + _did_you_mean(k, TOP_KEYS))
+    if "phases" not in top:
+        raise r.error(root, "phases", "missing: a config needs a `phases:` list")
+    return top
+
+
+def _raw_vars(r: _Reader, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> tuple[dict[str, str], dict[str, yaml.Node]]:
+    """The `vars:` as written (not yet interpolated), and the node of each for errors."""
+    raw_vars: dict[str, str] = {}
+    var_nodes: dict[str, yaml.Node] = {}
+    if "vars" in top:
+        vnode = top["vars"][1]
+        if not (isinstance(vnode, yaml.ScalarNode) and r.scalar(vnode, "vars") is None):
+            for k, kn, vn in r.mapping(vnode, "vars"):
+                if not VAR_NAME.match(k):
+                    raise r.error(kn, f"vars.{k}", "variable names use letters, digits, _ . - and start with a letter")
+                raw_vars[k] = r.string(vn, f"vars.{k}", interpolate=False, allow_empty=True, as_written=True)
+                var_nodes[k] = vn
+    return raw_vars, var_nodes
+
+
+def _apply_overrides(file: Path, raw_vars: dict[str, str], saved: dict[str, str],
+                     overrides: dict[str, str]) -> dict[str, str]:
+    """Set the saved overrides, then --set over them, in `raw_vars`; each must name a
+    variable the config has. The overrides in force, returned."""
+    for k in saved:
+        if k not in raw_vars:
+            raise ConfigError(overlay_path(file), f"no variable '{k}' under vars: in {file.name}"
+                              + _did_you_mean(k, list(raw_vars) or ["(none)"])
+                              + f"; remove it with: eagle3 set {file} --clear {k}", key=f"vars.{k}",
+                              line=getattr(saved, "lines", {}).get(k))
+    overrides = {**saved, **overrides}
+    for k, v in overrides.items():
+        if k not in raw_vars:
+            raise ConfigError(file, f"--set {k}={v}: no variable '{k}' under vars:" + _did_you_mean(k, list(raw_vars) or ["(none)"]), key=f"vars.{k}")
+        raw_vars[k] = v
+    return overrides
+
+
+def _phases(r: _Reader, phases_node: yaml.Node, resolve: Callable[[str], Path],
+            validate_check: Callable[[str, Any], str | None]) -> list[Phase]:
+    """Every phase, each `needs:` naming another phase, and no cycle among them."""
     phase_nodes = r.sequence(phases_node, "phases")
     if not phase_nodes:
         raise r.error(phases_node, "phases", "the list is empty; add at least one phase")
@@ -272,25 +308,15 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
             if dep == pid:
                 raise r.error(dn, f"phases.{pid}.needs", "a phase cannot need itself")
     _check_acyclic(r, phases, ids)
+    return phases
 
+
+def _fingerprint(text: str, overrides: dict[str, str]) -> str:
+    """The config's text and the overrides in force: what a run was started with."""
     digest = hashlib.sha256(text.encode())
     for k in sorted(overrides):
         digest.update(f"\0{k}={overrides[k]}".encode())
-    return Config(
-        path=file,
-        name=name,
-        vars=dict(lookup),
-        state_dir=resolve(state_dir).resolve(),
-        volumes=tuple(resolve(v) for v in volumes),
-        phases=tuple(phases),
-        fingerprint=digest.hexdigest(),
-        overrides=overrides,
-        saved_overrides=dict(saved),
-        shm_dump=resolve(shm_dump) if shm_dump else None,
-        python=python,
-        notify=_notify(r, top["notify"][1], "notify") if "notify" in top else (),
-        secret_env=tuple(sorted(r.used_env)),
-    )
+    return digest.hexdigest()
 
 
 def _python(r: _Reader, node: yaml.Node, key: str, resolve: Callable[[str], Path]) -> str:

@@ -1,153 +1,88 @@
-"""Remembered overrides: the variables an operator set with `eagle3 set CONFIG VAR=VALUE`,
-kept in `<config stem>.local.yaml` beside the config and applied under `--set` by every
-command and the console, so that status, staleness and `run --all` use the operator's
-values without repeating `--set` forever.
+"""Saving the operator's overrides (`eagle3 set`, and `--set ... --save` on any command): the
+overlay (overlay.py) rewritten with some values set and some cleared, journaled, and written
+only once the new values make a config that loads.
 
-Beside the config, not in the state dir: the state dir is itself made of variables
-(`state_dir: ${workdir}/state`) that the overlay may set, so it cannot be where the overlay
-is found. One overlay per config file, whoever runs it from wherever.
-
-The file is small YAML (`vars:` and nothing else), bounded (64 KB, 256 names, 4 KB a value)
-and validated like a config: a name the config does not define is an error naming the file,
-the line and the key, with a did-you-mean and the command that removes it."""
+Read, changed and written under the overlay's lock: two `eagle3 set` at once must both land,
+not the second overwrite the first's value. The config is first loaded without its overlay, so
+an overlay that it rejects can still be fixed by saving over it."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import re
-import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-from pipeline import bounded_read
-
-from console.core.config.composer import compose, restore
-from console.core.errors import ConfigError
-from pipeline.atomic_io import fsync_dir, write_bytes_atomic
-
-SUFFIX = ".local.yaml"
-MAX_BYTES = 64 * 1024
-MAX_NAMES = 256
-MAX_VALUE = 4096
-VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-HEADER = ("# Overrides remembered by `eagle3 set` for {config}; applied under --set by every command.\n"
-          "# Change them with `eagle3 set {config} VAR=VALUE` or `--clear VAR`.\n")
+from console.core.config.loader import load_config
+from console.core.config.model import Config
+from console.core.config.overlay import overlay_lock, overlay_path, read_saved, write_saved
+from console.core.leaves.errors import Eagle3Error
+from console.core.leaves.redaction import redactor_for
+from console.core.records.journal import Journal
 
 
-class Saved(dict[str, str]):
-    """The remembered variables, with the line each was read from (for errors)."""
-
-    lines: dict[str, int]
-
-    def __init__(self, *a: object, **kw: str) -> None:
-        super().__init__(*a, **kw)
-        self.lines = {}
+class BadOverride(Eagle3Error):
+    """An assignment that is not VAR=VALUE or names no variable of the config, or a name to
+    forget that is not saved: a usage error (the CLI exits 2)."""
 
 
-def overlay_path(config_path: str | os.PathLike[str]) -> Path:
-    p = Path(config_path)
-    return p.with_name(p.stem + SUFFIX)
+@dataclass(frozen=True)
+class SavedOverrides:
+    """What a save did. `config`: the config as it loads now (None when nothing changed);
+    `given`: the values this save named; `changed`: those that differ from before; `cleared`:
+    the names forgotten."""
+
+    file: Path
+    config: Config | None
+    given: dict[str, str]
+    changed: dict[str, str]
+    cleared: list[str]
 
 
-@contextmanager
-def overlay_lock(config_path: str | os.PathLike[str]) -> Iterator[None]:
-    """Held by `eagle3 set` from reading the overlay to writing it back, so two at once each
-    keep the other's value. The lock is the kernel's (flock), taken on the config file
-    itself: every `set` can open it, nothing else locks it, and it leaves no file behind."""
-    fd = os.open(config_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def save_overrides(config_arg: str, assignments: Sequence[str], clear: Sequence[str],
+                   what: str = "set") -> SavedOverrides:
+    """Set `assignments` (VAR=VALUE) and forget `clear` in the overlay of the config at
+    `config_arg`. `what` names the flag an error speaks of (`set`, `--set`)."""
+    base = load_config(config_arg, saved={})
+    with overlay_lock(base.path):
+        file = overlay_path(base.path)
+        current = dict(read_saved(base.path))
+        given = _assignments(base, assignments, what)
+        new = _without(current, clear)
+        new.update(given)
+        changed = {k: v for k, v in new.items() if current.get(k) != v}
+        cleared = [k for k in current if k not in new]
+        if not changed and not cleared:
+            return SavedOverrides(file, None, given, changed, cleared)
+        config = load_config(config_arg, saved=new)  # the values must make a config that loads
+        write_saved(base.path, new)
+        Journal(config.state_dir, redactor_for(config)).append("overrides_saved", file=str(file), set=changed,
+                                                               cleared=cleared)
+        return SavedOverrides(file, config, given, changed, cleared)
 
 
-def read_saved(config_path: str | os.PathLike[str]) -> Saved:
-    """The remembered variables (empty when there is no overlay); ConfigError if it is bad."""
-    file = overlay_path(config_path)
-    try:
-        text = bounded_read.read_text(file, MAX_BYTES)
-    except FileNotFoundError:
-        return Saved()
-    except bounded_read.FileTooLarge as e:
-        size = f"is {e.size} bytes" if e.size is not None else f"is larger than {MAX_BYTES} bytes"
-        raise ConfigError(file, f"{size}; an overrides file is at most {MAX_BYTES}: "
-                                f"clear some with `eagle3 set {config_path} --clear VAR`") from None
-    except bounded_read.RefusedFile as e:
-        raise ConfigError(file, f"{e.why}; remove it, then save overrides with `eagle3 set`") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(file, f"cannot read the saved overrides: {e}") from None
-    return parse(file, text)
+def _assignments(base: Config, assignments: Sequence[str], what: str) -> dict[str, str]:
+    given = {}
+    for item in assignments:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise BadOverride(f"{what} {item}: expected VAR=VALUE")
+        name = name.strip()
+        if name not in base.vars:
+            close = difflib.get_close_matches(name, list(base.vars), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise BadOverride(f"{what} {item}: {base.path} has no variable '{name}' under vars:; {hint}"
+                              f"(vars: {', '.join(base.vars) or 'none'})")
+        given[name] = value
+    return given
 
 
-def parse(file: Path, text: str) -> Saved:
-    loader, root = compose(file, text)
-    loader.dispose()
-    if root is None:
-        return Saved()
-
-    def line(node: yaml.Node) -> int:
-        return node.start_mark.line + 1
-
-    if not isinstance(root, yaml.MappingNode):
-        raise ConfigError(file, "expected a mapping with `vars:`", line=line(root))
-    out = Saved()
-    for kn, vn in root.value:
-        key = restore(kn.value) if isinstance(kn, yaml.ScalarNode) else "?"
-        if key != "vars":
-            raise ConfigError(file, "unknown key; an overrides file holds only `vars:`", line=line(kn), key=key)
-        if isinstance(vn, yaml.ScalarNode) and vn.value in ("", "~", "null"):
-            continue
-        if not isinstance(vn, yaml.MappingNode):
-            raise ConfigError(file, "expected a mapping of VAR: VALUE", line=line(vn), key="vars")
-        if len(vn.value) > MAX_NAMES:
-            raise ConfigError(file, f"{len(vn.value)} variables; at most {MAX_NAMES}", line=line(vn), key="vars")
-        for n, v in vn.value:
-            name = restore(n.value) if isinstance(n, yaml.ScalarNode) else ""
-            where = f"vars.{name}" if name else "vars"
-            if not VAR_NAME.match(name):
-                raise ConfigError(file, "variable names use letters, digits, _ . - and start with a letter",
-                                  line=line(n), key=where)
-            if name in out:
-                raise ConfigError(file, "duplicate key", line=line(n), key=where)
-            if not isinstance(v, yaml.ScalarNode):
-                raise ConfigError(file, "expected a text value", line=line(v), key=where)
-            value = restore(v.value)
-            if "\x00" in value:
-                raise ConfigError(file, "the value holds a NUL character, which no command argument, path or "
-                                        "environment variable can carry", line=line(v), key=where)
-            if len(value) > MAX_VALUE:
-                raise ConfigError(file, f"the value is {len(value)} characters; at most {MAX_VALUE}",
-                                  line=line(v), key=where)
-            out[name] = value
-            out.lines[name] = line(n)
-    return out
-
-
-def render(config_path: str | os.PathLike[str], values: dict[str, str]) -> str:
-    body = yaml.safe_dump({"vars": dict(sorted(values.items()))}, default_style='"', allow_unicode=True,
-                          sort_keys=False, width=10_000) if values else "vars: {}\n"
-    return HEADER.format(config=Path(config_path).name) + body
-
-
-def write_saved(config_path: str | os.PathLike[str], values: dict[str, str]) -> Path:
-    """Replace the overlay atomically (temp, fsync, rename, fsync the folder; owner-only,
-    as values may be private); remove it when nothing is left. Validated before it is written, so it always reads back."""
-    file = overlay_path(config_path)
-    if not values:
-        try:
-            file.unlink()
-            fsync_dir(file.parent)
-        except FileNotFoundError:
-            pass
-        return file
-    text = render(config_path, values)
-    if len(text.encode()) > MAX_BYTES or len(values) > MAX_NAMES:
-        raise ConfigError(file, f"would exceed {MAX_BYTES} bytes or {MAX_NAMES} variables")
-    if parse(file, text) != values:
-        raise ConfigError(file, "a value does not survive a round trip through YAML")
-    write_bytes_atomic(file, text.encode(), tag=f".{os.getpid()}.{secrets.token_hex(3)}", mode=0o600)
-    return file
+def _without(current: dict[str, str], clear: Sequence[str]) -> dict[str, str]:
+    new = dict(current)
+    for name in clear:
+        if name not in new:
+            close = difflib.get_close_matches(name, list(new), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise BadOverride(f"set --clear {name}: not a saved override{hint} (saved: {', '.join(new) or 'none'})")
+        del new[name]
+    return new

@@ -10,8 +10,8 @@ import sys
 import time
 from typing import Any
 
-from console.core.journal import Journal
-from console.core.redaction import Redactor
+from console.core.records.journal import Journal
+from console.core.leaves.redaction import Redactor
 from console.core.runs.rundir import RunDir
 
 

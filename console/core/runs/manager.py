@@ -22,11 +22,11 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
-from console.core.durations import Elapsed
-from console.core.errors import PhaseError
-from console.core.interpreter import python_argv
-from console.core.redaction import redactor_for
-from console.core.journal import Journal, private_dir, user_name
+from console.core.leaves.durations import Elapsed
+from console.core.leaves.errors import PhaseError
+from console.core.leaves.interpreter import python_argv
+from console.core.leaves.redaction import redactor_for
+from console.core.records.journal import Journal, private_dir, user_name
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock
 from console.core.runs.rundir import RUN_DIR_ENV, STOPPING, ExitInfo, RunDir, atomic_write_json, new_run_id

@@ -13,7 +13,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.core.acceptance import AcceptanceView, Setting
+from console.core.leaves.acceptance import AcceptanceView, Setting
 from console.ui.render import bar, fit
 
 TALL_ROWS = 8  # from this many rows on, the flags line shows too

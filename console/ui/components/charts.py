@@ -17,10 +17,10 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
-from console.core.acceptance import AcceptanceView, ReportReader, report_candidates
-from console.core.curves import Curve
-from console.core.livestats import LiveSnapshot
-from console.core.state import PhaseStatus
+from console.core.leaves.acceptance import AcceptanceView, ReportReader, report_candidates
+from console.core.leaves.curves import Curve
+from console.core.lifecycle.livestats import LiveSnapshot
+from console.core.lifecycle.state import PhaseStatus
 from console.ui.components.acceptance_bars import AcceptanceBars
 from console.ui.messages import Reading
 from console.ui.pollers import Poller

@@ -11,7 +11,7 @@ from textual.widget import Widget
 
 from console.core.telemetry.history import FILLING_B_PER_S, VolumeForecast
 from console.core.telemetry.samples import DiskReading
-from console.core.snapshot import SpaceNeed
+from console.core.lifecycle.snapshot import SpaceNeed
 from console.ui.render import bar, fit, fmt_bytes, fmt_duration
 
 

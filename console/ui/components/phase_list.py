@@ -13,7 +13,7 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from console.core.state import LIVE, State
+from console.core.lifecycle.state import LIVE, State
 from console.ui.render import fit, fit_words, fmt_duration, state_glyph, state_style
 
 # States whose reason is worth a second line even when the list is narrow.

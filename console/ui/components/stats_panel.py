@@ -9,8 +9,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.core.livestats import LiveSnapshot, headline_metrics
-from console.core.rates import format_rate
+from console.core.lifecycle.livestats import LiveSnapshot, headline_metrics
+from console.core.leaves.rates import format_rate
 from console.ui.components.charts import charted_metrics
 from console.ui.render import bar, fit, fmt_bytes, fmt_duration, fmt_rate, sparkline
 

@@ -19,7 +19,7 @@ from textual.widgets import Button, Input, Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
 from console.core.checks.result import CheckResult
-from console.core.state import LIVE
+from console.core.lifecycle.state import LIVE
 from console.ui.components.checks_view import render_results
 
 NEEDS_CHECK = "needs-done"

@@ -11,7 +11,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widget import Widget
 
-from console.core.state import State
+from console.core.lifecycle.state import State
 from console.ui.render import state_style
 
 KEYS = (

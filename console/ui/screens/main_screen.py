@@ -30,14 +30,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 
 from console.core.checks.result import CheckResult
-from console.core.livestats import LiveSnapshot
-from console.core.project import Project
-from console.core.snapshot import Snapshot
-from console.core.stall import StallAlert
-from console.core.startflow import StartRequest
-from console.core.state import LIVE, PhaseStatus, State
+from console.core.lifecycle.livestats import LiveSnapshot
+from console.core.lifecycle.project import Project
+from console.core.lifecycle.snapshot import Snapshot
+from console.core.lifecycle.stall import StallAlert
+from console.core.flow.startflow import StartRequest
+from console.core.lifecycle.state import LIVE, PhaseStatus, State
 from console.core.telemetry.history import DiskForecast
-from console.core.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
+from console.core.flow.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
 from console.ui.components.charts import DetailCharts
 from console.ui.components.checks_view import ChecksView
 from console.ui.components.disk_panel import DiskPanel

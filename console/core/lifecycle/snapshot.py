@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.core.checks.result import CheckResult
-from console.core.livestats import EventTail, LiveSnapshot
-from console.core.stall import FirstUnitWatch, first_unit_reported, silence, stall_after
-from console.core.state import LIVE, PhaseStatus, State
+from console.core.lifecycle.livestats import EventTail, LiveSnapshot
+from console.core.lifecycle.stall import FirstUnitWatch, first_unit_reported, silence, stall_after
+from console.core.lifecycle.state import LIVE, PhaseStatus, State
 
 
 

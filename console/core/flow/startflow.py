@@ -17,11 +17,11 @@ from typing import Protocol
 
 from console.core.checks.result import CheckResult
 from console.core.config.model import Phase
-from console.core.errors import Eagle3Error
-from console.core.project import Blocked, NeedsConfirmation, Project
-from console.core.reread import ConfigChanged
+from console.core.leaves.errors import Eagle3Error
+from console.core.lifecycle.project import Blocked, NeedsConfirmation, Project
+from console.core.lifecycle.reread import ConfigChanged
 from console.core.runs.rundir import RunDir
-from console.core.state import LIVE, PhaseStatus, State
+from console.core.lifecycle.state import LIVE, PhaseStatus, State
 
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from console.core.config.loader import load_config
 from console.core.config.model import Config
-from console.core.config.saved import overlay_path
-from console.core.errors import ConfigError, Eagle3Error
+from console.core.config.overlay import overlay_path
+from console.core.leaves.errors import ConfigError, Eagle3Error
 
 Signature = tuple[tuple[int, int, int] | None, ...]
 

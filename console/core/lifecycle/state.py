@@ -13,7 +13,7 @@ from typing import Any
 
 from console.core.checks.result import CheckResult
 from console.core.config.model import Config, Phase
-from console.core.durations import Elapsed
+from console.core.leaves.durations import Elapsed
 from console.core.runs.rundir import RunDir
 
 

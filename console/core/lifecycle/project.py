@@ -11,22 +11,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from console.core import provenance
+from console.core.records import provenance
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult, redact_results
-from console.core.redaction import redactor_for
+from console.core.leaves.redaction import redactor_for
 from console.core.config.model import Config, Phase
-from console.core.errors import Eagle3Error, PhaseError
-from console.core.interpreter import locate, missing_message, path_with_interpreter
-from console.core.journal import Journal, private_dir
-from console.core.notify import Notifier
-from console.core.reread import ConfigChanged, ConfigSource
+from console.core.leaves.errors import Eagle3Error, PhaseError
+from console.core.leaves.interpreter import locate, missing_message, path_with_interpreter
+from console.core.records.journal import Journal, private_dir
+from console.core.lifecycle.notify import Notifier
+from console.core.lifecycle.reread import ConfigChanged, ConfigSource
 from console.core.runs import manager
 from console.core.runs.locks import start_lock
 from console.core.runs.rundir import RunDir
 from pipeline.sizes import format_bytes
-from console.core.state import LIVE, PhaseStatus, derive_states
+from console.core.lifecycle.state import LIVE, PhaseStatus, derive_states
 
 
 class Blocked(Eagle3Error):

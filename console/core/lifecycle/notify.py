@@ -27,7 +27,7 @@ The command gets, as placeholders in its argv and as environment:
   {config} EAGLE3_CONFIG        the config file
 (`{...}` because `${...}` is the config's own interpolation, done at load time.)
 
-Runner exit codes (`python -m console.core.notify`): 0 the command runs (whatever its exit;
+Runner exit codes (`python -m console.core.lifecycle.notify`): 0 the command runs (whatever its exit;
 the runner goes on in a child of its own, see `_leave_parent`), 2 a bad spec in
 $EAGLE3_NOTIFY_SPEC.
 """
@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from console.core.config.model import MAX_NOTIFY_TIMEOUT
-from console.core.redaction import Redactor
-from console.core.journal import Journal
+from console.core.leaves.redaction import Redactor
+from console.core.records.journal import Journal
 from console.core.runs.procs import with_env
 
 CLAIMS = "claims"
@@ -146,7 +146,7 @@ class Notifier:
                        "run_id": run_id or "", "secret_env": list(getattr(self.config, "secret_env", ()))}
             env = {**os.environ, **environment(values), SPEC_ENV: json.dumps(payload)}
             try:
-                subprocess.Popen([sys.executable, "-m", "console.core.notify"], env=env,
+                subprocess.Popen([sys.executable, "-m", "console.core.lifecycle.notify"], env=env,
                                  cwd=str(self.config.root), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                  start_new_session=True, close_fds=True)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from console.core.config.model import Config, Phase
-from console.core.project import NEEDS_CHECK, Project
-from console.core.startflow import Answers, Started, StartRequest, StartResult, drive
-from console.core.state import LIVE, PhaseStatus, State
-from console.core.waiting import Waited, wait
+from console.core.lifecycle.project import NEEDS_CHECK, Project
+from console.core.flow.startflow import Answers, Started, StartRequest, StartResult, drive
+from console.core.lifecycle.state import LIVE, PhaseStatus, State
+from console.core.flow.waiting import Waited, wait
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from console.core.config.model import Phase
-from console.core.project import Project
+from console.core.lifecycle.project import Project
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
-from console.core.state import LIVE, PhaseStatus, State
-from console.core.terminal_text import strip_controls
+from console.core.lifecycle.state import LIVE, PhaseStatus, State
+from console.core.leaves.terminal_text import strip_controls
 
 LOG_POLL_S = 0.2
 SERVICE_POLL_S = 1.0

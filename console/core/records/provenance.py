@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
-from console.core.atomicfile import atomic_write_json
-from console.core.redaction import Redactor, redactor_for
+from console.core.leaves.atomicfile import atomic_write_json
+from console.core.leaves.redaction import Redactor, redactor_for
 from pipeline.sizes import format_bytes
 
 if TYPE_CHECKING:

@@ -1,0 +1,34 @@
+"""The command line's edge, shared by every command: its exit codes, the usage error (exit 2),
+and the signals that end a command the way Ctrl-C does."""
+
+from __future__ import annotations
+
+from types import FrameType
+
+from console.core.checks.subproc import kill_live
+from console.core.leaves.errors import Eagle3Error
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Eagle3Error):
+    pass
+
+
+class Signalled(Exception):
+    """SIGTERM or SIGHUP on a command line, raised where the main thread is, like Ctrl-C's
+    KeyboardInterrupt, so that the same cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_signalled(signum: int, _frame: FrameType | None) -> None:
+    raise Signalled(signum)
+
+
+def kill_checks() -> None:
+    """The check commands still running: they are in sessions of their own, which the
+    terminal's signals never reach."""
+    kill_live()

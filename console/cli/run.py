@@ -1,0 +1,197 @@
+"""`eagle3 run`: start a phase once its checks pass (and wait for it with --wait), or walk
+every phase in order with --all. The start flow's questions (rerun a done phase, confirm a
+destructive one) are answered by the flags, else at a prompt on a terminal, else refused with
+the flag a script must give."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from console.cli.edge import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
+from console.cli.printing import fmt_duration, print_results
+from console.core.config.model import Phase
+from console.core.flow.runall import AllDone, Attaching, Entering, Halted, Skipped, run_all, unknown_overrides
+from console.core.flow.startflow import (
+    AlreadyLive,
+    BlockedStart,
+    ConfirmationNeeded,
+    Refused,
+    RerunNeeded,
+    Started,
+    StartRequest,
+    StartResult,
+    drive,
+)
+from console.core.flow.waiting import Waited, wait
+from console.core.lifecycle.project import Project, override_hint
+from console.core.lifecycle.state import State
+from console.core.runs.rundir import RunDir
+
+HELP = "start a phase (or --all, in order) after its checks pass"
+
+
+def add_arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument("phase", nargs="?")
+    c.add_argument("--all", action="store_true", help="walk every phase in order: check, run, wait, verify, next")
+    c.add_argument("--override", action="append", default=[], metavar="CHECK",
+                   help="override a failing check for this run (needs --reason)")
+    c.add_argument("--reason", help="why the override is safe; recorded in the journal")
+    c.add_argument("--wait", action="store_true", help="stream the log and wait for the phase to end")
+    c.add_argument("--rerun", action="store_true",
+                   help="run a phase that is done again (asked on a terminal; needed without one)")
+    c.add_argument("--confirm", metavar="PHASE_ID", action="append", default=[],
+                   help="confirm a `confirm: true` phase without a prompt (type its id)")
+    c.add_argument("--timeout", type=float, default=600.0,
+                   help="with --all: seconds to wait for a service to become ready (default 600)")
+
+
+class _Answers:
+    """The command line's answers to the start flow: what its flags said up front (--rerun,
+    --confirm, --override), else a prompt on a terminal, else a refusal naming the flag a
+    script must give. `code`: the exit code of the question left unanswered."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.code = EXIT_FAIL
+
+    def rerun(self, question: RerunNeeded) -> bool:
+        pid, after = question.request.phase_id, question.dependents
+        tail = f"; phases that need it ({', '.join(after)}) become stale" if after else ""
+        if not sys.stdin.isatty():
+            print(f"eagle3: phase {pid} is done{tail}. To run it again: "
+                  f"eagle3 run {self.args.config} {pid} --rerun", file=sys.stderr)
+            self.code = EXIT_USAGE
+            return False
+        try:
+            answer = input(f"phase {pid} is done{tail}. Run it again? [y/N] ").strip().lower()
+        except EOFError:
+            answer = ""
+        if answer not in ("y", "yes"):
+            print(f"eagle3: {pid} not run", file=sys.stderr)
+            self.code = EXIT_FAIL
+            return False
+        return True
+
+    def confirm(self, question: ConfirmationNeeded) -> bool:
+        pid = question.request.phase_id
+        self.code = EXIT_FAIL
+        if not sys.stdin.isatty():
+            print(f"eagle3: phase {pid} needs confirmation:\n{question.summary}\n"
+                  f"rerun with --confirm {pid} to confirm", file=sys.stderr)
+            return False
+        print(f"phase {pid} needs confirmation:\n{question.summary}", file=sys.stderr)
+        return input(f"type the phase id ({pid}) to go ahead: ").strip() == pid
+
+    def override(self, question: BlockedStart) -> None:
+        self.code = EXIT_FAIL
+        return None  # a command line gives its overrides up front
+
+
+def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
+    if args.all == bool(args.phase):
+        raise UsageError("run: name one PHASE or give --all")
+    if args.override and not args.reason:
+        raise UsageError("run: --override needs --reason TEXT (it is recorded in the journal)")
+    overrides = {name: args.reason for name in args.override}
+    answers = _Answers(args)
+    if args.all:
+        return _run_all(project, args, overrides, answers, out)
+    request = StartRequest(args.phase, overrides, confirmed=args.phase in args.confirm, rerun=args.rerun)
+    result = drive(project, request, answers)
+    code = _report_start(result, answers, out)
+    if code != EXIT_OK or not args.wait or not isinstance(result, Started):
+        return code
+    return _wait(project, project.config.phase(args.phase), result.run, out, args)
+
+
+def _report_start(result: StartResult, answers: _Answers, out: TextIO) -> int:
+    pid = result.request.phase_id
+    if isinstance(result, Started):
+        print(f"started {pid}: run {result.run.run_id} (log: {result.run.output_log})", file=out)
+        return EXIT_OK
+    if isinstance(result, BlockedStart):
+        print_results(pid, result.results, sys.stderr)
+        print(f"eagle3: {pid} is blocked; {override_hint([r.name for r in result.failing])}", file=sys.stderr)
+        return EXIT_FAIL
+    if isinstance(result, AlreadyLive):
+        st = result.status
+        print(f"eagle3: phase {pid} is already {st.state}" + (f" (pid {st.pid})" if st.pid else "")
+              + "; stop it first or wait", file=sys.stderr)
+        return EXIT_FAIL
+    if isinstance(result, Refused):
+        print(f"eagle3: {result.message}", file=sys.stderr)
+        return EXIT_FAIL
+    return answers.code  # a question left unanswered said why as it was asked
+
+
+def _report_wait(waited: Waited, args: argparse.Namespace, out: TextIO) -> int:
+    pid, st = waited.phase.id, waited.status
+    if waited.outcome == "ready":
+        print(f"{pid} is ready", file=out)
+        return EXIT_OK
+    if waited.outcome == "done":
+        print(f"{State.DONE.glyph} {pid} done (exit {st.exit_code}, {fmt_duration(st.duration_s)})", file=out)
+        return EXIT_OK
+    if waited.outcome == "not_ready":
+        print(f"eagle3: service {pid} not ready after {args.timeout:.0f}s; it keeps running", file=sys.stderr)
+    elif waited.phase.kind == "service":
+        print(f"eagle3: service {pid} ended before it became ready ({st.state}: {st.reason})", file=sys.stderr)
+    else:
+        if st.verify:
+            print_results(f"{pid} verify", st.verify, sys.stderr)
+        print(f"eagle3: {pid} {st.state}: {st.reason}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+def _stopped_waiting(phase: Phase, args: argparse.Namespace) -> None:
+    if phase.kind != "service":
+        print(f"\n(stopped waiting; {phase.id} goes on. eagle3 stop {args.config} {phase.id} stops it)",
+              file=sys.stderr)
+
+
+def _wait(project: Project, phase: Phase, run: RunDir, out: TextIO, args: argparse.Namespace) -> int:
+    try:
+        waited = wait(project, phase, run, out, args.timeout)
+    except KeyboardInterrupt:
+        _stopped_waiting(phase, args)
+        raise
+    return _report_wait(waited, args, out)
+
+
+def _run_all(project: Project, args: argparse.Namespace, overrides: dict[str, str], answers: _Answers,
+             out: TextIO) -> int:
+    unknown = unknown_overrides(project.config, overrides)
+    if unknown:
+        raise UsageError(f"run --all: --override {unknown[0]}: no phase has a check of that name")
+    code = EXIT_OK
+    waiting: Phase | None = None  # the phase whose run the walk is waiting on
+    try:
+        for step in run_all(project, overrides, answers, out, args.timeout, frozenset(args.confirm)):
+            if isinstance(step, Skipped):
+                print(f"{State.DONE.glyph} {step.status.phase.id}: {step.status.state}, skipped", file=out)
+            elif isinstance(step, Attaching):
+                print(f"{step.phase.id} is already running; waiting for it", file=out)
+                waiting = step.phase
+            elif isinstance(step, Entering):
+                print(f"── {step.phase.id}: {step.phase.title}", file=out)
+            elif isinstance(step, Waited):
+                waiting = None
+                code = _report_wait(step, args, out)
+            elif isinstance(step, Halted):
+                print(f"eagle3: stopped at {step.phase.id}; fix it and rerun `eagle3 run {args.config} --all` "
+                      f"to resume from there", file=sys.stderr)
+                return code
+            elif isinstance(step, AllDone):
+                print("all phases done", file=out)
+                return EXIT_OK
+            else:
+                code = _report_start(step, answers, out)
+                if isinstance(step, Started):
+                    waiting = project.config.phase(step.request.phase_id)
+    except KeyboardInterrupt:
+        if waiting is not None:
+            _stopped_waiting(waiting, args)
+        raise
+    return code
