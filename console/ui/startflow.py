@@ -7,17 +7,23 @@ Each step reads files or runs checks, so it runs in a thread worker; its result 
 to the UI loop as a `StartOutcome` message. A step that raises comes back the same way,
 not as a failed worker: the flow must still learn that the start is over (the row stops
 saying starting, a quit that waited for it goes ahead). Its notice reads as any failed
-worker's (`console.ui.worker_notices`)."""
+worker's (`console.ui.worker_notices`).
+
+The flow knows its owner only as a Textual widget: it runs its workers there and posts
+there what the owner may want to draw (`StartsChanged`, `StartChecked`, `StartLaunched`).
+`StartsLanded` is not the screen's business: it bubbles on to the app, which quits."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from textual.content import Content
 from textual.message import Message
+from textual.widget import Widget
 
 from console.core import startflow
+from console.core.checks.result import CheckResult
+from console.core.project import Project
 from console.core.startflow import (
     AlreadyLive,
     BlockedStart,
@@ -33,9 +39,6 @@ from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.confirm_dialog import ConfirmDialog
 from console.ui.worker_notices import NOTICE_TIMEOUT, failure_text
 
-if TYPE_CHECKING:
-    from console.ui.screens.main_screen import MainScreen
-
 
 @dataclass
 class StartOutcome(Message):
@@ -49,55 +52,95 @@ class StartOutcome(Message):
     error: str | None = None
 
 
+class StartsChanged(Message):
+    """A start began or landed: the phase list draws `StartFlow.starting` again."""
+
+
+@dataclass
+class StartChecked(Message):
+    """A start ran the phase's pre-flight checks (they failed, or passed it on): the detail
+    shows these results as the phase's latest checks."""
+
+    phase_id: str
+    results: list[CheckResult]
+
+
+@dataclass
+class StartLaunched(Message):
+    """The phase runs: its status and log are worth a look now, not at the next poll."""
+
+    phase_id: str
+
+
+@dataclass
+class StartsLanded(Message):
+    """The operator quit while starts were in flight (`StartFlow.quit_when_landed`) and the
+    last has now landed; `started`: those that launched, which keep running."""
+
+    started: tuple[str, ...]
+
+
 class StartFlow:
-    def __init__(self, screen: MainScreen) -> None:
-        self.screen = screen
+    def __init__(self, owner: Widget, project: Project) -> None:
+        self.owner = owner
+        self.project = project
         self.starting: set[str] = set()  # phases whose start (pre-flight, launch) is in flight
+        self.quitting = False  # the console quits once no start is in flight: ask nothing more
+        self._landed: list[str] = []  # launched since the operator quit
 
     def begin(self, phase_id: str) -> None:
         """The `r` key."""
         self.ask(StartRequest(phase_id))
 
     def ask(self, request: StartRequest) -> None:
-        self.screen.run_worker(lambda: self._step(request, launch=False), thread=True, group="start",
-                               exit_on_error=False, name=f"start {request.phase_id}")
+        self.owner.run_worker(lambda: self._step(request, launch=False), thread=True, group="start",
+                              exit_on_error=False, name=f"start {request.phase_id}")
 
     def start(self, request: StartRequest) -> None:
         """The checks and the launch, with the answers `request` carries."""
-        self.screen.notify(f"starting {request.phase_id}: pre-flight checks…", timeout=3)
+        self.owner.notify(f"starting {request.phase_id}: pre-flight checks…", timeout=3)
         self.starting.add(request.phase_id)
-        self.screen.starting_changed()
-        self.screen.run_worker(lambda: self._step(request, launch=True), thread=True, group="start",
-                               exit_on_error=False, name=f"start {request.phase_id}")
+        self.owner.post_message(StartsChanged())
+        self.owner.run_worker(lambda: self._step(request, launch=True), thread=True, group="start",
+                              exit_on_error=False, name=f"start {request.phase_id}")
+
+    def quit_when_landed(self) -> None:
+        """The operator quit with a start in flight: it lands, then `StartsLanded` goes up."""
+        self.quitting = True
 
     def _step(self, request: StartRequest, launch: bool) -> None:
         """(A blocked start sends its `blocked` notification in `Project.start` itself.)"""
-        project = self.screen.project
         try:
-            result = startflow.attempt(project, request) if launch else startflow.ask(project, request)
+            result = startflow.attempt(self.project, request) if launch else startflow.ask(self.project, request)
         except Exception as exc:  # noqa: BLE001 - shown on the UI loop, never a traceback
-            self.screen.post_message(StartOutcome(request, None, launch, failure_text(f"start {request.phase_id}", exc)))
+            self.owner.post_message(StartOutcome(request, None, launch, failure_text(f"start {request.phase_id}", exc)))
             return
-        self.screen.post_message(StartOutcome(request, result, launch))
+        self.owner.post_message(StartOutcome(request, result, launch))
 
     def outcome(self, msg: StartOutcome) -> None:
-        screen, res, pid = self.screen, msg.result, msg.request.phase_id
+        res, pid = msg.result, msg.request.phase_id
         if msg.launched:
             self.starting.discard(pid)
-            screen.starting_changed()
-        app = screen.app
-        if getattr(app, "quit_when_started", False):
+            self.owner.post_message(StartsChanged())
+        if self.quitting:
             # The operator quit while this start was in flight: it has now landed.
             if isinstance(res, Started):
-                app.still_running = [*app.still_running, pid]
-            app.quit_after_starts()
+                self._landed.append(pid)
+            if not self.starting:
+                self.owner.post_message(StartsLanded(tuple(self._landed)))
             return
         if msg.error is not None:
-            screen.notify(msg.error, severity="error", timeout=NOTICE_TIMEOUT)
+            self.owner.notify(msg.error, severity="error", timeout=NOTICE_TIMEOUT)
         elif res is None:
             self.start(msg.request)
-        elif isinstance(res, AlreadyLive):
-            screen.notify(f"{pid} is already {res.status.state}", severity="warning")
+        else:
+            self._answer(pid, res)
+
+    def _answer(self, pid: str, res: StartResult) -> None:
+        """What the operator sees of a step's result: a question, or how the start went."""
+        owner, app = self.owner, self.owner.app
+        if isinstance(res, AlreadyLive):
+            owner.notify(f"{pid} is already {res.status.state}", severity="warning")
         elif isinstance(res, RerunNeeded):
             tail = f" Phases that need it ({', '.join(res.dependents)}) become stale." if res.dependents else ""
             app.push_screen(AskDialog(
@@ -106,20 +149,20 @@ class StartFlow:
         elif isinstance(res, ConfirmationNeeded):
             def confirmed(ok: bool | None) -> None:
                 if not ok:
-                    screen.notify(f"{pid} not started", timeout=3)
+                    owner.notify(f"{pid} not started", timeout=3)
                 self._then(res.answer(ok))
 
             app.push_screen(ConfirmDialog(pid, res.summary), confirmed)
         elif isinstance(res, BlockedStart):
-            screen.remember_checks(pid, "check", res.results)
+            owner.post_message(StartChecked(pid, res.results))
             app.push_screen(BlockedDialog(pid, res.results), lambda choice: self._then(res.answer(choice)))
         elif isinstance(res, Refused):
-            screen.notify(res.message, severity="error", timeout=15)
+            owner.notify(res.message, severity="error", timeout=15)
         else:
-            screen.notify(f"{pid} started", severity="information", timeout=4)
+            owner.notify(f"{pid} started", severity="information", timeout=4)
             if res.checks is not None:  # the pre-flight results the start passed on
-                screen.remember_checks(pid, "check", res.checks)
-            screen.started(pid)
+                owner.post_message(StartChecked(pid, res.checks))
+            owner.post_message(StartLaunched(pid))
 
     def _then(self, request: StartRequest | None) -> None:
         if request is not None:

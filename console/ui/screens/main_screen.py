@@ -65,7 +65,7 @@ from console.ui.screens.help_screen import HelpScreen
 from console.ui.screens.history_screen import HistoryScreen
 from console.ui.screens.journal_screen import JournalScreen
 from console.ui.screens.log_screen import LogScreen
-from console.ui.startflow import StartFlow, StartOutcome
+from console.ui.startflow import StartChecked, StartFlow, StartLaunched, StartOutcome, StartsChanged
 from console.ui.worker_notices import WorkerNotices
 
 DETAIL_LOG_LINES = 1000
@@ -152,7 +152,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.clock = clock
         self.iv = intervals or Intervals()
         self.watch = PhaseWatch(project, clock=clock)
-        self.flow = StartFlow(self)
+        self.flow = StartFlow(self, project)
         self.snapshot: Snapshot | None = None
         self.snapshots_handled = 0
         self.preflights = PreflightSchedule(self.iv.preflight)
@@ -449,11 +449,13 @@ class MainScreen(WorkerNotices, Screen[None]):
         if redraw:
             self._show_detail()
 
-    def starting_changed(self) -> None:
-        plist = self.query_one(PhaseList)
-        plist.show(self.statuses, self.stalled, self.flow.starting)
+    def on_starts_changed(self, _msg: StartsChanged) -> None:
+        self.query_one(PhaseList).show(self.statuses, self.stalled, self.flow.starting)
 
-    def started(self, phase_id: str) -> None:
+    def on_start_checked(self, msg: StartChecked) -> None:
+        self.remember_checks(msg.phase_id, "check", msg.results)
+
+    def on_start_launched(self, _msg: StartLaunched) -> None:
         self.pollers["status"].poke()
         self.pollers["log"].poke()
 
