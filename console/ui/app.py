@@ -23,7 +23,7 @@ from console.core.telemetry.shm import ShmSource
 from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.main_screen import Intervals, MainScreen
-from console.ui.startflow import StartsLanded
+from console.ui.screens.startflow import StartsLanded
 from console.ui.theming import load_themes, resolve_theme
 from console.ui.watchdog import TtyWatchdog
 

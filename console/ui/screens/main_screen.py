@@ -6,7 +6,7 @@ Every read runs in a poller's thread and returns data: the project snapshot come
 `console.core.snapshot` (the same one `eagle3 status --json` prints), and the handlers on
 the UI loop only store it and redraw. What changed between two looks (ended, stalled, lost
 runs) is `console.core.watch`'s; starting a phase is `console.core.startflow`'s, with the
-console's dialogs in `console.ui.startflow`.
+console's dialogs in `console.ui.screens.startflow`.
 
 The thread workers an operator's key starts (checks, verify, stop) do not catch: a failure
 reaches the operator as one notice named for the worker (`console.ui.worker_notices`). The
@@ -65,7 +65,7 @@ from console.ui.screens.help_screen import HelpScreen
 from console.ui.screens.history_screen import HistoryScreen
 from console.ui.screens.journal_screen import JournalScreen
 from console.ui.screens.log_screen import LogScreen
-from console.ui.startflow import StartChecked, StartFlow, StartLaunched, StartOutcome, StartsChanged
+from console.ui.screens.startflow import StartChecked, StartFlow, StartLaunched, StartOutcome, StartsChanged
 from console.ui.worker_notices import WorkerNotices
 
 DETAIL_LOG_LINES = 1000
