@@ -23,6 +23,7 @@ from console.core.telemetry.shm import ShmSource
 from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.main_screen import Intervals, MainScreen
+from console.ui.screens.startflow import StartsLanded
 from console.ui.theming import load_themes, resolve_theme
 from console.ui.watchdog import TtyWatchdog
 
@@ -65,7 +66,6 @@ class ConsoleApp(App[int]):
         self.use_watchdog = watchdog
         self.watchdog: TtyWatchdog | None = None
         self.still_running: list[str] = []
-        self.quit_when_started = False  # quit asked while a start was in flight: quit when it lands
         self.crash: tuple[str, Path] | None = None  # (one line, crash log) once the console broke
         self.title = f"eagle3 · {project.config.name}" + (" (read-only)" if read_only else "")
 
@@ -150,7 +150,7 @@ class ConsoleApp(App[int]):
             if yes:
                 self.still_running = [s.phase.id for s in running]
                 if main.flow.starting:
-                    self.quit_when_started = True
+                    main.flow.quit_when_landed()
                     main.notify("quitting once the start lands…", timeout=10)
                     return
                 self.exit(0)
@@ -159,11 +159,10 @@ class ConsoleApp(App[int]):
             *bits, ("Start the console again on this config to re-attach to them.", "$text-muted")),
             yes="Quit"), answer)
 
-    def quit_after_starts(self) -> None:
+    def on_starts_landed(self, msg: StartsLanded) -> None:
+        """The starts the operator quit during have landed: quit, naming what runs on."""
         main = self.main_screen()
-        if main.flow.starting:
-            return
-        self.still_running = sorted({*self.still_running, *(s.phase.id for s in main.running())})
+        self.still_running = sorted({*self.still_running, *msg.started, *(s.phase.id for s in main.running())})
         self.exit(0)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

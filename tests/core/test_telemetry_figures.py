@@ -40,14 +40,12 @@ def test_a_volume_barely_growing_has_no_fill_time_in_the_hundred_thousand_days()
 
 
 def test_a_volume_being_freed_shows_no_fill_time_and_no_negative_rate() -> None:
-    from console.ui.components.disk_panel import DiskPanel
+    from console.ui.components.disk_panel import volume_line
 
     f = _forecast([(t, 900e9 - 51e6 * t, 100e9 + 51e6 * t) for t in range(0, 60, 5)])
     assert f is not None and f.rate is not None and f.rate < 0 and f.time_to_full is None
-    panel = DiskPanel()
-    panel.forecasts = {"/dev/shm": f}
     for width in (30, 80):
-        line = panel._line(_disk(60, 900e9 - 51e6 * 60, 100e9 + 51e6 * 60).volumes[0], width).plain
+        line = volume_line(_disk(60, 900e9 - 51e6 * 60, 100e9 + 51e6 * 60).volumes[0], f, width).plain
         assert "−" not in line and "-51" not in line and "full in" not in line, line
         assert "freeing" in line, line
 

@@ -178,8 +178,8 @@ async def _pin(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-def]
 def _settle_on(phase_id: str):  # type: ignore[no-untyped-def]
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
         main = pilot.app.main_screen()
-        await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).reading is not None
-                       and main.query_one(DiskPanel).reading is not None, what="first reads")
+        await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).view is not None
+                       and main.query_one(DiskPanel).view is not None, what="first reads")
         await _select(pilot, phase_id)
         charts = main.query_one(DetailCharts)
         if phase_id == "train":

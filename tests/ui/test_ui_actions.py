@@ -369,7 +369,7 @@ async def test_quit_during_a_starts_preflight_asks_and_the_phase_still_starts(tm
             await select(pilot, app, "slowstart")
             await pilot.press("r")
             plist = app.main_screen().query_one(PhaseList)
-            await wait_for(pilot, lambda: "slowstart" in plist.starting, what="the start in flight")
+            await wait_for(pilot, lambda: any(r.id == "slowstart" and r.starting for r in plist.rows), what="the start in flight")
             row = plist.get_option_at_index(plist.get_option_index("slowstart")).prompt
             assert "start…" in str(row) and "✓" not in str(row)
             await pilot.press("q")

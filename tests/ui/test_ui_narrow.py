@@ -7,7 +7,7 @@ from textual.app import App, ComposeResult
 from console.core.checks.result import CheckResult
 from console.core.telemetry.samples import GpuReading, HostReading, ShmReading
 from console.ui.components.checks_view import render_results
-from console.ui.components.gpu_panel import GpuPanel
+from console.ui.components.gpu_panel import GpuPanel, GpuView
 from console.ui.components.host_panel import HostPanel
 from console.ui.components.shm_panel import ShmPanel
 from console.ui.screens.help_screen import KEY_W, KEYS, help_text
@@ -51,7 +51,7 @@ def test_the_preflight_pane_never_breaks_a_check_name_mid_word() -> None:
 def test_the_no_driver_gpu_line_keeps_not_found() -> None:
     error = "NVIDIA driver not found (libnvidia-ml.so.1): NVML Shared Library Not Found"
     panel = GpuPanel()
-    panel.reading = GpuReading(0.0, error=error)
+    panel.view = GpuView(GpuReading(0.0, error=error))
     rows = panel.render().wrap(43)
     assert panel.get_content_height(None, None, 43) == len(rows) == 3
     assert rows[-1].plain.strip().endswith("Not Found")

@@ -15,7 +15,7 @@ from console.core.checks.result import CheckResult
 from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeGpuSource
 from console.ui.components.checks_view import ChecksView, render_results
-from console.ui.components.gpu_panel import GpuPanel
+from console.ui.components.gpu_panel import GpuPanel, owner_of
 from console.ui.components.journal_view import render_records
 from console.ui.components.log_view import LogView
 from console.ui.components.phase_list import PhaseList
@@ -212,8 +212,9 @@ async def test_gpu_processes_of_a_phase_are_named_through_the_screen(tmp_path: P
             worker = int(next(ln for ln in log.lines if ln.startswith("worker ")).split()[1])
             gpu.pids = [worker]
             panel = app.main_screen().query_one(GpuPanel)
-            await wait_for(pilot, lambda: panel.owners.get(worker) == "trainer", what="worker owned by trainer")
-            assert panel.owner_of(panel.reading.gpus[0]) == "trainer"
+            await wait_for(pilot, lambda: panel.view is not None and panel.view.owners.get(worker) == "trainer",
+                           what="worker owned by trainer")
+            assert owner_of(panel.view.reading.gpus[0], panel.view.owners) == "trainer"
     finally:
         stop_all(project)
 

@@ -60,7 +60,7 @@ async def _laid_out(pilot) -> None:  # type: ignore[no-untyped-def]
     plist, disk = main.query_one(PhaseList), main.query_one(DiskPanel)
     await wait_for(pilot, lambda: plist.region.height >= min(len(main.statuses), plist.styles.max_height.value
                                                             if plist.styles.max_height else 99)
-                   and (disk.reading is None or disk.region.height >= len(disk.reading.volumes)),
+                   and (disk.view is None or disk.region.height >= len(disk.view.reading.volumes)),
                    what="the layout to take the last data")
 
 
@@ -77,8 +77,8 @@ async def _reselect(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-de
 async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
     main = app.main_screen()
-    await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).reading is not None
-                   and main.query_one(DiskPanel).reading is not None, what="first reads")
+    await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).view is not None
+                   and main.query_one(DiskPanel).view is not None, what="first reads")
     if not run:
         await _quiet(pilot)
     else:
@@ -99,6 +99,7 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
         await wait_for(pilot, lambda: log.settled, what="the log's last lines drawn")
         log.set_source(LOG_PATH)
         main.by_id["stream"].started_at = T0 + 3000  # the header names when it started: pin it
+        main.query_one("#phases").show(main.statuses, main.stalled, main.flow.starting)  # and the row
         await _reselect(pilot, "stream")
         main.query_one("#journal", JournalView).show(
             [{"t": T0 + 3000, "event": "run_started", "phase": "stream", "run_id": "20260101-000000-abcd",
@@ -132,7 +133,7 @@ def test_no_driver_is_one_line(snap_compare, snap_project) -> None:  # type: ign
 
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
         main = pilot.app.main_screen()
-        await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).reading is not None)
+        await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).view is not None)
         await _quiet(pilot)
         await pilot.wait_for_scheduled_animations()
 

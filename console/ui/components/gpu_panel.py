@@ -3,6 +3,8 @@ against its limit, and which phase owns the processes on it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from textual.content import Content
@@ -16,29 +18,55 @@ from console.ui.render import fit, fmt_pair, sparkline
 HISTORY = 60
 
 
-def _shape(reading: GpuReading | None) -> tuple[object, ...]:
-    return (None,) if reading is None else (reading.error, len(reading.gpus))
+@dataclass(frozen=True)
+class GpuView:
+    """What the panel draws of one poll: the reading, and the phase that owns each process
+    (pid -> phase id). Two equal views draw the same, so an unchanged one draws nothing."""
+
+    reading: GpuReading
+    owners: Mapping[int, str] = field(default_factory=dict)
+
+
+def _shape(view: GpuView | None) -> tuple[object, ...]:
+    return (None,) if view is None else (view.reading.error, len(view.reading.gpus))
+
+
+def owner_of(g: GpuSample, owners: Mapping[int, str]) -> str:
+    """The phases whose processes run on `g`, and how many processes no phase owns."""
+    if g.processes_unknown:
+        return "?"
+    phases: list[str] = []
+    others = 0
+    for p in g.processes:
+        ph = owners.get(p.pid)
+        if ph is None:
+            others += 1
+        elif ph not in phases:
+            phases.append(ph)
+    out = ",".join(phases)
+    if others:
+        out += ("+" if out else "") + f"{others} other"
+    return out or "idle"
 
 
 class GpuPanel(Widget):
     DEFAULT_CSS = "GpuPanel { height: auto; }"
 
-    # Every reading is a sample of the sparkline, even one equal to the last.
-    reading: reactive[GpuReading | None] = reactive(None, always_update=True, init=False)
+    view: reactive[GpuView | None] = reactive(None, init=False)
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.owners: dict[int, str] = {}  # pid -> phase id, for the reading being shown
         self.history = GpuHistory(seconds=HISTORY)
 
-    def show(self, reading: GpuReading, owners: dict[int, str]) -> None:
-        self.owners = owners
-        self.reading = reading
+    def show(self, reading: GpuReading, owners: Mapping[int, str]) -> None:
+        self.view = GpuView(reading, owners)
 
-    def watch_reading(self, old: GpuReading | None, reading: GpuReading | None) -> None:
-        if reading is None:
+    def watch_view(self, old: GpuView | None, view: GpuView | None) -> None:
+        if view is None:
             return
-        self.history.add(reading)
+        reading = view.reading
+        if old is None or old.reading != reading:  # a poll is a sample of the sparkline; new owners are not
+            self.history.add(reading)
         names = {g.name for g in reading.gpus if g.name}
         title = "GPU"
         if reading.error is None and reading.gpus:
@@ -47,45 +75,30 @@ class GpuPanel(Widget):
                 title += f" · driver {reading.driver}"
         if self.border_title != title:
             self.border_title = title
-        if _shape(reading) != _shape(old):  # another row count: a layout, not just a repaint
+        if _shape(view) != _shape(old):  # another row count: a layout, not just a repaint
             self.refresh(layout=True)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        if self.reading is not None and self.reading.error is not None:
+        r = self.view.reading if self.view is not None else None
+        if r is not None and r.error is not None:
             # As many rows as the words wrap to: counting characters lost "Not Found".
             return max(1, len(self.render().wrap(max(1, width))))
-        if self.reading is None or not self.reading.gpus:
+        if r is None or not r.gpus:
             return 1
-        return len(self.reading.gpus)
+        return len(r.gpus)
 
     def render(self) -> Content:
-        r = self.reading
-        if r is None:
+        if self.view is None:
             return Content.styled("reading GPUs…", "$text-muted")
+        r = self.view.reading
         if r.error is not None:
             return Content.assemble(("⚠ ", "$warning"), (r.error, "$text-muted"))
         if not r.gpus:
             return Content.styled("no GPUs found", "$text-muted")
         width = self.content_region.width or self.size.width or 40
-        return Content("\n").join(self._line(g, width) for g in r.gpus)
+        return Content("\n").join(self._line(g, width, self.view.owners) for g in r.gpus)
 
-    def owner_of(self, g: GpuSample) -> str:
-        if getattr(g, "processes_unknown", False):
-            return "?"
-        phases: list[str] = []
-        others = 0
-        for p in g.processes:
-            ph = self.owners.get(p.pid)
-            if ph is None:
-                others += 1
-            elif ph not in phases:
-                phases.append(ph)
-        out = ",".join(phases)
-        if others:
-            out += ("+" if out else "") + f"{others} other"
-        return out or "idle"
-
-    def _line(self, g: GpuSample, width: int) -> Content:
+    def _line(self, g: GpuSample, width: int, owners: Mapping[int, str]) -> Content:
         idx = f"{g.index}".rjust(2)
         if g.name is None and g.utilization is None and g.memory_used is None:
             return Content.assemble((idx, "$text-muted"), " ",
@@ -93,7 +106,7 @@ class GpuPanel(Widget):
         util = "N/A" if g.utilization is None else f"{g.utilization:3.0f}%"
         mem = fmt_pair(g.memory_used, g.memory_total)
         temp = "N/A" if g.temperature is None else f"{g.temperature:.0f}°"
-        owner = self.owner_of(g)
+        owner = owner_of(g, owners)
         hist = self.history.utilization(g.index)
         owner_style = "$text-muted" if owner in ("idle", "?") else "$accent"
         if width >= 76:

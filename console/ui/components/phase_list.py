@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from textual.binding import Binding
 from textual.content import Content
+from textual.reactive import var
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
@@ -34,99 +36,114 @@ def _title(title: str, width: int) -> str:
     return fit_words(title, width).ljust(width) if width > 0 else ""
 
 
+@dataclass(frozen=True)
+class PhaseRow:
+    """What one row says. Two equal rows draw the same, so a poll that changes nothing
+    redraws nothing; the selection marker and the width are the list's own."""
+
+    id: str
+    title: str
+    state: str
+    reason: str  # the first line of why it is in its state, "" when none
+    duration: str  # "" until it has started
+    stalled: bool  # running, and silent past its stall time
+    starting: bool  # its start's checks are running (r): not the last run's ✓ or ✗ any more
+
+
+def phase_rows(statuses: Sequence[Any], stalled: Collection[str], starting: Collection[str],
+               now: float) -> tuple[PhaseRow, ...]:
+    return tuple(PhaseRow(
+        id=s.phase.id, title=s.phase.title, state=s.state,
+        reason=s.reason.splitlines()[0] if s.reason else "",
+        duration=fmt_duration(phase_duration(s, now)) if s.started_at is not None else "",
+        stalled=s.phase.id in stalled and s.state == State.RUNNING,
+        starting=s.phase.id in starting and s.state not in LIVE,
+    ) for s in statuses)
+
+
 class PhaseList(OptionList):
     BINDINGS = [
         Binding("j", "cursor_down", "Down", show=False, id="phase-list.down", tooltip="Next phase"),
         Binding("k", "cursor_up", "Up", show=False, id="phase-list.up", tooltip="Previous phase"),
     ]
 
+    rows: var[tuple[PhaseRow, ...]] = var((), init=False)
+
     def __init__(self, clock: Callable[[], float] = time.time, **kw: Any) -> None:
         super().__init__(**kw)
         self.clock = clock
-        self.statuses: list[Any] = []
-        self.stalled: frozenset[str] = frozenset()
-        self.starting: frozenset[str] = frozenset()  # pre-flight in flight for a start (r)
-        self._ids: list[str] = []
-        self._drawn: list[Content] = []
 
     @property
     def selected_id(self) -> str | None:
-        if self.highlighted is None or self.highlighted >= len(self._ids):
+        if self.highlighted is None or self.highlighted >= len(self.rows):
             return None
-        return self._ids[self.highlighted]
+        return self.rows[self.highlighted].id
 
     def select_id(self, phase_id: str) -> None:
-        if phase_id in self._ids:
-            self.highlighted = self._ids.index(phase_id)
+        ids = [r.id for r in self.rows]
+        if phase_id in ids:
+            self.highlighted = ids.index(phase_id)
 
-    def show(self, statuses: Sequence[Any], stalled: Collection[str] = (),
-             starting: Collection[str] | None = None) -> None:
-        self.statuses = list(statuses)
-        self.stalled = frozenset(stalled)
-        if starting is not None:
-            self.starting = frozenset(starting)
-        ids = [s.phase.id for s in self.statuses]
-        if ids != self._ids:
-            keep = self.selected_id
-            self._ids = ids
-            prompts = self._prompts()
-            self.set_options([Option(p, id=i) for p, i in zip(prompts, ids)])
-            self._drawn = prompts
-            self.highlighted = ids.index(keep) if keep in ids else (0 if ids else None)
-            self._replace(self._prompts())
-            self.refresh(layout=True)  # new rows: the list's height changes
-        else:
-            self._replace(self._prompts())
+    def show(self, statuses: Sequence[Any], stalled: Collection[str] = (), starting: Collection[str] = ()) -> None:
+        self.rows = phase_rows(statuses, stalled, starting, self.clock())
 
-    def _prompts(self) -> list[Content]:
-        return [self._prompt(s, i == self.highlighted) for i, s in enumerate(self.statuses)]
+    def watch_rows(self, old: tuple[PhaseRow, ...], rows: tuple[PhaseRow, ...]) -> None:
+        if [r.id for r in rows] != [r.id for r in old]:
+            self._rebuild(old, rows)
+            return
+        for i, (was, row) in enumerate(zip(old, rows)):
+            if was != row:
+                self._draw(i)
 
-    def _replace(self, prompts: list[Content]) -> None:
-        """Redraw only the rows whose text or styles changed (most polls change none)."""
-        for i, p in enumerate(prompts):
-            old = self._drawn[i] if i < len(self._drawn) else None
-            if old is None or old.plain != p.plain or old.spans != p.spans:
-                self.replace_option_prompt_at_index(i, p)
-        self._drawn = prompts
+    def _rebuild(self, old: tuple[PhaseRow, ...], rows: tuple[PhaseRow, ...]) -> None:
+        """Other phases (the first poll, or a config read again): new options, the cursor
+        kept on the phase it was on."""
+        at = self.highlighted
+        keep = old[at].id if at is not None and at < len(old) else None
+        ids = [r.id for r in rows]
+        cursor = ids.index(keep) if keep in ids else (0 if ids else None)
+        self.set_options([Option(self._prompt(r, i == cursor), id=r.id) for i, r in enumerate(rows)])
+        self.highlighted = cursor
+        self.refresh(layout=True)  # new rows: the list's height changes
 
-    def watch_highlighted(self, highlighted: int | None) -> None:
+    def _draw(self, index: int) -> None:
+        self.replace_option_prompt_at_index(index, self._prompt(self.rows[index], index == self.highlighted))
+
+    def watch_highlighted(self, old: int | None, highlighted: int | None) -> None:
+        """The marker leaves one row for another."""
         super().watch_highlighted(highlighted)
-        if self.statuses and len(self._drawn) == len(self.statuses):
-            self._replace(self._prompts())
+        for i in {old, highlighted}:
+            if i is not None and i < min(len(self.rows), self.option_count):
+                self._draw(i)
 
     def on_resize(self) -> None:
-        if self.statuses:
-            self._replace(self._prompts())
+        for i in range(min(len(self.rows), self.option_count)):
+            self._draw(i)
 
-    def _prompt(self, s: Any, selected: bool = False) -> Content:
+    def _prompt(self, row: PhaseRow, selected: bool = False) -> Content:
         width = max(20, (self.scrollable_content_region.width or self.size.width or 40) - 1)
-        dur = fmt_duration(phase_duration(s, self.clock())) if s.started_at is not None else ""
-        dur_w = 7
-        stalled = s.phase.id in self.stalled and s.state == State.RUNNING
-        reason = (s.reason or "").splitlines()[0] if s.reason else ""
-        glyph = Content.styled("⚠", "$warning") if stalled else state_glyph(s.state)
-        if s.phase.id in self.starting and s.state not in LIVE:
-            # Its checks are running for a start: not the last run's ✓ or ✗ any more.
+        dur, reason, dur_w = row.duration, row.reason, 7
+        glyph = Content.styled("⚠", "$warning") if row.stalled else state_glyph(row.state)
+        if row.starting:
             # Narrow: in the duration's place, so the row keeps its height (no second line).
             glyph, dur, reason = Content.styled("…", "$primary"), "start…", "starting: pre-flight checks"
         mark = Content.styled(MARKER if selected else " ", "bold $accent")
-        id_w = min(14, max(len(x) for x in self._ids or [s.phase.id]) + 1)
+        id_w = min(14, max(len(r.id) for r in self.rows or (row,)) + 1)
         if width >= 72:
             title_w = min(34, width - 3 - id_w - dur_w - 12)
             rest = width - 3 - id_w - title_w - dur_w - 1
-            why = ("stalled", "bold $warning") if stalled else (
+            why = ("stalled", "bold $warning") if row.stalled else (
                 fit_words(reason, rest) if reason else "",
-                state_style(s.state) if s.state in _EXPLAIN and s.phase.id not in self.starting
-                else "$text-muted")
+                state_style(row.state) if row.state in _EXPLAIN and not row.starting else "$text-muted")
             return Content.assemble(
-                mark, glyph, " ", (fit(s.phase.id, id_w), "$text-muted"), _title(s.phase.title, title_w),
+                mark, glyph, " ", (fit(row.id, id_w), "$text-muted"), _title(row.title, title_w),
                 (dur.rjust(dur_w), "$text-muted"), " ", why)
         # Narrow: the id (what the operator types to confirm) and as much title as fits.
         title_w = max(0, width - 3 - id_w - dur_w)
-        line = Content.assemble(mark, glyph, " ", (fit(s.phase.id, id_w), "bold" if selected else ""),
-                                (_title(s.phase.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
-        if stalled:
+        line = Content.assemble(mark, glyph, " ", (fit(row.id, id_w), "bold" if selected else ""),
+                                (_title(row.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
+        if row.stalled:
             line = Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
-        elif reason and s.state in _EXPLAIN and s.phase.id not in self.starting:
-            line = Content.assemble(line, "\n   ", (fit_words(reason, width - 3), state_style(s.state)))
+        elif reason and row.state in _EXPLAIN and not row.starting:
+            line = Content.assemble(line, "\n   ", (fit_words(reason, width - 3), state_style(row.state)))
         return line

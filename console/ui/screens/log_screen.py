@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
@@ -17,6 +19,38 @@ from console.ui.pollers import Poller
 from console.ui.render import cut_left
 
 MAX_LINES = 20000
+
+
+@dataclass(frozen=True)
+class LogHeading:
+    """What the header says: phase, follow state, lines kept, the search and the file, at
+    the screen's width. Two equal headings draw the same."""
+
+    phase_id: str
+    following: bool
+    kept: int
+    search: str | None  # the pattern looked for
+    path: str | None
+    width: int
+
+    def content(self) -> Content:
+        """The state before the path, and the path cut from the left (its end tells files
+        apart), so 80 columns keep all four."""
+        state = ("following", "$success") if self.following else ("paused (f or end: follow)", "$warning")
+        search = f"  search: {self.search}".replace("\\", "") if self.search is not None else ""
+        kept = f"  {self.kept} lines kept{search}  "
+        head = Content.assemble((f" {self.phase_id} ", "bold reverse"), " ", state, (kept, "$text-muted"))
+        room = max(8, self.width - head.cell_length - 1)
+        path = cut_left(self.path, room) if self.path else "no log yet (the phase has not run)"
+        return Content.assemble(head, (path, "$text-muted"))
+
+
+class LogHeader(Static):
+    view: var[LogHeading | None] = var(None, init=False)
+
+    def watch_view(self, view: LogHeading | None) -> None:
+        if view is not None:
+            self.update(view.content())
 
 
 class LogScreen(Screen[None]):
@@ -38,7 +72,7 @@ class LogScreen(Screen[None]):
         self.path: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="log-screen-header")
+        yield LogHeader(id="log-screen-header")
         yield LogView(max_lines=MAX_LINES, id="log-screen-view")
         yield Input(placeholder="search (enter: find, esc: close)", id="log-screen-search")
         yield Footer()
@@ -61,19 +95,10 @@ class LogScreen(Screen[None]):
         self._header()
 
     def _header(self) -> None:
-        """Phase, follow state, lines kept and the file: the state before the path, and the
-        path cut from the left (its end tells files apart), so 80 columns keep all four."""
         view = self.query_one(LogView)
-        state = ("following", "$success") if view.follow else ("paused (f or end: follow)", "$warning")
-        search = f"  search: {view.search.pattern}".replace("\\", "") if view.search is not None else ""
-        kept = f"  {len(view.lines)} lines kept{search}  "
-        head = Content.assemble((f" {self.phase_id} ", "bold reverse"), " ", state, (kept, "$text-muted"))
-        room = max(8, (self.size.width or 80) - head.cell_length - 1)
-        path = cut_left(self.path, room) if self.path else "no log yet (the phase has not run)"
-        content = Content.assemble(head, (path, "$text-muted"))
-        if content.plain != getattr(self, "_header_plain", None):
-            self._header_plain = content.plain
-            self.query_one("#log-screen-header", Static).update(content)
+        self.query_one(LogHeader).view = LogHeading(
+            self.phase_id, view.follow, len(view.lines), view.search.pattern if view.search is not None else None,
+            self.path, self.size.width or 80)
 
     def on_resize(self) -> None:
         self._header()

@@ -3,10 +3,10 @@ selected phase's detail (state, live stats, checks, log, and on wide terminals i
 journal).
 
 Every read runs in a poller's thread and returns data: the project snapshot comes from
-`console.core.snapshot` (the same one `eagle3 status --json` prints), and the handlers on
+`console.core.lifecycle.snapshot` (the same one `eagle3 status --json` prints), and the handlers on
 the UI loop only store it and redraw. What changed between two looks (ended, stalled, lost
-runs) is `console.core.watch`'s; starting a phase is `console.core.startflow`'s, with the
-console's dialogs in `console.ui.startflow`.
+runs) is `console.core.flow.watch`'s; starting a phase is `console.core.flow.startflow`'s, with the
+console's dialogs in `console.ui.screens.startflow`.
 
 The thread workers an operator's key starts (checks, verify, stop) do not catch: a failure
 reaches the operator as one notice named for the worker (`console.ui.worker_notices`). The
@@ -27,7 +27,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import Footer, OptionList
 
 from console.core.checks.result import CheckResult
 from console.core.lifecycle.livestats import LiveSnapshot
@@ -40,12 +40,13 @@ from console.core.telemetry.history import DiskForecast
 from console.core.flow.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
 from console.ui.components.charts import DetailCharts
 from console.ui.components.checks_view import ChecksView
+from console.ui.components.detail_header import NO_PHASE, DetailHeader, heading
 from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.gpu_panel import GpuPanel
 from console.ui.components.host_panel import HostPanel
 from console.ui.components.journal_view import JournalView
 from console.ui.components.log_view import LogView
-from console.ui.components.phase_list import PhaseList, phase_duration
+from console.ui.components.phase_list import PhaseList
 from console.ui.components.shm_panel import ShmPanel
 from console.ui.components.stats_panel import StatsPanel, is_empty
 from console.ui.logfeed import LogFeed
@@ -59,13 +60,12 @@ from console.ui.messages import (
     ShmUpdated,
 )
 from console.ui.pollers import Poller
-from console.ui.render import fmt_duration, fmt_time, state_glyph, state_style
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.help_screen import HelpScreen
 from console.ui.screens.history_screen import HistoryScreen
 from console.ui.screens.journal_screen import JournalScreen
 from console.ui.screens.log_screen import LogScreen
-from console.ui.startflow import StartFlow, StartOutcome
+from console.ui.screens.startflow import StartChecked, StartFlow, StartLaunched, StartOutcome, StartsChanged
 from console.ui.worker_notices import WorkerNotices
 
 DETAIL_LOG_LINES = 1000
@@ -152,7 +152,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.clock = clock
         self.iv = intervals or Intervals()
         self.watch = PhaseWatch(project, clock=clock)
-        self.flow = StartFlow(self)
+        self.flow = StartFlow(self, project)
         self.snapshot: Snapshot | None = None
         self.snapshots_handled = 0
         self.preflights = PreflightSchedule(self.iv.preflight)
@@ -168,7 +168,6 @@ class MainScreen(WorkerNotices, Screen[None]):
         self._sessions: dict[int, str] = {}
         self._journal_visible = False
         self._forecast = DiskForecast()
-        self._header_plain = ""
         self._journal_seen: tuple[object, ...] = ()
         self.log_feed = LogFeed("main", self._selected_log_path, DETAIL_LOG_LINES, paced=True)
         self.pollers: dict[str, Poller] = {
@@ -193,7 +192,7 @@ class MainScreen(WorkerNotices, Screen[None]):
             with Vertical(id="live"):
                 yield GpuPanel(id="gpu")
         with Vertical(id="detail"):
-            yield Static(id="detail-header")
+            yield DetailHeader(id="detail-header")
             yield StatsPanel(id="stats")
             yield DetailCharts(str(self.project.config.root), interval=self.iv.journal, id="charts")
             with Horizontal(id="detail-body"):
@@ -391,38 +390,14 @@ class MainScreen(WorkerNotices, Screen[None]):
 
     def _show_detail(self) -> None:
         st = self.by_id.get(self.selected or "")
-        header = self.query_one("#detail-header", Static)
+        header = self.query_one(DetailHeader)
         if st is None:
-            header.update(Content.styled("no phase selected", "$text-muted"))
-            self._header_plain = ""
+            header.view = NO_PHASE
             return
-        ph = st.phase
-        stalled = ph.id in self.stalled and st.state == State.RUNNING
-        bits: list[Any] = [state_glyph(st.state), " ", (ph.id, "bold"), " · ", ph.title, " · ",
-                           (st.state, state_style(st.state))]
-        if stalled:
-            bits += ["  ", ("⚠ stalled", "bold $warning")]
-        elif ph.id in self.first_unit and st.state == State.RUNNING:
-            bits += ["  ", ("busy on its first unit", "$text-muted")]
-        dur = phase_duration(st, self.clock())
-        if dur is not None:
-            bits += [" ", (fmt_duration(dur), "$text-muted")]
-        if st.started_at is not None and self.size.width >= 100:
-            bits += [(f"  started {fmt_time(st.started_at)}", "$text-muted")]
-        if st.exit_code is not None and st.state not in LIVE:
-            bits += [("  exit ", "$text-muted"), str(st.exit_code)]
-        if ph.kind == "service":
-            bits += [("  service", "$text-muted")]
-        if ph.confirm:
-            bits += [("  destructive", "$warning")]
-        if st.reason and st.state not in LIVE:
-            bits += ["\n", (st.reason.splitlines()[0], state_style(st.state) if st.state in (State.BLOCKED, State.FAILED, State.STALE) else "$text-muted")]
-        content = Content.assemble(*bits)
-        if content.plain != self._header_plain:
-            self._header_plain = content.plain
-            height = len(content.wrap(max(1, header.content_region.width)))
-            header.update(content, layout=height != header.content_region.height)
-        snap = self.stats.get(ph.id)
+        pid = st.phase.id
+        header.view = heading(st, stalled=pid in self.stalled, first_unit=pid in self.first_unit,
+                              now=self.clock(), wide=self.size.width >= 100)
+        snap = self.stats.get(pid)
         self.query_one(StatsPanel).show(None if is_empty(snap) else snap)
         self.query_one(DetailCharts).show(st, snap)
         self._show_checks(st)
@@ -449,11 +424,13 @@ class MainScreen(WorkerNotices, Screen[None]):
         if redraw:
             self._show_detail()
 
-    def starting_changed(self) -> None:
-        plist = self.query_one(PhaseList)
-        plist.show(self.statuses, self.stalled, self.flow.starting)
+    def on_starts_changed(self, _msg: StartsChanged) -> None:
+        self.query_one(PhaseList).show(self.statuses, self.stalled, self.flow.starting)
 
-    def started(self, phase_id: str) -> None:
+    def on_start_checked(self, msg: StartChecked) -> None:
+        self.remember_checks(msg.phase_id, "check", msg.results)
+
+    def on_start_launched(self, _msg: StartLaunched) -> None:
         self.pollers["status"].poke()
         self.pollers["log"].poke()
 
