@@ -98,9 +98,9 @@ def test_the_dry_run_flag_is_the_only_way_an_online_arm_reads_a_store(tmp_path):
 
 
 def test_the_h200_recipe_config_runs_our_stages_with_arguments_they_accept_and_trains_online():
-    from pipeline import merge
+    from pipeline.merge import __main__ as merge
     from pipeline.evaluate.__main__ import build_parser as evaluate_parser
-    from pipeline.export import build_parser as export_parser
+    from pipeline.export.__main__ import build_parser as export_parser
     from pipeline.regenerate.options import parse
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "examples" / "smollm2-h200.yaml")

@@ -35,7 +35,7 @@ def test_demo_exercises_the_phase_features_production_uses():
 
 
 def test_demo_merge_reads_what_regenerate_wrote_instead_of_raw_arithmetic():
-    from pipeline import merge
+    from pipeline.merge import __main__ as merge
     from pipeline.regenerate.options import parse
 
     demo = load_config(CONFIGS[0].parent / "demo.yaml")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import target as target_files
+from pipeline.target import config as target_files
 
 SINGLE = "model.safetensors"
 EMBED_SUFFIX = "embed_tokens.weight"

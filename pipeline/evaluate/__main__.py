@@ -279,7 +279,7 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
     from .drafter import BASELINE_SEED
     from .references import References
     from .report import describe
-    from .target import Target
+    from .verifier import Target
 
     settings = _settings(args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -106,7 +106,7 @@ def untrained(like, target_dir: Path, device: str, dtype: torch.dtype):
     from pipeline.drafter import DrafterConfig, Eagle3Drafter
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.target_head import read_lm_head
-    from pipeline.target import read_config
+    from pipeline.target.config import read_config
 
     try:
         if like is not None:

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import torch
 
-from .target import Target
+from .verifier import Target
 
 
 class Proposer(Protocol):

@@ -32,7 +32,7 @@ class HFBackend:
         import torch
 
         from ..events import EventWriter
-        from ..target_model import load_target
+        from ..target.model import load_target
         from . import engine
 
         if self.device.startswith("cuda"):

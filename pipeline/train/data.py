@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ..store.manifest import read_manifest
-from ..target import read_config, text_config
+from ..target.config import read_config, text_config
 from .errors import BadInput
 from pipeline.jsonfile import read_json
 

@@ -22,7 +22,7 @@ from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig
 from ..drafter.model import Eagle3Drafter, load_drafter
 from ..events import EventWriter
-from ..target import read_config
+from ..target.config import read_config
 from . import checkpoint
 from .data import BatchPlan, count_dataset_tokens, open_store, split_validation
 from .dist import Dist

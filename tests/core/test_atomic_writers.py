@@ -66,7 +66,7 @@ def test_one_nearest_existing_for_checks_and_the_disk_panel(tmp_path, monkeypatc
 
 
 def test_merge_makes_the_stats_removal_and_the_dataset_rename_durable_in_order(tmp_path, synced, monkeypatch):
-    from pipeline import merge
+    from pipeline.merge import __main__ as merge
 
     real_replace = os.replace
     monkeypatch.setattr(merge.os, "replace", lambda a, b: (synced.append("replace"), real_replace(a, b))[1])

@@ -6,7 +6,7 @@ import errno
 import os
 
 from pipeline import output_guard
-from pipeline.demo import main as demo_main
+from pipeline.demo.__main__ import main as demo_main
 
 
 def _tree(root):
@@ -24,7 +24,7 @@ def test_demo_out_naming_a_folder_it_did_not_write_is_refused_untouched(tmp_path
 
 
 def test_a_demo_folder_of_an_earlier_version_is_still_the_demo_s_but_one_holding_more_is_not(tmp_path):
-    from pipeline.demo import WRITER, _adopt_legacy
+    from pipeline.demo.__main__ import WRITER, _adopt_legacy
 
     old = tmp_path / "old"
     (old / "raw").mkdir(parents=True)
@@ -40,7 +40,7 @@ def test_a_demo_folder_of_an_earlier_version_is_still_the_demo_s_but_one_holding
 
 
 def test_a_full_disk_while_building_the_demo_exits_3_and_leaves_no_temporary(tmp_path, monkeypatch, capsys):
-    from pipeline import demo_datasets
+    from pipeline.chat import synthetic as demo_datasets
 
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -15,7 +15,7 @@ import torch
 from pipeline.evaluate.__main__ import main
 from pipeline.evaluate.report import summarize
 from pipeline.evaluate.speculative import greedy, speculate
-from pipeline.evaluate.target import Target
+from pipeline.evaluate.verifier import Target
 from pipeline.events import iter_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,7 +29,7 @@ def build_tiny(root: Path) -> dict:
     """A random 8-layer Llama target, merged-record prompts, and an untrained drafter exported for it."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline import export
+    from pipeline.export import __main__ as export
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=8,

@@ -18,7 +18,7 @@ import torch
 
 from pipeline.evaluate.__main__ import main
 from pipeline.evaluate.speculative import greedy, speculate
-from pipeline.evaluate.target import Target
+from pipeline.evaluate.verifier import Target
 from pipeline.events import iter_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -144,7 +144,7 @@ def test_evaluate_without_drafter_or_baseline_says_what_to_pass(tiny, capsys):
 
 
 def test_a_drafter_replaced_by_a_new_export_mid_evaluation_is_not_reported(tiny, tmp_path, monkeypatch, capsys):
-    from pipeline import export
+    from pipeline.export import __main__ as export
     from pipeline.evaluate import speculative
     from test_export import make_checkpoint, make_drafter
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import export
+from pipeline.export import __main__ as export
 from pipeline.drafter import DrafterConfig, Eagle3Drafter
 from pipeline.drafter import vocab as dvocab
 from pipeline.train import checkpoint

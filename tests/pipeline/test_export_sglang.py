@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import export
+from pipeline.export import __main__ as export
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sglang_wheel import sglang_source  # noqa: E402,F401  (the fixture)

@@ -1,4 +1,4 @@
-"""pipeline.target: the one reading of a target's config, weight map and capture layers that
+"""pipeline.target.config: the one reading of a target's config, weight map and capture layers that
 extraction, training, evaluation, export and the SGLang dump hook share."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.program_edge import BadInput
 
-from pipeline.target import (
+from pipeline.target.config import (
     FingerprintError,
     TargetError,
     capture_layers,

@@ -80,10 +80,10 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     """Build everything under `out`; returns what assets.json records."""
     import torch
 
-    from pipeline.chat_template import CHAT_TEMPLATE
-    from pipeline.demo_datasets import LONG_SOURCE, generate, write_jsonl
-    from pipeline.demo_target import TargetShape, TrainPlan, build_target, token_stream, train
-    from pipeline.tokenizer_build import build_tokenizer
+    from pipeline.chat.template import CHAT_TEMPLATE
+    from pipeline.chat.synthetic import LONG_SOURCE, generate, write_jsonl
+    from pipeline.demo.tiny_target import TargetShape, TrainPlan, build_target, token_stream, train
+    from pipeline.demo.tokenizer import build_tokenizer
 
     from transformers.utils import logging as hf_logging
 

@@ -99,13 +99,13 @@ def required_keys() -> tuple[str, ...]:
 
 def aux_layer_ids(num_layers: int) -> list[int]:
     """SGLang's ids for the capture layers (pipeline.target.sglang_layer_ids)."""
-    from pipeline.target import sglang_layer_ids
+    from pipeline.target.config import sglang_layer_ids
 
     return sglang_layer_ids(num_layers)
 
 
 def target_text_config(target: Path) -> dict:
-    from pipeline.target import read_config, text_config
+    from pipeline.target.config import read_config, text_config
 
     return text_config(read_config(target, "--target"))
 
@@ -229,7 +229,7 @@ def trained_target_fingerprint(ckpt: Path) -> str | None:
 
 
 def _fingerprint_or_none(target: Path) -> tuple[str | None, str]:
-    from pipeline.target import FingerprintError, target_fingerprint
+    from pipeline.target.config import FingerprintError, target_fingerprint
 
     try:
         return target_fingerprint(target), ""
@@ -257,7 +257,7 @@ def check_target_identity(ckpt: Path, target: Path, warn) -> str | None:
 def target_dtype(target: Path) -> str | None:
     """The target's floating dtype: its config's torch_dtype (transformers 5: dtype), else the
     first floating tensor of its first safetensors file; None when neither says."""
-    from pipeline.target import FingerprintError, read_config, text_config, weight_files
+    from pipeline.target.config import FingerprintError, read_config, text_config, weight_files
 
     cfg = read_config(target, "--target")
     for c in (text_config(cfg), cfg):

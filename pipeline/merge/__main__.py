@@ -16,8 +16,8 @@ that compares them (and the old stats are removed first, so it can only read as 
 Temporary files of a merge that was killed are removed by the next run; SIGTERM removes
 its own.
 
-Sources are read by `pipeline.chat_sources` (JSON lines or a streamed JSON array, in the
-shapes `pipeline.chat_records` accepts): an unusable record is skipped and counted by reason,
+Sources are read by `pipeline.chat.sources` (JSON lines or a streamed JSON array, in the
+shapes `pipeline.chat.records` accepts): an unusable record is skipped and counted by reason,
 a source past --max-invalid stops the merge, --strict stops at the first bad record. The
 parent reads; workers tokenize chunks of records. A record with more text than --max-len
 tokens could hold is dropped (or cut) before tokenizing, and a line over the line bound
@@ -49,8 +49,8 @@ from typing import Any
 
 from pipeline import output_guard
 from pipeline.atomic_io import fsync_dir, write_json_atomic
-from pipeline.chat_records import ChatRecord
-from pipeline.chat_sources import (
+from pipeline.chat.records import ChatRecord
+from pipeline.chat.sources import (
     DEFAULT_ROLE_MAP,
     SourcePolicy,
     SourceReport,
@@ -60,8 +60,8 @@ from pipeline.chat_sources import (
     source_files,
 )
 from pipeline.events import EventWriter
-from pipeline.loss_mask import default_method
-from pipeline.merge_chunks import (
+from pipeline.chat.loss_mask import default_method
+from pipeline.merge.chunks import (
     Chunk,
     ChunkResult,
     EncodeSettings,
