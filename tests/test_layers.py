@@ -68,6 +68,9 @@ def test_an_import_across_layers_is_caught(tmp_path):
         '"""core reaching into the UI the way the old AST scan could not see."""\n'
         "from ..ui import render  # noqa: F401\n")
     (tmp_path / "pipeline" / "sneaky.py").write_text("def f():\n    import console.cli  # noqa: F401\n")
+    (tmp_path / "pipeline" / "chat" / "sneaky.py").write_text(
+        '"""the chat floor reaching up to a stage, which the stage\'s own floor stands on."""\n'
+        "from pipeline.merge import chunks  # noqa: F401\n")
     (tmp_path / "console" / "core" / "checks" / "sneaky.py").write_text(
         '"""a check reaching up to the config loader, out of sight in a function."""\n'
         "def f():\n    from console.core.config import loader  # noqa: F401\n")
@@ -75,6 +78,7 @@ def test_an_import_across_layers_is_caught(tmp_path):
     assert done.returncode != 0
     assert "console.core.sneaky -> console.ui.render" in done.stdout
     assert "pipeline.sneaky -> console.cli" in done.stdout
+    assert "pipeline.chat.sneaky -> pipeline.merge.chunks" in done.stdout
     assert "console.core.checks.sneaky -> console.core.config.loader" in done.stdout
 
 

@@ -72,9 +72,9 @@ class Target:
 
     @property
     def fingerprint(self) -> str:
-        """The weights' fingerprint (pipeline.target.config): what kept greedy references are keyed by."""
+        """The weights' fingerprint (pipeline.target.weights): what kept greedy references are keyed by."""
         if self._fingerprint is None:
-            from pipeline.target.config import FingerprintError, target_fingerprint
+            from pipeline.target.weights import FingerprintError, target_fingerprint
 
             try:
                 self._fingerprint = target_fingerprint(self.model_dir)

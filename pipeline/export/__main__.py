@@ -229,7 +229,7 @@ def trained_target_fingerprint(ckpt: Path) -> str | None:
 
 
 def _fingerprint_or_none(target: Path) -> tuple[str | None, str]:
-    from pipeline.target.config import FingerprintError, target_fingerprint
+    from pipeline.target.weights import FingerprintError, target_fingerprint
 
     try:
         return target_fingerprint(target), ""
@@ -257,7 +257,8 @@ def check_target_identity(ckpt: Path, target: Path, warn) -> str | None:
 def target_dtype(target: Path) -> str | None:
     """The target's floating dtype: its config's torch_dtype (transformers 5: dtype), else the
     first floating tensor of its first safetensors file; None when neither says."""
-    from pipeline.target.config import FingerprintError, read_config, text_config, weight_files
+    from pipeline.target.config import read_config, text_config
+    from pipeline.target.weights import FingerprintError, weight_files
 
     cfg = read_config(target, "--target")
     for c in (text_config(cfg), cfg):

@@ -20,7 +20,8 @@ import torch
 
 from ..capture import Capturer, StoppedInForward
 from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
-from ..target.config import capture_layers, read_config, target_fingerprint, text_config
+from ..target.config import capture_layers, read_config, text_config
+from ..target.weights import target_fingerprint
 from .errors import TrainError
 from .loss import StepAborted
 

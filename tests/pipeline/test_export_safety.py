@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from pipeline import output_guard
 from pipeline.export import __main__ as export
-from pipeline.target.config import target_fingerprint
+from pipeline.target.weights import target_fingerprint
 from pipeline.train import checkpoint
 from tests.pipeline.test_export import LAYERS, make_drafter, make_target
 
