@@ -67,11 +67,11 @@ def test_kimi_merge_takes_b1_to_b8_and_a2_not_a1_at_8192():
 
 
 def test_kimi_runs_our_stages_with_arguments_they_accept():
-    from pipeline.merge import __main__ as merge
+    from pipeline.merge.options import build_parser as merge_parser
     from pipeline.extract.__main__ import build_parser as extract_parser
 
     cfg = load_config(KIMI)
-    merge_args = merge._parser().parse_args(list(cfg.phase("merge").argv[3:]))
+    merge_args = merge_parser().parse_args(list(cfg.phase("merge").argv[3:]))
     assert merge_args.include and merge_args.exclude == ["A1_deepswekimi"]
     assert merge_args.sources == ["/data/eagle3/raw", "/data/eagle3/synth_100k/regenerated/B_kimik25.jsonl"]
     extract_args = extract_parser().parse_args(list(cfg.phase("extract").argv[3:]))
