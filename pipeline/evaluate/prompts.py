@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.chat.records import parse_record
+from pipeline.chat.synthetic import generate
 
 from .errors import BadInput
 
@@ -104,7 +105,6 @@ def read_file(path: Path, load_tokenizer: Callable[[], Any | None], max_tokens: 
 
 def demo_prompts(tokenizer: Any, count: int, seed: int) -> Iterator[Prompt]:
     """Chats from the demo's generator at `seed`, taken from each source in turn."""
-    from pipeline.chat.synthetic import generate
 
     sources = generate(seed, quick=False)
     names = sorted(sources)

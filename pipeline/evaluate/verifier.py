@@ -26,6 +26,7 @@ import torch
 from pipeline.hf_cache import cache_kwarg
 from pipeline.target.config import capture_layers
 from pipeline.target.model import load_target
+from pipeline.target.weights import FingerprintError, target_fingerprint
 
 from .errors import BadInput
 
@@ -74,7 +75,6 @@ class Target:
     def fingerprint(self) -> str:
         """The weights' fingerprint (pipeline.target.weights): what kept greedy references are keyed by."""
         if self._fingerprint is None:
-            from pipeline.target.weights import FingerprintError, target_fingerprint
 
             try:
                 self._fingerprint = target_fingerprint(self.model_dir)

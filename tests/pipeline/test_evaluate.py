@@ -124,7 +124,7 @@ def test_an_untrained_exported_drafter_accepts_about_nothing_and_output_stays_gr
 
 
 def test_evaluate_refuses_to_report_when_speculative_output_differs(tiny, tmp_path, monkeypatch, capsys):
-    from pipeline.evaluate import speculative
+    from pipeline.evaluate import speculative, sweep  # sweep decodes the greedy reference
 
     real = speculative.greedy
 
@@ -133,7 +133,7 @@ def test_evaluate_refuses_to_report_when_speculative_output_differs(tiny, tmp_pa
         d.tokens[-1] = (d.tokens[-1] + 1) % VOCAB
         return d
 
-    monkeypatch.setattr(speculative, "greedy", off_by_one)
+    monkeypatch.setattr(sweep, "greedy", off_by_one)
     report = tmp_path / "r.json"
     rc = main(["--drafter", str(tiny["drafter"]), "--target", str(tiny["target"]), "--prompts", str(tiny["prompts"]),
                "--limit", "1", "--max-new-tokens", "8", "--report", str(report), "--device", "cpu"])
