@@ -1,7 +1,7 @@
 """What the target's KV cache saves pipeline.evaluate, per target forward.
 
 Greedy-decodes --new-tokens after a prompt of --prompt-tokens random ids, twice through
-pipeline.evaluate.target.Target: with the cache (each forward reads only the new token)
+pipeline.evaluate.verifier.Target: with the cache (each forward reads only the new token)
 and without (each forward reads the whole sequence). Prints the prefill time, the mean
 time of the decode forwards, the positions each computes, and whether both decodes gave
 the same tokens. With no --target it times a randomly initialised Llama of
@@ -63,7 +63,7 @@ def main() -> int:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from pipeline.evaluate.target import Target
+    from pipeline.evaluate.verifier import Target
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     with tempfile.TemporaryDirectory() as tmp:

@@ -151,7 +151,7 @@ def build_big(out: Path, tokenizer_from: Path, device: str, seed: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from pipeline.target import read_config, text_config
+    from pipeline.target.config import read_config, text_config
 
     src = text_config(read_config(tokenizer_from, "--target"))
     ids = {k: src.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id") if src.get(k) is not None}

@@ -100,8 +100,8 @@ def tiny_target(out: Path, texts: list[str], seed: int = 0) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline.chat_template import CHAT_TEMPLATE
-    from pipeline.tokenizer_build import build_tokenizer
+    from pipeline.chat.template import CHAT_TEMPLATE
+    from pipeline.demo.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(texts, vocab_size=384, chat_template=CHAT_TEMPLATE)
     torch.manual_seed(seed)

@@ -122,7 +122,7 @@ def our_plan(a: argparse.Namespace):
     trainers see the same samples in the same order and predict over the same vocabulary."""
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
-    from pipeline.target import read_config
+    from pipeline.target.config import read_config
     from pipeline.train.data import BatchPlan, StepDataset, open_store, split_validation
     from types import SimpleNamespace
 

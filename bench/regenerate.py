@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.chat_sources import DEFAULT_ROLE_MAP, SourcePolicy  # noqa: E402
+from pipeline.chat.sources import DEFAULT_ROLE_MAP, SourcePolicy  # noqa: E402
 from pipeline.regenerate import sources  # noqa: E402
 from pipeline.regenerate.conversation import Chat, seed_for  # noqa: E402
 
@@ -60,7 +60,7 @@ def small_target(folder: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline.tokenizer_build import build_tokenizer
+    from pipeline.demo.tokenizer import build_tokenizer
 
     tok = build_tokenizer([f"question {i} about topic {i % 17} with words {i * 3}" for i in range(400)], vocab_size=400)
     torch.manual_seed(0)
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipeline.regenerate.backends.hf import HFBackend
     from pipeline.regenerate.errors import Failure
-    from pipeline.target_model import load_target
+    from pipeline.target.model import load_target
 
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse(argv)

@@ -74,7 +74,7 @@ import torch
 from pipeline import dump_protocol as protocol
 from pipeline.atomic_io import write_bytes_atomic
 from pipeline.sizes import format_bytes, parse_size
-from pipeline.target import capture_layers
+from pipeline.target.config import capture_layers
 
 ENV_DIR = "EAGLE3_DUMP_DIR"
 ENV_BUDGET = "EAGLE3_DUMP_BUDGET"

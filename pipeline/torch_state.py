@@ -7,6 +7,7 @@ it is built. A refusal is the stage's BadInput (exit 2) naming the file."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 from pathlib import Path
@@ -21,8 +22,6 @@ _WHY = re.compile(r"WeightsUnpickler error: ([^\n]*?)(?: was not an allowed glob
 def load_state_file(path: Path, advice: str, mmap: bool = False) -> Any:
     """The state in `path`, read with torch's weights-only unpickler. `advice` ends each refusal
     (what the operator can do instead)."""
-    import os
-
     import torch
 
     try:

@@ -110,16 +110,16 @@ def test_the_dry_run_flag_is_the_only_way_an_online_arm_reads_a_store(tmp_path):
 
 
 def test_the_h200_recipe_config_runs_our_stages_with_arguments_they_accept_and_trains_online():
-    from pipeline import merge
+    from pipeline.merge.options import build_parser as merge_parser
     from pipeline.evaluate.__main__ import build_parser as evaluate_parser
-    from pipeline.export import build_parser as export_parser
+    from pipeline.export.__main__ import build_parser as export_parser
     from pipeline.regenerate.options import parse
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "examples" / "smollm2-h200.yaml")
     assert [p.id for p in cfg.phases] == ["regenerate", "merge", "train", "export", "evaluate", "evaluate-5"]
     regen = parse(list(cfg.phase("regenerate").argv[3:]))
     assert regen.backend == "hf" and regen.device == "cuda" and regen.temperature == 0
-    merged = merge._parser().parse_args(list(cfg.phase("merge").argv[3:]))
+    merged = merge_parser().parse_args(list(cfg.phase("merge").argv[3:]))
     assert [Path(s) for s in merged.sources] == [regen.out]
     train = list(cfg.phase("train").argv)
     assert Path(train[train.index("--data") + 1]) == Path(merged.out) and "--store" not in train  # online: no store

@@ -35,12 +35,12 @@ def test_demo_exercises_the_phase_features_production_uses():
 
 
 def test_demo_merge_reads_what_regenerate_wrote_instead_of_raw_arithmetic():
-    from pipeline import merge
+    from pipeline.merge.options import build_parser as merge_parser
     from pipeline.regenerate.options import parse
 
     demo = load_config(CONFIGS[0].parent / "demo.yaml")
     regen = parse(list(demo.phase("regenerate").argv[3:]))
     assert regen.backend == "hf" and regen.temperature == 0 and regen.limit == 400 and regen.max_new_tokens == 24
-    args = merge._parser().parse_args(list(demo.phase("merge").argv[3:]))
+    args = merge_parser().parse_args(list(demo.phase("merge").argv[3:]))
     assert regen.out in [Path(s) for s in args.sources] and args.exclude == ["arithmetic"]
     assert "regenerate" in demo.phase("merge").needs

@@ -67,11 +67,11 @@ def test_kimi_merge_takes_b1_to_b8_and_a2_not_a1_at_8192():
 
 
 def test_kimi_runs_our_stages_with_arguments_they_accept():
-    from pipeline import merge
+    from pipeline.merge.options import build_parser as merge_parser
     from pipeline.extract.__main__ import build_parser as extract_parser
 
     cfg = load_config(KIMI)
-    merge_args = merge._parser().parse_args(list(cfg.phase("merge").argv[3:]))
+    merge_args = merge_parser().parse_args(list(cfg.phase("merge").argv[3:]))
     assert merge_args.include and merge_args.exclude == ["A1_deepswekimi"]
     assert merge_args.sources == ["/data/eagle3/raw", "/data/eagle3/synth_100k/regenerated/B_kimik25.jsonl"]
     extract_args = extract_parser().parse_args(list(cfg.phase("extract").argv[3:]))
@@ -134,7 +134,7 @@ def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_th
 
 def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():
     from pipeline.evaluate.__main__ import build_parser as evaluate_parser
-    from pipeline.export import build_parser as export_parser
+    from pipeline.export.__main__ import build_parser as export_parser
     from pipeline.serve import build_parser as serve_parser
     from pipeline.train.__main__ import build_parser as train_parser
 

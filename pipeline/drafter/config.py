@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.program_edge import BadInput
-from pipeline.target import text_config
+from pipeline.target.config import text_config
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta")

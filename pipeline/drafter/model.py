@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..atomic_io import write_json_atomic
 from .config import DrafterConfig
 from .ttt_attention import causal_plus_diagonal, flash_supported, score_matrix
 from .vocab import DraftVocab
@@ -296,7 +297,6 @@ def save_drafter(model: Eagle3Drafter, folder: Path) -> None:
     """config.json (SGLang's dict) and model.safetensors (EXPORT_KEYS) into `folder`."""
     from safetensors.torch import save_file
 
-    from ..atomic_io import write_json_atomic
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import target as target_files
+from pipeline.target import config as target_config, weights as target_weights
 
 SINGLE = "model.safetensors"
 EMBED_SUFFIX = "embed_tokens.weight"
 HEAD_SUFFIX = "lm_head.weight"
 
 
-class TargetWeightsError(target_files.TargetError):
+class TargetWeightsError(target_config.TargetError):
     """The target folder lacks a tensor or file; str() names it and what to do."""
 
 
@@ -25,12 +25,12 @@ def weight_map(target: Path) -> dict[str, str]:
     """Tensor name -> shard file name, from the index (pipeline.target.weight_map) or the
     single file's header."""
     target = Path(target)
-    wm = target_files.weight_map(target)
+    wm = target_weights.weight_map(target)
     if wm is not None:
         return wm
     single = target / SINGLE
     if not single.exists():
-        raise TargetWeightsError(f"{target}: neither {target_files.INDEX} nor {SINGLE}; --target must hold "
+        raise TargetWeightsError(f"{target}: neither {target_weights.INDEX} nor {SINGLE}; --target must hold "
                                  "safetensors weights")
     from safetensors import safe_open
 
@@ -45,7 +45,7 @@ def _find(names: dict[str, str], suffix: str) -> str | None:
 
 
 def _tied(cfg: dict) -> bool:
-    inner = target_files.text_config(cfg)
+    inner = target_config.text_config(cfg)
     return bool(cfg.get("tie_word_embeddings", inner.get("tie_word_embeddings", False)))
 
 
@@ -57,7 +57,7 @@ def tensor_names(target: Path) -> tuple[str, str]:
         raise TargetWeightsError(f"{target}: no tensor named *{EMBED_SUFFIX} in its safetensors")
     head = _find(names, HEAD_SUFFIX)
     if head is None:
-        if not _tied(target_files.read_config(target, "--target")):
+        if not _tied(target_config.read_config(target, "--target")):
             raise TargetWeightsError(
                 f"{target}: no *{HEAD_SUFFIX} tensor and config.json does not set tie_word_embeddings")
         head = embed
@@ -74,7 +74,7 @@ def read_tensor(target: Path, name: str):
         raise TargetWeightsError(f"{target}: no tensor {name!r}")
     path = target / shard
     if not path.exists():
-        raise TargetWeightsError(f"{path}: missing (named by {target_files.INDEX} for {name!r})")
+        raise TargetWeightsError(f"{path}: missing (named by {target_weights.INDEX} for {name!r})")
     with safe_open(str(path), framework="pt") as f:
         return f.get_tensor(name)
 

@@ -62,7 +62,11 @@ from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
 from pipeline.program_edge import SigtermGuard, Terminated, on_sigterm, run_program
 
+from . import server
 from .errors import BadInput, EvalError
+from .prompts import check_ids, demo_prompts, read_file, select, training_prompts
+from .references import References
+from .report import describe
 from .scoring import Progress, emit_metrics
 
 PROG = "python -m pipeline.evaluate"
@@ -165,7 +169,6 @@ def _tokenizer(target: Path | None):
 
 
 def _prompts(args: EvalOptions, max_prompt_len: int, vocab_size: int | None = None):
-    from .prompts import check_ids, demo_prompts, read_file, select, training_prompts
 
     if args.demo_prompts is not None:
         if not 1 <= args.demo_prompts <= 10_000:
@@ -277,9 +280,7 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
 
     from . import estimate, fingerprint, sweep
     from .drafter import BASELINE_SEED
-    from .references import References
-    from .report import describe
-    from .target import Target
+    from .verifier import Target
 
     settings = _settings(args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -372,7 +373,6 @@ def _say_best(events: EventWriter, rows: list[dict], top: dict) -> None:
 
 
 def run_server(args: EvalOptions, events: EventWriter) -> dict:
-    from . import server
 
     chosen = _prompts(args, 1 << 30)
     n = len(chosen.prompts)

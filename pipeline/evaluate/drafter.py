@@ -22,12 +22,17 @@ from pathlib import Path
 
 import torch
 
-from .errors import BadInput
+from pipeline.checksum import ALGO, file_checksum
+from pipeline.drafter import DrafterConfig, Eagle3Drafter, KVCache, load_drafter
+from pipeline.drafter import vocab as dvocab
+from pipeline.drafter.target_head import read_embeddings, read_lm_head
 from pipeline.jsonfile import read_json
+from pipeline.target.config import read_config
+
+from .errors import BadInput
 
 
 def load_exported(folder: Path, target_dir: Path, capture: list[int], device: str, dtype: torch.dtype):
-    from pipeline.drafter import load_drafter
 
     folder = Path(folder)
     cfg_path = folder / "config.json"
@@ -57,7 +62,6 @@ MANIFEST = "eagle3-export.json"  # pipeline.export's checksum manifest (the stag
 def check_manifest(folder: Path, name: str) -> None:
     """`name` holds the bytes export wrote: a config.json edited afterwards (sizes, heads,
     rope) can still load, and would score a drafter SGLang never sees."""
-    from pipeline.checksum import ALGO, file_checksum
 
     path = folder / MANIFEST
     manifest = read_json(path, f"{path}: missing; the folder was not written by pipeline.export, which records "
@@ -78,7 +82,6 @@ def check_manifest(folder: Path, name: str) -> None:
 
 
 def _with_target(model, target_dir: Path, device: str, dtype: torch.dtype):
-    from pipeline.drafter.target_head import read_embeddings
 
     try:
         model.load_embeddings(read_embeddings(Path(target_dir)))
@@ -103,10 +106,6 @@ BASELINE_DRAFT_VOCAB = 32000
 def untrained(like, target_dir: Path, device: str, dtype: torch.dtype):
     """The drafter training would start from: the shape and vocabulary of `like` (a loaded
     drafter), or, when None, of a drafter built from the target with train's defaults."""
-    from pipeline.drafter import DrafterConfig, Eagle3Drafter
-    from pipeline.drafter import vocab as dvocab
-    from pipeline.drafter.target_head import read_lm_head
-    from pipeline.target import read_config
 
     try:
         if like is not None:
@@ -132,7 +131,6 @@ class ChainDrafter:
     """`propose(seq, aux, k)`: k greedy drafts following seq (see speculative.Proposer)."""
 
     def __init__(self, model) -> None:
-        from pipeline.drafter import KVCache
 
         self.model = model
         self.device = model.fc.weight.device

@@ -20,7 +20,9 @@ import time
 
 import torch
 
+from .drafter import ChainDrafter
 from .tree import Setting, Tree
+from .tree_drafter import SlotCache
 
 REPEATS = 5
 
@@ -42,7 +44,6 @@ def chain_tree(root: int, drafts: int) -> Tree:
 
 def forward_times(target, drafter_model, prompt: list[int], settings: list[Setting]) -> dict:
     """{"target": {D: seconds}, "drafter": {topk: seconds}} for every size the settings use."""
-    from .tree_drafter import SlotCache
 
     sync = torch.cuda.synchronize if target.device.type == "cuda" else (lambda: None)
     target.forget()
@@ -54,7 +55,6 @@ def forward_times(target, drafter_model, prompt: list[int], settings: list[Setti
         out["target"][d] = _median_seconds(lambda t=tree: target.verify_tree(prompt, t), sync)
     target.forget()
     if drafter_model is not None:
-        from .drafter import ChainDrafter
 
         chain = ChainDrafter(drafter_model)
         with torch.inference_mode():

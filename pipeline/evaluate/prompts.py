@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.chat_records import parse_record
+from pipeline.chat.records import parse_record
+from pipeline.chat.synthetic import generate
 
 from .errors import BadInput
 
@@ -104,7 +105,6 @@ def read_file(path: Path, load_tokenizer: Callable[[], Any | None], max_tokens: 
 
 def demo_prompts(tokenizer: Any, count: int, seed: int) -> Iterator[Prompt]:
     """Chats from the demo's generator at `seed`, taken from each source in turn."""
-    from pipeline.demo_datasets import generate
 
     sources = generate(seed, quick=False)
     names = sorted(sources)

@@ -2,7 +2,7 @@
 another setting) does not decode the same answer again.
 
 A reference is the target's greedy answer to one prompt: it depends on the target's
-weights (their fingerprint, pipeline.target), the compute dtype and device kind (bf16 on a
+weights (their fingerprint, pipeline.target.weights), the compute dtype and device kind (bf16 on a
 GPU may choose other tokens than fp32 on a CPU), the prompt's tokens and --max-new-tokens.
 The key hashes all five; the file is one small JSON object written atomically. A file
 that does not read back as a list of in-vocabulary ids is ignored and decoded afresh, and

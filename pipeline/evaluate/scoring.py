@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pipeline.events import EventWriter
 
 from .errors import Mismatch
+from .report import summarize
 
 
 @dataclass
@@ -57,7 +58,6 @@ class Arm:
         self.lengths[prompt.id] = round((sum(got.accepted) + rounds) / rounds, 3) if rounds else None
 
     def summary(self, k: int, prompts: int, greedy_forwards: int):
-        from .report import summarize
 
         return summarize(k, self.accepted, self.tokens, prompts, self.forwards, greedy_forwards)
 

@@ -16,7 +16,8 @@ from typing import Protocol
 
 import torch
 
-from .target import Target
+from .tree import accept
+from .verifier import Target
 
 
 class Proposer(Protocol):
@@ -91,7 +92,6 @@ def speculate_tree(target: Target, drafter, prompt: list[int], max_new: int, set
     num_draft_tokens - 1 drafts, the target verifies it in one forward under the tree mask,
     the longest accepted path plus the bonus token is committed, and the drafter's cache is
     rebuilt along that path from the target's states."""
-    from .tree import accept
 
     seq, aux, result, done = _prefill(target, drafter, prompt, max_new)
     while not done:

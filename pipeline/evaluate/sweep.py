@@ -11,14 +11,17 @@ acceptance length breaking ties, or acceptance length alone when no estimate was
 
 from __future__ import annotations
 
+from .batch import greedy_batch, speculate_batch
+from .drafter import ChainDrafter
 from .errors import Mismatch
+from .estimate import speedup
 from .scoring import Arm
+from .speculative import Decoded, greedy
 from .tree import Setting
+from .tree_drafter import TreeDrafter
 
 
 def arms_for(label: str, model, settings: list[Setting]) -> list[Arm]:
-    from .drafter import ChainDrafter
-    from .tree_drafter import TreeDrafter
 
     return [Arm(f"{label} {s.label}", ChainDrafter(model) if s.topk == 1 else TreeDrafter(model), s)
             for s in settings]
@@ -26,7 +29,6 @@ def arms_for(label: str, model, settings: list[Setting]) -> list[Arm]:
 
 def reference(target, prompt: list[int], max_new: int, refs):
     """(greedy Decoded, from_kept) for one prompt."""
-    from .speculative import Decoded, greedy
 
     kept = refs.get(prompt, max_new) if refs is not None else None
     if kept is not None:
@@ -39,7 +41,6 @@ def reference(target, prompt: list[int], max_new: int, refs):
 
 def score_prompt(target, prompt, arms: list[Arm], max_new: int, refs):
     """Every arm on one prompt; the greedy reference used."""
-    from .speculative import greedy
 
     ref, kept = reference(target, prompt.input_ids, max_new, refs)
     for arm in arms:
@@ -58,7 +59,6 @@ def score_prompt(target, prompt, arms: list[Arm], max_new: int, refs):
 
 
 def table(settings: list[Setting], summaries: list, times: dict | None) -> list[dict]:
-    from .estimate import speedup
 
     rows = []
     for s, sm in zip(settings, summaries):
@@ -89,8 +89,6 @@ def score_chunk(target, prompts, arms: list[Arm], max_new: int, refs) -> list:
     """Every arm on a chunk of prompts decoded in lockstep (batch.py; top-1 settings only).
     A batched answer is a hint like a kept one: where a prompt's speculative output and its
     reference disagree, both are decoded again one prompt at a time, and those decide."""
-    from .batch import greedy_batch, speculate_batch
-    from .speculative import Decoded, greedy
 
     ids = [p.input_ids for p in prompts]
     kept = [refs.get(i, max_new) if refs is not None else None for i in ids]

@@ -39,9 +39,14 @@ import sys
 from pathlib import Path
 
 from ..program_edge import BadInput, run_program
-from .driver import PROG, RESUME, drive, need, options_from
-from .reserve import disk_full, is_disk_full
 from ..sizes import format_bytes
+from ..store.integrity import verify_store
+from ..store.meta import TargetInfo
+from .driver import PROG, RESUME, drive, need, options_from
+from .estimate import estimate
+from .hf_backend import HFBackend
+from .reserve import disk_full, is_disk_full
+from .sharding import device_for, resolve_shard
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from .estimate import estimate
 
     need(args, "model", "stats")
     est = estimate(args.model, args.stats, args.dtype, args.limit, args.data, fp8=args.store_dtype == "fp8")
@@ -107,7 +111,6 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ..store.integrity import verify_store
 
     need(args, "out")
     if args.sample is not None and args.sample < 1:
@@ -125,8 +128,6 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _extract(args: argparse.Namespace) -> int:
     need(args, "model", "data", "out")
-    from ..store.meta import TargetInfo
-    from .sharding import device_for, resolve_shard
 
     options = options_from(args)
     target = TargetInfo.from_dir(args.model)
@@ -137,7 +138,6 @@ def _extract(args: argparse.Namespace) -> int:
         import torch
 
         device = device_for(args.device, shard, torch.cuda.is_available(), torch.cuda.device_count())
-    from .hf_backend import HFBackend
 
     return drive(options, target, HFBackend(args.model, device, shard, compile=False if args.no_compile else None))
 

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..events import EventWriter
 from .driver import RunResult
 from .job import Job
 from .sharding import Shard
@@ -31,8 +32,7 @@ class HFBackend:
     def run(self, job: Job, stop: threading.Event) -> RunResult:
         import torch
 
-        from ..events import EventWriter
-        from ..target_model import load_target
+        from ..target.model import load_target
         from . import engine
 
         if self.device.startswith("cuda"):

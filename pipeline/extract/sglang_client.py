@@ -73,6 +73,8 @@ from .sglang_http import ServerError, SGLangServer
 from .sharding import Shard
 from ..store.fp8 import quantize_stream
 from ..store.sample_file import write_parts
+from ..store.meta import TargetInfo
+from ..events import EventWriter
 
 DTYPE = "bfloat16"
 MAX_WRITERS = 64
@@ -519,7 +521,6 @@ def leftover_keys(job: Job, folder: DumpFolder, todo: list[int]) -> set[str]:
 def extract(args) -> int:
     """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py, run by the
     driver; raises the stage edge's errors, returns 0 when this run's work is done."""
-    from ..store.meta import TargetInfo
 
     need(args, "model", "data", "out", "server", "dump_dir", why=" (needed by --backend sglang)")
     opts = SGLangOptions(server=args.server, dump_dir=args.dump_dir, dump_budget=size_flag(args, "dump_budget"),
@@ -571,7 +572,6 @@ class SGLangBackend:
                 + (f"; removed {swept} stale dump files ({format_bytes(swept_bytes)})" if swept else ""))
 
     def run(self, job: Job, stop: threading.Event) -> SGLangResult:
-        from ..events import EventWriter
 
         return Extraction(job, self.opts, self.server, EventWriter.from_env(), log=self.log, stop=stop).run(self.todo)
 

@@ -14,7 +14,7 @@ import json
 from itertools import islice
 from pathlib import Path
 
-from pipeline.chat_sources import parse_role_map
+from pipeline.chat.sources import parse_role_map
 
 from .options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound
 from .sources import policy, records

@@ -28,9 +28,11 @@ from pipeline.events import EventWriter
 from pipeline.program_edge import on_sigterm, run_program
 
 from . import options as opts_mod
-from . import sources
+from . import pool, sources
+from .backends.server import Sampling, check_server
 from .conversation import Chat, seed_for
 from .errors import BadInput, PeerDead
+from .estimate import run as estimate
 from .output import Appender, done_ids, repair_tail
 from .sink import Sink
 from .stats import Stats, previous
@@ -70,8 +72,6 @@ def _run_hf(o: opts_mod.Options, backend, chats: Iterator[Chat], sink: Sink) -> 
 
 
 def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
-    from . import pool
-    from .backends.server import Sampling
 
     servers = pool.run(chats, sink, o.servers, o.served_model, Sampling(o.max_new_tokens, o.temperature, o.top_p),
                        o.timeout, o.retries, o.max_consecutive_failures, o.concurrency, o.seed)
@@ -82,7 +82,6 @@ def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
 def body(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--estimate" in args:
-        from .estimate import run as estimate
 
         return estimate(args)
     o = opts_mod.parse(args)
@@ -114,7 +113,6 @@ def _verdict(o: opts_mod.Options, stats: Stats, asked: int) -> str | None:
 def _run(o: opts_mod.Options, fd: int | None) -> int:
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
     if o.backend == "server":
-        from .backends.server import check_server
 
         for url in o.servers:
             check_server(url, o.served_model)

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pipeline.chat_sources import parse_role_map
+from pipeline.chat.sources import parse_role_map
 
 from .errors import BadInput
 

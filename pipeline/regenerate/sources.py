@@ -1,4 +1,4 @@
-"""The records to regenerate, read through pipeline.chat_sources as merge reads them.
+"""The records to regenerate, read through pipeline.chat.sources as merge reads them.
 
 Read twice: once to count (so progress has a total and a bad source stops the run before
 any answer is paid for), then again to stream, so memory never holds the dataset. Records
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.chat_records import ChatRecord
-from pipeline.chat_sources import DEFAULT_ROLE_MAP, SourcePolicy, SourceReport, iter_records
+from pipeline.chat.records import ChatRecord
+from pipeline.chat.sources import DEFAULT_ROLE_MAP, SourcePolicy, SourceReport, iter_records
 
 from .conversation import MAX_RECORD_CHARS, record_chars
 from .errors import BadInput

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..checksum import ALGO, file_checksum
-from ..target import FingerprintError, target_fingerprint
+from ..target.weights import FingerprintError, target_fingerprint
 from ..program_edge import BadInput
 from .manifest import manifest_in_order
 from .layout import FP8

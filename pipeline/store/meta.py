@@ -3,7 +3,7 @@
 A resume that silently appended hidden states of another target or dataset would give a
 drafter training data that disagrees with itself; the identity fields below must match
 exactly, and the first differing one is named in the refusal. The target is identified by
-`target_fingerprint` (pipeline/target.py: its weights' safetensors headers and
+`target_fingerprint` (pipeline/target/weights.py: its weights' safetensors headers and
 sampled blocks), so new weights saved at the same path are refused and the same weights at
 a new path are accepted. `target` (the path), `world_size`, `limit` and the dataset's path
 are informational: a store may be resumed with another number of GPUs, a larger --limit, or
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
-from ..target import TargetError, capture_layers, read_config, target_fingerprint, text_config
+from ..target.config import TargetError, capture_layers, read_config, text_config
+from ..target.weights import target_fingerprint
 from ..program_edge import BadInput
 from .layout import FP8, META, SCALING
 

@@ -26,8 +26,10 @@ from pathlib import Path
 
 import torch
 
+from ..store.fp8 import read_state
+from ..store.integrity import verify_store
 from ..store.manifest import read_manifest
-from ..target import read_config, text_config
+from ..target.config import read_config, text_config
 from .errors import BadInput
 from pipeline.jsonfile import read_json
 
@@ -79,7 +81,6 @@ class Store:
 def _verify(root: Path, target: Path, meta: dict, checksums: str) -> None:
     """The extractor's own integrity check: manifest complete, sizes, sampled checksums, and
     the target's weight fingerprint against meta's."""
-    from ..store.integrity import verify_store
 
     model = target if meta.get("target_fingerprint") else None
     rep = verify_store(root, model=model, checksums=checksums)
@@ -223,7 +224,6 @@ def read_sample(path: Path, max_len: int) -> dict[str, torch.Tensor]:
     (pipeline/store/fp8.py), so the trainer never knows which store it reads."""
     from safetensors import safe_open
 
-    from ..store.fp8 import read_state
 
     with safe_open(str(path), framework="pt") as f:
         out = {name: f.get_slice(name)[:max_len] for name in ("input_ids", "loss_mask")}

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ..drafter.config import DrafterConfig
 from ..sizes import format_bytes
-from ..target import FingerprintError, read_config, text_config, weight_files
+from ..target.config import read_config, text_config
+from ..target.weights import FingerprintError, weight_files
 
 MARGIN = 1.2
 BF16 = 2

@@ -20,7 +20,9 @@ import torch
 
 from ..capture import Capturer, StoppedInForward
 from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
-from ..target import capture_layers, read_config, target_fingerprint, text_config
+from ..target.config import capture_layers, read_config, text_config
+from ..target.model import load_target
+from ..target.weights import target_fingerprint
 from .errors import TrainError
 from .loss import StepAborted
 
@@ -97,7 +99,6 @@ class TargetStates:
 
     def __init__(self, target: Path, device: torch.device, compile: bool | None, log: Callable[[str], None],
                  stop: threading.Event | None) -> None:
-        from ..target_model import load_target
 
         cfg = text_config(read_config(target, "--target"))
         layers = int(cfg["num_hidden_layers"])

@@ -22,7 +22,7 @@ from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig
 from ..drafter.model import Eagle3Drafter, load_drafter
 from ..events import EventWriter
-from ..target import read_config
+from ..target.config import read_config
 from . import checkpoint
 from .data import BatchPlan, count_dataset_tokens, open_store, split_validation
 from .dist import Dist
@@ -30,7 +30,7 @@ from .errors import BadInput
 from .loss import TargetHead, TTTObjective
 from .online import TargetStates, open_records
 from .options import DEFAULT_VAL_MAX, Options
-from .resume import SUMMARY, identity_of
+from .resume import SUMMARY, check_resume, identity_of
 from .schedule import build_schedule, lr_lambda
 
 
@@ -155,7 +155,6 @@ def _clear_checkpoints(run: Run) -> None:
 def _build_drafter(run: Run) -> None:
     opts, dist, dcfg = run.opts, run.dist, run.dcfg
     if run.existing is not None:
-        from .resume import check_resume
 
         check_resume(run.state["identity"], run.identity, run.existing)
         drafter = load_drafter(run.existing)

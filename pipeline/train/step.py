@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import checkpoint
 from .errors import Stopped
 from .loss import StepAborted, prepare, weights
 
@@ -87,7 +88,6 @@ def apply(run: Run, step: int, loss: torch.Tensor, batch: dict[str, torch.Tensor
 
 def _not_finite_message(run: Run, step: int, loss: torch.Tensor, norm: torch.Tensor,
                         batch: dict[str, torch.Tensor]) -> str:
-    from . import checkpoint
 
     bad_states = "nonfinite" in batch and bool(batch["nonfinite"].any())
     kept = checkpoint.latest_checkpoint(run.out) if run.dist.rank == 0 else None

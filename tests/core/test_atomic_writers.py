@@ -66,15 +66,15 @@ def test_one_nearest_existing_for_checks_and_the_disk_panel(tmp_path, monkeypatc
 
 
 def test_merge_makes_the_stats_removal_and_the_dataset_rename_durable_in_order(tmp_path, synced, monkeypatch):
-    from pipeline import merge
+    from pipeline.merge import output
 
     real_replace = os.replace
-    monkeypatch.setattr(merge.os, "replace", lambda a, b: (synced.append("replace"), real_replace(a, b))[1])
+    monkeypatch.setattr(output.os, "replace", lambda a, b: (synced.append("replace"), real_replace(a, b))[1])
     (tmp_path / "train.stats.json").write_text("{}")
     part = tmp_path / "part"
     part.write_bytes(b'{"a": 1}\n')
     synced_before = len(synced)
-    merge._write_merged(tmp_path / "train.jsonl", [(str(part), 0, 9)], tmp_path / "train.stats.json")
+    output.write_merged(tmp_path / "train.jsonl", [(str(part), 0, 9)], tmp_path / "train.stats.json")
     assert (tmp_path / "train.jsonl").read_bytes() == b'{"a": 1}\n'
     assert not (tmp_path / "train.stats.json").exists()
     assert synced[synced_before:] == [str(tmp_path), "replace", str(tmp_path)]

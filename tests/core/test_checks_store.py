@@ -13,7 +13,7 @@ from core_harness import ctx_for
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.config.model import CheckSpec
 from pipeline.checksum import file_checksum
-from pipeline.target import target_fingerprint
+from pipeline.target.weights import target_fingerprint
 
 SAMPLES = 5
 

@@ -52,7 +52,7 @@ import torch
 from pipeline.atomic_io import write_bytes_atomic
 from pipeline.dump_protocol import KEY_PREFIX, dump_room
 from pipeline.sglang_dump import DumpConfig, DumpHook, dump_bytes
-from pipeline.target import read_config, text_config
+from pipeline.target.config import read_config, text_config
 
 
 def states(input_ids: list[int], hidden: int) -> tuple[torch.Tensor, torch.Tensor]:

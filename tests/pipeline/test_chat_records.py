@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat_records import RecordError, parse_record
-from pipeline.chat_sources import SourceError, SourcePolicy, SourceReport, iter_records, parse_role_map, source_files
-from pipeline.chat_template import CHAT_TEMPLATE
-from pipeline.merge import main as merge_main
+from pipeline.chat.records import RecordError, parse_record
+from pipeline.chat.sources import SourceError, SourcePolicy, SourceReport, iter_records, parse_role_map, source_files
+from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.merge.__main__ import main as merge_main
 from pipeline.program_edge import BadInput
-from pipeline.tokenizer_build import build_tokenizer
+from pipeline.demo.tokenizer import build_tokenizer
 
 EXPECTED = [
     {"role": "system", "content": "Be brief."},
@@ -97,7 +97,7 @@ def test_merge_refuses_an_unknown_shape_naming_file_line_and_keys(tmp_path, caps
     assert f"{src}:2" in err and "'instruction', 'output'" in err and "messages" in err
 
 
-# -- pipeline.chat_sources: the reader that skips and counts instead of stopping ---------------
+# -- pipeline.chat.sources: the reader that skips and counts instead of stopping ---------------
 
 def _read(path: Path, **policy) -> tuple[list, SourceReport]:
     report = SourceReport()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import export
+from pipeline.export import __main__ as export
 from pipeline.train import checkpoint
 
 STEPS = ("--steps", "2", "--max-len", "64", "--workers", "0", "--batch-size", "8", "--save-every", "2")

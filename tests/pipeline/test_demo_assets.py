@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat_records import parse_record
-from pipeline.demo import main as demo_main
-from pipeline.demo_datasets import LONG_SOURCE, generate
+from pipeline.chat.records import parse_record
+from pipeline.demo.__main__ import main as demo_main
+from pipeline.chat.synthetic import LONG_SOURCE, generate
 from pipeline.events import read_events
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import errno
 import os
 
 from pipeline import output_guard
-from pipeline.demo import main as demo_main
+from pipeline.demo.__main__ import main as demo_main
 
 
 def _tree(root):
@@ -24,28 +24,28 @@ def test_demo_out_naming_a_folder_it_did_not_write_is_refused_untouched(tmp_path
 
 
 def test_a_demo_folder_of_an_earlier_version_is_still_the_demo_s_but_one_holding_more_is_not(tmp_path):
-    from pipeline.demo import WRITER, _adopt_legacy
+    from pipeline.demo.folder import WRITER, adopt_legacy
 
     old = tmp_path / "old"
     (old / "raw").mkdir(parents=True)
     (old / "assets.json").write_text("{}")
-    _adopt_legacy(old)
+    adopt_legacy(old)
     assert output_guard.writer_of(old) == WRITER
     mixed = tmp_path / "mixed"
     (mixed / "raw").mkdir(parents=True)
     (mixed / "assets.json").write_text("{}")
     (mixed / "my-notes.txt").write_text("mine")
-    _adopt_legacy(mixed)
+    adopt_legacy(mixed)
     assert output_guard.writer_of(mixed) is None
 
 
 def test_a_full_disk_while_building_the_demo_exits_3_and_leaves_no_temporary(tmp_path, monkeypatch, capsys):
-    from pipeline import demo_datasets
+    from pipeline.demo import build
 
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(demo_datasets, "write_jsonl", full)
+    monkeypatch.setattr(build, "write_jsonl", full)
     out = tmp_path / "assets"
     assert demo_main(["--out", str(out), "--quick"]) == 3
     err = capsys.readouterr().err

@@ -15,7 +15,7 @@ import torch
 from pipeline.evaluate.__main__ import main
 from pipeline.evaluate.report import summarize
 from pipeline.evaluate.speculative import greedy, speculate
-from pipeline.evaluate.target import Target
+from pipeline.evaluate.verifier import Target
 from pipeline.events import iter_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,7 +29,7 @@ def build_tiny(root: Path) -> dict:
     """A random 8-layer Llama target, merged-record prompts, and an untrained drafter exported for it."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline import export
+    from pipeline.export import __main__ as export
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=8,
@@ -124,7 +124,7 @@ def test_an_untrained_exported_drafter_accepts_about_nothing_and_output_stays_gr
 
 
 def test_evaluate_refuses_to_report_when_speculative_output_differs(tiny, tmp_path, monkeypatch, capsys):
-    from pipeline.evaluate import speculative
+    from pipeline.evaluate import speculative, sweep  # sweep decodes the greedy reference
 
     real = speculative.greedy
 
@@ -133,7 +133,7 @@ def test_evaluate_refuses_to_report_when_speculative_output_differs(tiny, tmp_pa
         d.tokens[-1] = (d.tokens[-1] + 1) % VOCAB
         return d
 
-    monkeypatch.setattr(speculative, "greedy", off_by_one)
+    monkeypatch.setattr(sweep, "greedy", off_by_one)
     report = tmp_path / "r.json"
     rc = main(["--drafter", str(tiny["drafter"]), "--target", str(tiny["target"]), "--prompts", str(tiny["prompts"]),
                "--limit", "1", "--max-new-tokens", "8", "--report", str(report), "--device", "cpu"])

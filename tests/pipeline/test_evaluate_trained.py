@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import export
+from pipeline.export import __main__ as export
 from pipeline.evaluate.__main__ import main as evaluate
 
 REPO = Path(__file__).resolve().parents[2]

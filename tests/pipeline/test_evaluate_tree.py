@@ -15,7 +15,7 @@ import torch
 
 from pipeline.evaluate.drafter import ChainDrafter, load_exported
 from pipeline.evaluate.speculative import greedy, speculate, speculate_tree
-from pipeline.evaluate.target import Target
+from pipeline.evaluate.verifier import Target
 from pipeline.evaluate.tree import Candidates, Setting, Tree, accept, build_tree, parse_setting
 from pipeline.evaluate.tree_drafter import TreeDrafter
 

@@ -18,7 +18,7 @@ import torch
 
 from pipeline.evaluate.__main__ import main
 from pipeline.evaluate.speculative import greedy, speculate
-from pipeline.evaluate.target import Target
+from pipeline.evaluate.verifier import Target
 from pipeline.events import iter_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -144,8 +144,8 @@ def test_evaluate_without_drafter_or_baseline_says_what_to_pass(tiny, capsys):
 
 
 def test_a_drafter_replaced_by_a_new_export_mid_evaluation_is_not_reported(tiny, tmp_path, monkeypatch, capsys):
-    from pipeline import export
-    from pipeline.evaluate import speculative
+    from pipeline.export import __main__ as export
+    from pipeline.evaluate import speculative, sweep  # sweep decodes the greedy reference
     from test_export import make_checkpoint, make_drafter
 
     drafter = tmp_path / "drafter"
@@ -163,7 +163,7 @@ def test_a_drafter_replaced_by_a_new_export_mid_evaluation_is_not_reported(tiny,
             swapped.append(True)
         return real(target, prompt, max_new)
 
-    monkeypatch.setattr(speculative, "greedy", export_lands)
+    monkeypatch.setattr(sweep, "greedy", export_lands)
     events = tmp_path / "events.jsonl"
     monkeypatch.setenv("EAGLE3_EVENTS", str(events))
     report = tmp_path / "r.json"
@@ -223,7 +223,7 @@ def test_progress_counts_prompts_from_zero_once_the_models_are_loaded(tiny, tmp_
 
 
 def test_sigterm_inside_a_prompt_stops_at_once_and_says_what_was_scored(tiny, tmp_path, monkeypatch, capsys):
-    from pipeline.evaluate import speculative
+    from pipeline.evaluate import speculative, sweep  # sweep decodes the greedy reference
 
     real = speculative.greedy
     calls = []
@@ -235,7 +235,7 @@ def test_sigterm_inside_a_prompt_stops_at_once_and_says_what_was_scored(tiny, tm
             os.kill(os.getpid(), signal.SIGTERM)  # what `eagle3 stop` sends, between two forwards
         return ref
 
-    monkeypatch.setattr(speculative, "greedy", stop_during_third)
+    monkeypatch.setattr(sweep, "greedy", stop_during_third)
     events = tmp_path / "events.jsonl"
     monkeypatch.setenv("EAGLE3_EVENTS", str(events))
     report = tmp_path / "r.json"

@@ -42,7 +42,7 @@ def test_a_full_disk_under_the_events_file_does_not_stop_the_stage(tmp_path, mon
 
 
 def test_a_stage_run_with_events_in_a_missing_folder_exits_0_and_reports(tmp_path, monkeypatch):
-    from pipeline import export
+    from pipeline.export import __main__ as export
     from tests.pipeline.test_export import make_checkpoint, make_drafter, make_target
 
     target = make_target(tmp_path / "target")

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import export
+from pipeline.export import __main__ as export
+from pipeline.export import folder, verify
+from pipeline.program_edge import BadInput
+from pipeline.target.config import sglang_layer_ids
 from pipeline.drafter import DrafterConfig, Eagle3Drafter
 from pipeline.drafter import vocab as dvocab
 from pipeline.train import checkpoint
@@ -63,7 +66,7 @@ def test_export_writes_the_sglang_folder_with_the_targets_rope_and_capture_ids(t
     from safetensors.torch import load_file
 
     w = load_file(str(out / "model.safetensors"))
-    assert sorted(w) == sorted(export.required_keys())
+    assert sorted(w) == sorted(folder.required_keys())
     for k, v in drafter.state_dict().items():
         assert torch.equal(w[k], v), k
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folder left
@@ -134,7 +137,7 @@ def test_verify_reads_the_header_and_names_what_is_missing(tmp_path, capsys):
     assert export.main(["--verify", str(out)]) == 1
     assert "lacks d2t" in capsys.readouterr().err
     other = make_target(tmp_path / "deeper", num_hidden_layers=12)
-    problems = export.verify_folder(out, other)
+    problems = verify.verify_folder(out, other)
     assert any("eagle_aux_hidden_state_layer_ids" in p and "[1, 5, 8]" in p for p in problems)
 
 
@@ -149,5 +152,5 @@ def test_export_names_what_is_missing_in_its_arguments(tmp_path, capsys):
 
 @pytest.mark.parametrize("layers", [6])
 def test_export_refuses_a_target_too_shallow_for_three_capture_layers(tmp_path, capsys, layers):
-    with pytest.raises(export.BadInput):
-        export.aux_layer_ids(layers)
+    with pytest.raises(BadInput):
+        sglang_layer_ids(layers)

@@ -14,8 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from pipeline import export, output_guard
-from pipeline.target import target_fingerprint
+from pipeline import output_guard
+from pipeline.export import __main__ as export
+from pipeline.export import convert, folder
+from pipeline.target.weights import target_fingerprint
 from pipeline.train import checkpoint
 from tests.pipeline.test_export import LAYERS, make_drafter, make_target
 
@@ -111,11 +113,11 @@ def test_a_drafter_folder_an_earlier_export_wrote_is_replaced_but_one_with_more_
     target, _, train = setup
     old = tmp_path / "old"
     assert _export(train, target, old) == 0
-    for name in (output_guard.MARKER, export.MANIFEST_FILE):
+    for name in (output_guard.MARKER, folder.MANIFEST_FILE):
         (old / name).unlink()  # what the earlier version left: config.json and model.safetensors
     assert _export(train, target, old) == 0
-    assert output_guard.writer_of(old) == export.WRITER
-    for name in (output_guard.MARKER, export.MANIFEST_FILE):
+    assert output_guard.writer_of(old) == folder.WRITER
+    for name in (output_guard.MARKER, folder.MANIFEST_FILE):
         (old / name).unlink()
     (old / "README.md").write_text("my notes")
     assert _export(train, target, old) == 2
@@ -157,7 +159,7 @@ def test_verify_fails_a_drafter_holding_nan(exported, capsys):
 def test_verify_fails_a_byte_changed_after_export(exported, capsys):
     out, _ = exported
     weights = out / "model.safetensors"
-    header, start, _ = export.safetensors_layout(weights)
+    header, start, _ = folder.safetensors_layout(weights)
     lo = start + header["fc.weight"]["data_offsets"][0]
     with open(weights, "r+b") as f:  # the lowest mantissa byte: still a finite float
         f.seek(lo)
@@ -229,7 +231,7 @@ def test_a_full_disk_during_export_exits_3_naming_the_volume_and_leaves_the_old_
 
 def test_an_export_that_fails_its_own_check_leaves_no_temporary(setup, tmp_path, monkeypatch, capsys):
     target, _, train = setup
-    monkeypatch.setattr(export, "verify_folder", lambda folder, target=None: [f"{folder}: made up problem"])
+    monkeypatch.setattr(convert, "verify_folder", lambda folder, target=None: [f"{folder}: made up problem"])
     assert _export(train, target, tmp_path / "drafter") == 1
     assert "made up problem" in capsys.readouterr().err
     assert not (tmp_path / "drafter").exists()
@@ -243,18 +245,18 @@ def test_export_writes_a_bf16_target_s_drafter_in_bf16_unless_told_otherwise(tmp
     train = _trained_on(tmp_path / "train", make_drafter(target), target)
     out = tmp_path / "drafter"
     assert _export(train, target, out) == 0
-    header, _, _ = export.safetensors_layout(out / "model.safetensors")
+    header, _, _ = folder.safetensors_layout(out / "model.safetensors")
     floats = {e["dtype"] for e in header.values() if e["dtype"] not in ("I64", "BOOL")}
     assert floats == {"BF16"}
     assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
     assert _export(train, target, out, "--dtype", "fp32") == 0
-    header, _, _ = export.safetensors_layout(out / "model.safetensors")
+    header, _, _ = folder.safetensors_layout(out / "model.safetensors")
     assert {e["dtype"] for e in header.values() if e["dtype"] not in ("I64", "BOOL")} == {"F32"}
 
 
 def test_target_dtype_is_read_from_the_weights_when_the_config_names_none(tmp_path):
     target = _with_weights(make_target(tmp_path / "target"), dtype=torch.float16)
-    assert export.target_dtype(target) == "float16"
+    assert convert.target_dtype(target) == "float16"
 
 
 def test_exported_files_are_readable_by_a_server_of_another_user_even_under_umask_077(setup, tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import export
+from pipeline.export import folder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sglang_wheel import sglang_source  # noqa: E402,F401  (the fixture)
@@ -179,8 +179,8 @@ def test_every_exported_weight_lands_on_a_sglang_parameter_and_none_is_left_rand
     out, _target, drafter = make_export(tmp_path)
     from safetensors.torch import load_file
 
-    weights = load_file(str(out / export.WEIGHTS_FILE))
-    assert set(weights) == set(export.required_keys())
+    weights = load_file(str(out / folder.WEIGHTS_FILE))
+    assert set(weights) == set(folder.required_keys())
     params = sglang_params(sglang_files)
     loaded, hot = run_load_weights(sglang_files, params, weights)
 
@@ -202,7 +202,7 @@ def test_a_missing_lm_head_is_exactly_what_sglang_would_leave_random(tmp_path, s
     out, _target, _drafter = make_export(tmp_path)
     from safetensors.torch import load_file
 
-    weights = load_file(str(out / export.WEIGHTS_FILE))
+    weights = load_file(str(out / folder.WEIGHTS_FILE))
     del weights["lm_head.weight"]
     params = sglang_params(sglang_files)
     loaded, _ = run_load_weights(sglang_files, params, weights)
@@ -238,7 +238,7 @@ def _config_reads(source: str, classes: set[str] | None) -> set[str]:
 
 def test_config_has_every_key_sglang_reads_without_a_default(tmp_path, sglang_files):
     out, target, _ = make_export(tmp_path)
-    cfg = json.loads((out / export.CONFIG_FILE).read_text())
+    cfg = json.loads((out / folder.CONFIG_FILE).read_text())
     reads = _config_reads(sglang_files[EAGLE3], None)
     reads |= _config_reads(sglang_files[LLAMA], {"LlamaDecoderLayer", "LlamaAttention", "LlamaMLP"})
     assert {"draft_vocab_size", "tie_word_embeddings", "hidden_size", "num_attention_heads"} <= reads

@@ -146,7 +146,7 @@ def test_a_stop_lands_between_decoder_layers_keeps_the_manifest_and_drops_the_ba
     import threading
 
     from pipeline.extract import engine
-    from pipeline.target_model import load_target
+    from pipeline.target.model import load_target
     from pipeline.extract.errors import Stopped
     from pipeline.extract.job import ExtractOptions, prepare
     from pipeline.store.meta import TargetInfo

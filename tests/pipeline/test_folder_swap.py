@@ -12,8 +12,9 @@ import pytest
 
 from test_export import make_export
 
-from pipeline import export, output_guard
-from pipeline.demo import main as demo_main
+from pipeline import output_guard
+from pipeline.export import __main__ as export
+from pipeline.demo.__main__ import main as demo_main
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat_template import CHAT_TEMPLATE
-from pipeline.merge import main as merge_main
-from pipeline.tokenizer_build import build_tokenizer
+from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.merge.__main__ import main as merge_main
+from pipeline.demo.tokenizer import build_tokenizer
 from standin_sglang import StandIn
 from test_regenerate import MODEL, argv, lines, run, write_source
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.chat_template import (
+from pipeline.chat.template import (
     CHAT_TEMPLATE,
     CHAT_TEMPLATE_WITH_GENERATION,
     SPECIAL_TOKENS,
 )
-from pipeline.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
-from pipeline.tokenizer_build import build_tokenizer, train_bpe, wrap
+from pipeline.chat.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
+from pipeline.demo.tokenizer import build_tokenizer, train_bpe, wrap
 
 CONV = [
     {"role": "system", "content": "You are a helpful assistant."},

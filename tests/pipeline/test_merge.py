@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat_template import CHAT_TEMPLATE, CHAT_TEMPLATE_WITH_GENERATION
-from pipeline.demo_datasets import LONG_SOURCE, generate, write_jsonl
+from pipeline.chat.template import CHAT_TEMPLATE, CHAT_TEMPLATE_WITH_GENERATION
+from pipeline.chat.synthetic import LONG_SOURCE, generate, write_jsonl
 from pipeline.events import read_events
-from pipeline.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
-from pipeline.merge import main as merge_main
-from pipeline.tokenizer_build import build_tokenizer
+from pipeline.chat.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
+from pipeline.merge.__main__ import main as merge_main
+from pipeline.demo.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 

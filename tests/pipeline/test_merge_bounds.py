@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat_template import CHAT_TEMPLATE
-from pipeline.demo_datasets import generate, write_jsonl
-from pipeline.loss_mask import encode
-from pipeline.merge import main as merge_main
-from pipeline.merge_chunks import char_bound
-from pipeline.tokenizer_build import build_tokenizer
+from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.chat.synthetic import generate, write_jsonl
+from pipeline.chat.loss_mask import encode
+from pipeline.merge.__main__ import main as merge_main
+from pipeline.merge.chunks import char_bound
+from pipeline.demo.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 2 * 2**30  # address space: torch and transformers map about 0.6 GiB; the record once took 20 GB

@@ -13,10 +13,10 @@ import pytest
 
 from forked_signal import exit_code_of_forked_child_signalled_under
 
-from pipeline.chat_template import CHAT_TEMPLATE
-from pipeline.demo_datasets import generate, write_jsonl
-from pipeline.merge import main as merge_main
-from pipeline.tokenizer_build import build_tokenizer
+from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.chat.synthetic import generate, write_jsonl
+from pipeline.merge.__main__ import main as merge_main
+from pipeline.demo.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 

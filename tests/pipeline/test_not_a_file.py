@@ -53,7 +53,7 @@ def test_a_json_input_that_is_not_a_file_is_refused_naming_it(kind, fifo, tmp_pa
 def test_a_source_dataset_that_is_not_a_file_is_refused_by_the_reader_merge_and_regenerate_share(kind, fifo):
     source = fifo if kind == "fifo" else Path("/dev/zero")
     proc = _child("import sys\n"
-                  "from pipeline.chat_sources import SourcePolicy, SourceReport, iter_records\n"
+                  "from pipeline.chat.sources import SourcePolicy, SourceReport, iter_records\n"
                   "from pipeline.program_edge import run_program\n"
                   f"body = lambda: len(list(iter_records({str(source)!r}, 's', SourcePolicy(), SourceReport('s')))) and 0\n"
                   "sys.exit(run_program('regenerate', body))")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo_datasets import generate, write_jsonl
-from pipeline.merge import main as merge_main
+from pipeline.chat.synthetic import generate, write_jsonl
+from pipeline.merge.__main__ import main as merge_main
 from pipeline.regenerate.main import main as regen_main
-from pipeline.tokenizer_build import build_tokenizer
-from pipeline.chat_template import CHAT_TEMPLATE
+from pipeline.demo.tokenizer import build_tokenizer
+from pipeline.chat.template import CHAT_TEMPLATE
 
 FOREIGN = b'{"note": "somebody\'s notes"}\n{"last line without a newline": 1'
 

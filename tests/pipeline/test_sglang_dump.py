@@ -24,7 +24,7 @@ from pipeline.sglang_dump import (
     attach,
     server_problems,
 )
-from pipeline.target import capture_layers
+from pipeline.target.config import capture_layers
 
 H = 8
 

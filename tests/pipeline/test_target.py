@@ -9,17 +9,8 @@ import pytest
 
 from pipeline.program_edge import BadInput
 
-from pipeline.target import (
-    FingerprintError,
-    TargetError,
-    capture_layers,
-    read_config,
-    sglang_layer_ids,
-    target_fingerprint,
-    text_config,
-    weight_files,
-    weight_map,
-)
+from pipeline.target.config import TargetError, capture_layers, read_config, sglang_layer_ids, text_config
+from pipeline.target.weights import FingerprintError, target_fingerprint, weight_files, weight_map
 
 
 @pytest.mark.parametrize(("layers", "ours", "sglang"), [(7, [2, 3, 4], [1, 2, 3]), (32, [2, 16, 29], [1, 15, 28]),

@@ -10,7 +10,7 @@ def build_chat_target(path: Path, layers: int = 2) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline.tokenizer_build import build_tokenizer
+    from pipeline.demo.tokenizer import build_tokenizer
 
     tok = build_tokenizer([f"question {i} answer {i * 7} words and more words" for i in range(200)], vocab_size=300)
     torch.manual_seed(0)

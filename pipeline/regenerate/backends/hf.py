@@ -39,7 +39,7 @@ class HFBackend:
         import torch
         from transformers import AutoTokenizer
 
-        from pipeline.target_model import load_target
+        from pipeline.target.model import load_target
 
         if not (Path(model_dir) / "config.json").is_file():
             raise BadInput(f"--model {model_dir}: no config.json there; point it at a save_pretrained folder")

@@ -1,7 +1,7 @@
 """The target as the verifier sees it: one forward gives the greedy next token at every
 position, the three captured hidden states (the drafter's input) and nothing else.
 
-Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3] (pipeline.target), whose
+Capture uses forward pre-hooks on the decoder layers [2, L//2, L-3] (pipeline.target.config), whose
 inputs are what extraction stored (docs/internals.md, "Hidden-state store"), so the drafter
 sees at evaluation exactly what it was trained on.
 
@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 
 from pipeline.hf_cache import cache_kwarg
-from pipeline.target import capture_layers
-from pipeline.target_model import load_target
+from pipeline.target.config import capture_layers
+from pipeline.target.model import load_target
+from pipeline.target.weights import FingerprintError, target_fingerprint
 
 from .errors import BadInput
 
@@ -72,9 +73,8 @@ class Target:
 
     @property
     def fingerprint(self) -> str:
-        """The weights' fingerprint (pipeline.target): what kept greedy references are keyed by."""
+        """The weights' fingerprint (pipeline.target.weights): what kept greedy references are keyed by."""
         if self._fingerprint is None:
-            from pipeline.target import FingerprintError, target_fingerprint
 
             try:
                 self._fingerprint = target_fingerprint(self.model_dir)

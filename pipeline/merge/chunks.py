@@ -2,7 +2,7 @@
 
 Lives apart from the CLI so worker processes import only this (and the tokenizer), and so
 pickled references never point at `__main__`. The parent reads the sources (through
-`pipeline.chat_sources`, which skips and counts unusable records) and hands each worker a
+`pipeline.chat.sources`, which skips and counts unusable records) and hands each worker a
 bounded chunk of records; the worker writes the ones it keeps to a part file and returns only
 their byte positions and counts: the parent shuffles positions, not token lists, so a merge
 far larger than memory still fits.
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.chat_records import ChatRecord, RecordError
-from pipeline.loss_mask import encode, special_token_ids
+from pipeline.chat.records import ChatRecord, RecordError
+from pipeline.chat.loss_mask import encode, special_token_ids
 from pipeline.program_edge import leave_stops_to_parent
 
 EXAMPLES_KEPT = 3

@@ -12,7 +12,7 @@ Policies (assistant-first records, duplicate ids, consecutive same-role turns) a
 too, but they are choices, not defects: they never count toward `max_invalid`.
 
 A file whose first character is `[` is read as a JSON array, element by element
-(`pipeline.json_stream`); anything else as JSON lines. A record without an id gets
+(`pipeline.chat.json_stream`); anything else as JSON lines. A record without an id gets
 `<source>:<line>` in JSON lines and `<source>:<n>` (its position) in an array.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from pipeline.chat_records import (
+from pipeline.chat.records import (
     EMPTY_VALUE,
     NO_ASSISTANT,
     REASONS,
@@ -36,8 +36,8 @@ from pipeline.chat_records import (
     record_from_obj,
 )
 from pipeline.bounded_read import open_file
-from pipeline.chat_template import ROLES
-from pipeline.json_stream import ArrayReader, first_char, read_lines
+from pipeline.chat.template import ROLES
+from pipeline.chat.json_stream import ArrayReader, first_char, read_lines
 from pipeline.program_edge import BadInput
 
 DEFAULT_ROLE_MAP: Mapping[str, str] = MappingProxyType({"bing": "assistant", "chatgpt": "assistant", "bard": "assistant"})

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from pipeline.chat_template import BOS, CHAT_TEMPLATE, END, PAD, SPECIAL_TOKENS
+from pipeline.chat.template import BOS, CHAT_TEMPLATE, END, PAD, SPECIAL_TOKENS
 
 
 def train_bpe(

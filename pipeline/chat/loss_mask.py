@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.chat_template import has_generation_markers
+from pipeline.chat.template import has_generation_markers
 
 METHOD_MARKERS = "generation-markers"
 METHOD_PREFIX_DIFF = "prefix-diff"

@@ -13,7 +13,7 @@ A record without an `id` gets `<source>:<line>`: stable as long as the file is, 
 where the record came from.
 
 Every RecordError carries a `reason` (one of REASONS), so a reader that skips bad records
-(`pipeline.chat_sources`) can count them by what is wrong instead of stopping at the first.
+(`pipeline.chat.sources`) can count them by what is wrong instead of stopping at the first.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.chat_template import ROLES
+from pipeline.chat.template import ROLES
 from pipeline.program_edge import BadInput
 
 SHAPE_CONVERSATIONS = "conversations"

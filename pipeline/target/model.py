@@ -1,7 +1,7 @@
 """The target loaded to run it, one way for every stage that does: extraction's forward pass,
 evaluation's verifier and regeneration's answers.
 
-`target.py` reads the target's facts from its files with the stdlib only; loading the weights
+`config.py` beside it reads the target's facts from its files with the stdlib only; loading the weights
 needs torch and transformers, so it lives here, where a stage that runs the target asks for it
 and no other stage's code comes with it. One loader means one attention implementation
 (SDPA), one placement on a GPU (`device_map` when accelerate is there, else a move) and one
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .program_edge import BadInput
+from ..program_edge import BadInput
 
 
 def load_target(model_dir: Path, device: str, dtype: torch.dtype, flag: str = "--model") -> torch.nn.Module:

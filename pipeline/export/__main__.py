@@ -1,0 +1,120 @@
+"""`python -m pipeline.export`: a trained drafter checkpoint as a folder SGLang serves.
+
+    python -m pipeline.export --checkpoint TRAIN_OUT|CKPT --target TARGET --out DRAFTER [--dtype target]
+    python -m pipeline.export --verify DRAFTER [--target TARGET]
+
+Writes DRAFTER/config.json and DRAFTER/model.safetensors as docs/internals.md "Drafter checkpoint"
+fixes them: SGLang's `LlamaForCausalLMEagle3` config with one layer, the target's
+`max_position_embeddings` and rope keys copied as the target spells them, and
+`eagle_config.eagle_aux_hidden_state_layer_ids = [1, L//2-1, L-4]` (SGLang adds 1: the
+inputs of layers 2, L//2, L-3, where extraction captured). The weights carry exactly the
+names SGLang's loader maps (pipeline.drafter.EXPORT_KEYS; a test checks them against
+llama_eagle3.py of the sglang wheel). SGLang silently keeps a random tensor for a name it
+does not find (a missing `lm_head.weight` serves at acceptance 1.00), so a checkpoint that
+lacks any of them, or holds one of the wrong shape, is refused before anything is written.
+The weights take the target's dtype unless --dtype says otherwise (SGLang's `--dtype auto`
+reads a float32 drafter as float16, not the target's bf16); files are 0644 (--mode).
+Beside them, `eagle3-export.json` holds every file's size and xxh3 checksum and the
+target's weight fingerprint. A checkpoint whose training store names another target's
+fingerprint than --target's weights (another depth, a fine-tune, another revision) is refused.
+
+The folder is built under a temporary name and exchanged into place (pipeline.output_guard):
+an existing --out is replaced only when an earlier export wrote it (its `.eagle3-writer`
+marker); any other existing path, or an --out that is, holds or sits inside the checkpoint
+or the target, is refused before anything is touched. A failure leaves no temporary.
+
+--checkpoint takes a training run folder (pipeline.train --out: its checkpoints/latest
+pointer names the checkpoint) or one checkpoint folder. --verify reads DRAFTER's bytes:
+every required key, the safetensors data offsets tiling the file to its size, every tensor
+finite, the checksum manifest; with --target, that the capture layers and shapes fit that
+target and that its weight fingerprint is the one the drafter was exported for.
+
+Exit codes: 0 written (--verify: the folder is complete), 2 bad input (a missing or
+misshapen key, a checkpoint for another target, an --out that is not export's own, bad
+arguments), 3 the disk filled (the volume and the bytes needed are named), 1 anything else
+(--verify: the folder has problems, each printed on one line), 130 interrupted, 143 stopped by
+SIGTERM (the temporary folder is removed; pipeline/program_edge.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.events import EventWriter
+from pipeline.export.convert import DEFAULT_MODE, export
+from pipeline.export.folder import required_keys
+from pipeline.export.verify import verify_folder
+from pipeline.program_edge import BadInput, on_sigterm, run_program
+
+PROG = "python -m pipeline.export"
+DTYPES = {"target": "target", "keep": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What an export was asked for: the command line's flags, checked by `_run`."""
+
+    checkpoint: Path | None = None
+    target: Path | None = None
+    out: Path | None = None
+    dtype: str = "target"
+    mode: int = DEFAULT_MODE
+    verify: Path | None = None
+
+
+def _mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal file mode like 0644") from None
+    if not 0 <= mode <= 0o777 or not mode & 0o400:
+        raise argparse.ArgumentTypeError(f"{text!r}: a mode from 0400 to 0777 that the owner can read")
+    return mode
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Write a trained EAGLE-3 drafter as a folder SGLang loads.")
+    p.add_argument("--checkpoint", type=Path, help="training output folder (its 'latest' pointer) or a checkpoint folder")
+    p.add_argument("--target", type=Path, help="the target model folder (config.json: rope, positions, layer count)")
+    p.add_argument("--out", type=Path, help="drafter folder to write: new, or one an earlier export wrote "
+                   "(replaced atomically)")
+    p.add_argument("--dtype", default="target", choices=sorted(DTYPES),
+                   help="weights dtype (default target: the target's, e.g. bf16; keep: as trained)")
+    p.add_argument("--mode", type=_mode, default=DEFAULT_MODE, metavar="OCTAL",
+                   help="permissions of the written files (default 0644: a server of another user can read them)")
+    p.add_argument("--verify", type=Path, metavar="DRAFTER", help="check an exported folder and exit")
+    return p
+
+
+def _run(args: ExportOptions) -> int:
+    if args.verify is not None:
+        problems = verify_folder(args.verify, args.target)
+        for line in problems:
+            print(f"export: {line}", file=sys.stderr)
+        if not problems:
+            print(f"export: {args.verify} is complete: {len(required_keys())} weights, all finite, checksums "
+                  f"match{', for this target' if args.target else ''}; config for SGLang")
+        return 1 if problems else 0
+    missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(args, n) is None]
+    if missing:
+        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
+    with EventWriter.from_env() as events:
+        info = export(args.checkpoint, args.target, args.out, DTYPES[args.dtype], events, args.mode)
+    print(f"export: {info['checkpoint']} -> {info['out']}: {info['keys']} weights, {info['bytes']} bytes, "
+          f"{info['dtype']}, draft vocab {info['draft_vocab_size']}, "
+          f"aux layer ids {info['eagle_aux_hidden_state_layer_ids']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = ExportOptions(**vars(build_parser().parse_args(argv)))
+    # a stop unwinds through the folder swap, which removes its temporary
+    with on_sigterm():
+        return run_program("export", lambda: _run(opts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The check of an exported drafter folder, from its bytes: every name SGLang maps, the
+safetensors data offsets tiling the file, every tensor finite, the checksum manifest and, given
+the target, that the folder fits it. Export runs it on what it has just written, and
+`--verify` on a folder an operator names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.checksum import ALGO
+from pipeline.export.folder import (
+    ARCHITECTURE,
+    CONFIG_FILE,
+    CONFIG_KEYS,
+    DTYPE_BYTES,
+    MANIFEST_FILE,
+    ROPE_KEYS,
+    WEIGHTS_FILE,
+    file_entry,
+    fingerprint_or_none,
+    required_keys,
+    safetensors_layout,
+    target_text_config,
+)
+from pipeline.jsonfile import read_object
+from pipeline.program_edge import BadInput
+from pipeline.target.config import sglang_layer_ids
+
+
+def tiling_problems(path: Path, header: dict, start: int, size: int) -> list[str]:
+    """The tensors' data offsets must cover the data section exactly, each span its shape's
+    bytes: a cut or padded file fails here before any tensor is read."""
+    spans = []
+    for name, e in header.items():
+        try:
+            b, end = (int(x) for x in e["data_offsets"])
+            numel = 1
+            for d in e["shape"]:
+                numel *= int(d)
+            width = DTYPE_BYTES[e["dtype"]]
+        except (KeyError, TypeError, ValueError):
+            return [f"{path}: {name} has no usable dtype, shape and data_offsets; the file is damaged"]
+        if end - b != numel * width:
+            return [f"{path}: {name} spans {end - b} bytes, its shape and dtype need {numel * width}"]
+        spans.append((b, end, name))
+    pos = 0
+    for b, end, name in sorted(spans):
+        if b != pos:
+            return [f"{path}: {name} starts at data byte {b}, expected {pos} (a gap or an overlap); the file is damaged"]
+        pos = end
+    if start + pos != size:
+        return [f"{path}: is {size} bytes, its header describes {start + pos}; the file is cut or padded "
+                "(export it again)"]
+    return []
+
+
+def nonfinite_problems(path: Path) -> list[str]:
+    """Every floating tensor read, one at a time (memory: the largest tensor), and checked finite."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+
+    bad = []
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+                if t.is_floating_point():
+                    n = int((~torch.isfinite(t)).sum())
+                    if n:
+                        bad.append(f"{path}: {name} holds {n} NaN or Inf values; export an earlier checkpoint")
+    except (SafetensorError, OSError, ValueError) as e:
+        return [f"{path}: tensors cannot be read ({e})"]
+    return bad
+
+
+def manifest_problems(folder: Path) -> tuple[list[str], dict | None]:
+    path = folder / MANIFEST_FILE
+    try:
+        manifest = read_object(path, f"{path}: missing; no checksum manifest: the folder was not written by this "
+                                     "export; export again")
+    except BadInput as e:
+        return [str(e)], None
+    files = manifest.get("files")
+    if not isinstance(files, dict) or WEIGHTS_FILE not in files or CONFIG_FILE not in files:
+        return [f"{path}: does not list {WEIGHTS_FILE} and {CONFIG_FILE}; export again"], manifest
+    problems = []
+    for name, want in files.items():
+        if not isinstance(name, str) or "/" in name or not isinstance(want, dict):
+            problems.append(f"{path}: entry {name!r} is not a file of this folder")
+            continue
+        f = folder / name
+        try:
+            have = file_entry(f)
+        except OSError as e:
+            problems.append(f"{f}: cannot be read ({e.strerror or e})")
+            continue
+        if have["bytes"] != want.get("bytes"):
+            problems.append(f"{f}: is {have['bytes']} bytes, the manifest recorded {want.get('bytes')!r}")
+        elif have[ALGO] != want.get(ALGO):
+            problems.append(f"{f}: checksum {have[ALGO]} differs from the manifest's {want.get(ALGO)!r}; "
+                            "the file changed after export")
+    return problems, manifest
+
+
+def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
+    """Problems of an exported folder, one line each (empty: SGLang can load it)."""
+    folder = Path(folder)
+    problems: list[str] = []
+    weights = folder / WEIGHTS_FILE
+    try:
+        header, start, size = safetensors_layout(weights)
+        cfg_path = folder / CONFIG_FILE
+        cfg = read_object(cfg_path, f"{cfg_path}: missing; not an exported drafter folder")
+    except BadInput as e:
+        return [str(e)]
+    tiling = tiling_problems(weights, header, start, size)
+    problems += tiling
+    missing = [k for k in required_keys() if k not in header]
+    if missing:
+        problems.append(f"{weights}: lacks {', '.join(missing)}")
+    extra = sorted(set(header) - set(required_keys()))
+    if extra:
+        problems.append(f"{weights}: names SGLang's loader does not map: {', '.join(extra[:8])}")
+    if cfg.get("architectures") != [ARCHITECTURE]:
+        problems.append(f"{folder / CONFIG_FILE}: architectures is {cfg.get('architectures')!r}, not [{ARCHITECTURE!r}]")
+    if cfg.get("num_hidden_layers") != 1:
+        problems.append(f"{folder / CONFIG_FILE}: num_hidden_layers is {cfg.get('num_hidden_layers')!r}, not 1")
+    absent = [k for k in CONFIG_KEYS if k not in cfg]
+    if absent:
+        problems.append(f"{folder / CONFIG_FILE}: lacks {', '.join(absent)}")
+    if not any(k in cfg for k in ROPE_KEYS):
+        problems.append(f"{folder / CONFIG_FILE}: no rope setting ({', '.join(ROPE_KEYS)})")
+    lm = header.get("lm_head.weight", {}).get("shape")
+    if lm and lm[0] != cfg.get("draft_vocab_size"):
+        problems.append(f"{weights}: lm_head.weight has {lm[0]} rows, draft_vocab_size is "
+                        f"{cfg.get('draft_vocab_size')!r}")
+    if not tiling:
+        problems += nonfinite_problems(weights)
+    found, manifest = manifest_problems(folder)
+    problems += found
+    if target is not None:
+        try:
+            t = target_text_config(target)
+            want = sglang_layer_ids(int(t.get("num_hidden_layers") or 0))
+        except BadInput as e:
+            return problems + [str(e)]
+        got = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        if got != want:
+            problems.append(f"{folder / CONFIG_FILE}: eagle_aux_hidden_state_layer_ids is {got!r}; the target's "
+                            f"{t.get('num_hidden_layers')} layers need {want}")
+        for key in ("vocab_size", "max_position_embeddings", *ROPE_KEYS):
+            if t.get(key) is not None and cfg.get(key) != t.get(key):
+                problems.append(f"{folder / CONFIG_FILE}: {key} is {cfg.get(key)!r}, the target's is {t.get(key)!r}")
+        recorded = (manifest or {}).get("target_fingerprint")
+        if recorded:
+            have, why = fingerprint_or_none(target)
+            if have != recorded:
+                problems.append(f"{folder / MANIFEST_FILE}: exported for the target weights {recorded}, but "
+                                f"--target {target} holds {have or 'none (' + why + ')'}; export for this target")
+    return problems

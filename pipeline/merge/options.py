@@ -1,0 +1,102 @@
+"""What a merge is asked for: its command line, and the options it parses into."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.chat.sources import DEFAULT_ROLE_MAP, format_role_map
+
+
+@dataclass(frozen=True)
+class MergeOptions:
+    """What a merge was asked for: the command line's flags, checked by `merge`."""
+
+    tokenizer: str
+    out: Path
+    sources: list[str] = field(default_factory=list)
+    stats: Path | None = None
+    max_len: int = 512
+    on_long: str = "truncate"
+    max_line_bytes: int | None = None
+    seed: int = 0
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    workers: int = 1
+    strict: bool = False
+    max_invalid: float = 0.05
+    role_map: str = format_role_map(DEFAULT_ROLE_MAP)
+    on_assistant_first: str = "keep"
+    same_role: str = "join"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.merge",
+        description="Merge chat JSONL sources into one shuffled training set: token ids plus an "
+        "assistant-only loss mask per record, rendered with the target's chat template.",
+        epilog="A source's name is its file stem; a DIR stands for every *.jsonl and *.json in it. A file "
+        "that starts with '[' is read as a JSON array, element by element. Give sources "
+        "before --include/--exclude, or end those lists with --.",
+    )
+    p.add_argument("sources", nargs="*", metavar="SOURCE", help="chat JSONL or JSON-array files, or folders of them")
+    p.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer folder, or the target model folder")
+    p.add_argument("--out", required=True, type=Path, metavar="OUT.jsonl", help="merged dataset to write")
+    p.add_argument("--stats", type=Path, metavar="STATS.json", help="stats file (default: <out stem>.stats.json next to --out)")
+    p.add_argument("--max-len", type=int, default=512, metavar="N", help="longest record in tokens (default 512)")
+    p.add_argument(
+        "--on-long",
+        choices=("truncate", "drop"),
+        default="truncate",
+        help="what to do with a record longer than --max-len (default truncate)",
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="skip input lines longer than this unread (default: 8 bytes per character --max-len could keep, "
+        "at least 16 MiB)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--include", nargs="+", action="extend", default=[], metavar="SRC", help="keep only these sources")
+    p.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="SRC", help="leave these sources out")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(os.cpu_count() or 1, 8),
+        metavar="N",
+        help="tokenizer processes (default: CPU count, at most 8); output does not depend on it",
+    )
+    p.add_argument("--strict", action="store_true", help="stop (exit 2) at the first unusable record instead of skipping it")
+    p.add_argument(
+        "--max-invalid",
+        type=float,
+        default=0.05,
+        metavar="SHARE",
+        help="largest share of a source's records that may be unusable (default 0.05); past it, exit 2: "
+        "a mostly-bad file is probably the wrong file",
+    )
+    p.add_argument(
+        "--role-map",
+        default=format_role_map(DEFAULT_ROLE_MAP),
+        metavar="NAME=ROLE,...",
+        help=f"extra speaker names and the role each stands for (default {format_role_map(DEFAULT_ROLE_MAP)}, "
+        "ShareGPT's extra roles; giving it replaces the default, '' maps none)",
+    )
+    p.add_argument(
+        "--on-assistant-first",
+        choices=("keep", "drop"),
+        default="keep",
+        help="records that open with an assistant turn (ShareGPT continuation chunks): keep (default; only "
+        "assistant text is learnt) or drop; counted either way",
+    )
+    p.add_argument(
+        "--same-role",
+        choices=("join", "drop"),
+        default="join",
+        help="consecutive turns of one role: join them into one turn (default) or drop the record; counted either way",
+    )
+    return p
