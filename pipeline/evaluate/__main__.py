@@ -62,7 +62,7 @@ from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
 from pipeline.program_edge import SigtermGuard, Terminated, on_sigterm, run_program
 
-from . import server
+from . import fingerprint, server
 from .errors import BadInput, EvalError
 from .prompts import check_ids, demo_prompts, read_file, select, training_prompts
 from .references import References
@@ -278,7 +278,7 @@ def _decode(args: EvalOptions, target, prompts: list, arms: list, baseline: list
 def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dict:
     import torch
 
-    from . import estimate, fingerprint, sweep
+    from . import estimate, sweep
     from .drafter import BASELINE_SEED
     from .verifier import Target
 
@@ -351,8 +351,6 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
 def _refuse_if_changed(args: EvalOptions, before) -> None:
     """No report for a drafter folder that changed while it was scored (an export over it, say):
     its figures would be credited to weights that are no longer there."""
-    from . import fingerprint
-
     changed = fingerprint.differences(before, fingerprint.take(args.drafter))
     if changed:
         raise BadInput(f"--drafter {args.drafter} changed while it was evaluated ({'; '.join(changed)}): the "

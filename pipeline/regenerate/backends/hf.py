@@ -22,10 +22,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
+
+from pipeline.target.model import load_target
+
 from ..conversation import Chat
 from ..errors import BadInput, Failure
 from ..sink import Sink
-from .kv_slots import NAME, register
+from .decoder import Decoder
+from .hf_schedule import Scheduler
+from .kv_slots import NAME, UnsupportedAttention, register
+from .sampler import Sampler
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 SYNC_EVERY_CUDA = 16  # decode steps between the host's looks: a finished slot idles at most this many
@@ -36,10 +43,7 @@ WINDOW_PER_SLOT = 8  # records admitted ahead of the oldest unwritten one, per s
 class HFBackend:
     def __init__(self, model_dir: Path, device: str, dtype: str, max_new_tokens: int, temperature: float,
                  top_p: float, max_prompt_tokens: int | None = None) -> None:
-        import torch
         from transformers import AutoTokenizer
-
-        from pipeline.target.model import load_target
 
         if not (Path(model_dir) / "config.json").is_file():
             raise BadInput(f"--model {model_dir}: no config.json there; point it at a save_pretrained folder")
@@ -53,7 +57,6 @@ class HFBackend:
             raise BadInput(f"--model {model_dir}: the tokenizer has no chat template (tokenizer_config.json "
                            "'chat_template', or chat_template.jinja); regenerate prompts the target as it was "
                            "trained to chat, so it needs one")
-        self.torch = torch
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)
         self.model = load_target(Path(model_dir), device, getattr(torch, DTYPES[dtype]))
@@ -97,11 +100,6 @@ class HFBackend:
     def run(self, chats: Iterator[Chat], sink: Sink, seed_of: Callable[[Chat], int], slots: int,
             graphs: bool = True) -> None:
         """Answer every turn of every chat, handing each finished record to `sink`."""
-        from .decoder import Decoder
-        from .hf_schedule import Scheduler
-        from .kv_slots import UnsupportedAttention
-        from .sampler import Sampler
-
         vocab = self.model.get_output_embeddings().weight.shape[0]
         sampler = Sampler(vocab, self.device, self.temperature, self.top_p)
         decoder = Decoder(self.model, slots, self.max_new_tokens, self.eos, sampler, self.device, graphs,
@@ -109,7 +107,7 @@ class HFBackend:
         sync = SYNC_EVERY_CUDA if self.device.type == "cuda" else SYNC_EVERY_CPU
         scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync, WINDOW_PER_SLOT * slots)
         try:
-            with self.torch.inference_mode():
+            with torch.inference_mode():
                 scheduler.run(chats)
             self.graphs_used = decoder.graphs is not None
         except UnsupportedAttention as e:
