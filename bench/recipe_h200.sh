@@ -86,8 +86,8 @@ case "$call" in
     ;;
 1e)
     RES=$OUT
-    timeout 330 python3 bench/evaluate_speed.py --shape 135m --prompts 20 --new-tokens 128 --batch 20 --device cuda \
-        --sweep-prompts 3 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
+    timeout 250 python3 bench/evaluate_speed.py --shape 135m --prompts 20 --new-tokens 128 --batch 20 --device cuda \
+        --sweep-prompts 2 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
         --out "$RES/evaluate-h200-random.txt" > "$RES/call1e.log" 2>&1
     ;;
 *)
