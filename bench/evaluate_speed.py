@@ -133,43 +133,59 @@ def main() -> int:
         refs = ["--references", str(tmp / "refs")]
         chain = [*common, "--num-steps", "3"]
         if a.old_code:
-            before_s, before = evaluate_old(a.old_code, [*chain, "--report", str(tmp / "before.json")])
+            before = evaluate_old(a.old_code, [*chain, "--report", str(tmp / "before.json")])
         else:
-            before_s, before = evaluate([*chain, "--batch", "1", "--report", str(tmp / "before.json")])
-        first_s, first = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "first.json")])
-        again_s, again = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "again.json")])
+            before = evaluate([*chain, "--batch", "1", "--report", str(tmp / "before.json")])
+        first = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "first.json")])
+        again = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "again.json")])
+        same = all(r[1][k] == before[1][k] for r in (first, again) for k in FIGURES)
+        lines += timing_lines(a, before, first, again, same)
+        emit(lines, a.out)  # what a call cut short at the sweep still brings back
         swept = [*common[: common.index("--limit") + 1], str(a.sweep_prompts or a.prompts),
                  *common[common.index("--limit") + 2:]]
-        sweep_s, sweep = evaluate([*swept, "--configs", a.sweep, "--batch", str(a.batch), *refs,
-                                   "--report", str(tmp / "sweep.json")])
-    same = all(r[k] == before[k] for r in (first, again) for k in FIGURES)
-    lines.append(f"target: {a.model or 'random ' + a.shape}; drafter: {a.drafter or 'untrained baseline'}; "
-                 f"{a.device} {a.dtype}, {torch.get_num_threads()} threads; {a.prompts} prompts x {a.new_tokens} tokens; "
-                 f"chain 3,1,4")
+        sweep = evaluate([*swept, "--configs", a.sweep, "--batch", str(a.batch), *refs,
+                          "--report", str(tmp / "sweep.json")])
+    lines += sweep_lines(a, *sweep)
+    print("\n".join(lines))
+    emit(lines, a.out)
+    return 0 if same else 1
+
+
+def emit(lines: list[str], out: Path | None) -> None:
+    if out:
+        out.write_text("\n".join(lines) + "\n")
+
+
+def timing_lines(a: argparse.Namespace, before, first, again, same: bool) -> list[str]:
+    (before_s, b), (first_s, f), (again_s, g) = before, first, again
+    lines = [f"target: {a.model or 'random ' + a.shape}; drafter: {a.drafter or 'untrained baseline'}; "
+             f"{a.device} {a.dtype}, {torch.get_num_threads()} threads; {a.prompts} prompts x {a.new_tokens} tokens; "
+             f"chain 3,1,4"]
     first_label = (f"before: {a.old_label}'s pipeline.evaluate (own interpreter)" if a.old_code
                    else "before: one prompt at a time, every reference decoded")
-    for label, secs, r in [(first_label, before_s, before),
-                           (f"after, first run: --batch {a.batch}, references decoded in a batch", first_s, first),
-                           (f"after, next run: --batch {a.batch}, references kept", again_s, again)]:
+    for label, secs, r in [(first_label, before_s, b),
+                           (f"after, first run: --batch {a.batch}, references decoded in a batch", first_s, f),
+                           (f"after, next run: --batch {a.batch}, references kept", again_s, g)]:
         lines.append(f"  {label:<58} {secs:8.1f} s (decode {r['decode_seconds']:.1f} s; "
                      f"acceptance length {r['acceptance_length']}; rounds {r['verify_rounds']}; redecoded one by one "
                      f"{r.get('redecoded_one_by_one', 'n/a')})")
     lines.append(f"  whole run {before_s / first_s:.2f}x / {before_s / again_s:.2f}x faster, decode "
-                 f"{before['decode_seconds'] / max(first['decode_seconds'], 1e-9):.2f}x / "
-                 f"{before['decode_seconds'] / max(again['decode_seconds'], 1e-9):.2f}x; "
+                 f"{b['decode_seconds'] / max(f['decode_seconds'], 1e-9):.2f}x / "
+                 f"{b['decode_seconds'] / max(g['decode_seconds'], 1e-9):.2f}x; "
                  f"identical figures: {'yes' if same else 'NO'}")
-    lines.append(f"  sweep {a.sweep} on {a.sweep_prompts or a.prompts} prompts (trees one prompt at a time) with "
-                 f"kept references: {sweep_s:.1f} s")
+    return lines
+
+
+def sweep_lines(a: argparse.Namespace, sweep_s: float, sweep: dict) -> list[str]:
+    lines = [f"  sweep {a.sweep} on {a.sweep_prompts or a.prompts} prompts (trees one prompt at a time) with "
+             f"kept references: {sweep_s:.1f} s"]
     for r in sweep["settings"]:
         est = "n/a" if r["speedup_estimate"] is None else f"~{r['speedup_estimate']:.2f}x"
         lines.append(f"    {r['setting']:<8} acceptance length {r['acceptance_length']:.3f}  rates "
                      f"{' '.join(f'{x:.2f}' for x in r['accept_rate'])}  forwards saved {r['target_forwards_saved']}  "
                      f"estimate {est}")
     lines.append(f"  best: {sweep['best']['flags']}")
-    print("\n".join(lines))
-    if a.out:
-        a.out.write_text("\n".join(lines) + "\n")
-    return 0 if same else 1
+    return lines
 
 
 if __name__ == "__main__":

