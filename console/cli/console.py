@@ -26,7 +26,13 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
 def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
     if args.serve:
         # Textual and textual-serve load for the console commands only: the others start faster.
-        from console.ui.serve import DEFAULT_SESSIONS, ServeError, check_sessions, parse_address, serve
+        from console.ui.serve_rules import (
+            DEFAULT_SESSIONS,
+            ServeError,
+            check_sessions,
+            parse_address,
+            require_textual_serve,
+        )
 
         sessions = DEFAULT_SESSIONS if args.serve_sessions is None else args.serve_sessions
         try:
@@ -34,6 +40,9 @@ def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
             check_sessions(sessions)
         except ServeError as e:
             raise UsageError(str(e)) from None
+        require_textual_serve()
+        from console.ui.serve import serve
+
         return serve(project, args.serve, args.set, args.theme, actions=args.serve_actions, sessions=sessions)
     if args.serve_actions or args.serve_sessions is not None:
         raise UsageError("--serve-actions and --serve-sessions go with --serve [HOST:]PORT")

@@ -21,7 +21,7 @@ import pytest
 from ui_harness import Notices, make_app, select, wait_for, write_config
 
 from console.core.lifecycle.project import Project
-from console.ui.serve import SESSION_ENV, ServeError, console_command, parse_address, same_origin
+from console.ui.serve_rules import SESSION_ENV, ServeError, console_command, parse_address, same_origin
 
 REPO = Path(__file__).resolve().parents[2]
 
