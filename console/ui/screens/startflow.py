@@ -21,9 +21,8 @@ from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
 
-from console.core.flow import startflow
 from console.core.checks.result import CheckResult
-from console.core.lifecycle.project import Project
+from console.core.flow import startflow
 from console.core.flow.startflow import (
     AlreadyLive,
     BlockedStart,
@@ -34,6 +33,7 @@ from console.core.flow.startflow import (
     StartRequest,
     StartResult,
 )
+from console.core.lifecycle.project import Project
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.confirm_dialog import ConfirmDialog
