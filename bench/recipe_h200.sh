@@ -50,7 +50,7 @@ case "$call" in
         --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
         --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
         --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
-    recipe --phases regen --regen-batch 512 --budget-s "$(left 470)" --grace-s 15 >> "$RES/call2.log" 2>&1
+    recipe --phases regen --regen-batch 1024 --budget-s "$(left 470)" --grace-s 15 >> "$RES/call2.log" 2>&1
     ;;
 3)
     recipe --phases merge,extract,train --parallel 4 --train-rate 22000 --budget-s 550 --grace-s 20 \

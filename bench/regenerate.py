@@ -120,6 +120,13 @@ def steps_kind(backend) -> str:
     return "CUDA graphs" if backend.graphs_used else "eager steps"
 
 
+def lanes_line(backend) -> str:
+    """What the lanes saved in the last run, and what capturing their graphs cost."""
+    s = backend.step_stats
+    return (f"  decode attention read {s.columns / max(s.columns_one_width, 1):.0%} of the key columns one width "
+            f"for every slot would; {s.graphs} graphs captured in {s.capture_s:.1f} s (inside the time above)")
+
+
 def profile(backend, chats, slots: int, graphs: bool, seed: int, out: Path) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -242,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         frate, brate = ftok / fsec, btok / bsec
         lines.append(f"fast hf backend ({steps_kind(fast)}): "
                      f"{ftok} tokens in {fsec:.2f} s = {frate:,.0f} generated tokens/s ({ffail} failed)")
+        lines.append(lanes_line(fast))
         lines.append(f"plain batched model.generate: {btok} tokens in {bsec:.2f} s = {brate:,.0f} generated tokens/s")
         lines.append(f"ratio fast / generate: {frate / brate:.1f}x")
         if a.temperature == 0:
@@ -252,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             mtok, msec, _, mfail = run_fast(fast, singles, more, graphs, a.seed)
             lines.append(f"fast hf backend at batch {more} ({steps_kind(fast)}): {mtok} tokens in {msec:.2f} s = "
                          f"{mtok / msec:,.0f} generated tokens/s ({mfail} failed)")
+            lines.append(lanes_line(fast))
         if a.profile:
             profile(fast, singles[:batch], batch, graphs, a.seed, a.profile)
             lines.append(f"profile of one fast run of {min(batch, len(singles))} prompts: {a.profile}")

@@ -105,6 +105,59 @@ def test_greedy_answers_equal_model_generate_for_mixed_lengths_and_turns_with_sl
     assert sink.answers == sum(1 + i % 3 for i in range(9))
 
 
+def _mixed(i: int) -> list[dict[str, str]]:
+    """Every fourth chat a long one-turn prompt (~90 tokens), the rest short, some of several turns."""
+    if i % 4 == 0:
+        return [{"role": "user", "content": f"question {i} " + " ".join(["words and more words"] * 20)},
+                {"role": "assistant", "content": "old"}]
+    return _conv(i)
+
+
+def test_lanes_attend_narrower_than_the_longest_chat_and_answer_as_model_generate(target):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline.regenerate.backends.hf import HFBackend
+    from pipeline.regenerate.conversation import Chat
+
+    backend = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0)
+    chats = [Chat.start(i, f"r{i}", _mixed(i)) for i in range(12)]
+    sink = ListSink()
+    backend.run(iter(chats), sink, lambda chat: 0, slots=6, lane_slots=2)  # three lanes of two slots
+
+    tok = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target, attn_implementation="sdpa").eval()
+    for i, chat in enumerate(chats):
+        assert sink.got[i] is chat, (chat.id, sink.got[i])
+        got = [m["content"] for m in chat.messages if m["role"] == "assistant"]
+        assert got == greedy_answers(model, tok, chat.messages, MAX_NEW, set(backend.eos)), chat.id
+    read = backend.step_stats
+    # the long chats gather in one lane: the others read far fewer key columns than the longest needs
+    assert read.columns < 0.75 * read.columns_one_width, read
+
+
+def test_a_new_chat_takes_the_narrowest_lane_already_wide_enough_else_the_widest():
+    from pipeline.regenerate.backends.lanes import FreeSlots, covering, layout
+
+    lanes = layout(1024)
+    assert [(r.start, r.stop) for r in lanes] == [(0, 256), (256, 512), (512, 768), (768, 1024)]
+    assert [len(r) for r in layout(300)] == [128, 128, 44] and len(layout(64)) == 1
+    free = FreeSlots(layout(8, lane_slots=2))
+    bounds = [0, 0, 0, 0]
+    first = [free.take(need, bounds) for need in sorted([300, 300, 300, 2000, 300, 1900])]
+    assert first == [0, 1, 2, 3, 4, 5] and bounds == [300, 300, 2000, 0]  # shortest first, in lane order
+    free.give(1)
+    free.give(4)
+    assert free.take(1800, bounds) == 4  # the lane already 2,000 wide, not the 300-wide one
+    assert free.take(250, bounds) == 1  # the 300-wide lane, not the empty one
+    assert free.take(2100, bounds) == 6 and bounds[3] == 2100  # none is wide enough and only the empty lane is open
+    assert len(free) == 1
+    sizes = [2, 2, 2, 2]
+    have = [(512, 512, 2048, 256), (1024, 512, 2048, 512), (2048, 2048, 2048, 2048)]
+    assert covering((256, 512, 1024, 256), have, sizes) == (512, 512, 2048, 256)
+    assert covering((1024, 256, 256, 256), have, sizes) == (1024, 512, 2048, 512)
+    assert covering((4096, 256, 256, 256), have, sizes) is None
+
+
 def test_seeded_draws_follow_the_softmax_and_do_not_depend_on_batch_mates():
     import torch
 

@@ -6,17 +6,21 @@ out and gives those slots their next prompt; between looks nothing waits for the
 A finished slot keeps stepping until then, on its last token at its last position, which
 writes nothing another answer reads. On CUDA each decode step at each attention width is
 captured once as a CUDA graph and replayed, so a step costs one launch instead of a few
-hundred; where capture fails the step runs eagerly, with a warning.
+hundred; where capture fails the step runs eagerly, with a warning. The slots are cut into
+lanes (lanes.py), each attending as wide as its own longest chat: a graph is captured per
+combination of lane widths.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
 
 from .kv_slots import SlotKV, active
+from .lanes import LANE_SLOTS, MAX_GRAPHS, covering, layout
 from .sampler import Sampler
 
 WIDTH_STEP = 256  # attention widths are rounded up to this with graphs, so few distinct ones are captured
@@ -38,9 +42,20 @@ class Admit:
     seed: int
 
 
+@dataclass
+class StepStats:
+    """What the decode steps read and cost, for the bench: key columns read with lanes, and
+    with one width for every slot; graphs captured and the seconds it took."""
+
+    columns: int = 0
+    columns_one_width: int = 0
+    graphs: int = 0
+    capture_s: float = 0.0
+
+
 class Decoder:
     def __init__(self, model, slots: int, max_new: int, eos: set[int], sampler: Sampler, device: torch.device,
-                 graphs: bool, max_positions: int = 0) -> None:
+                 graphs: bool, max_positions: int = 0, lane_slots: int = LANE_SLOTS) -> None:
         cfg = model.config
         heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -56,6 +71,8 @@ class Decoder:
         self.eos = torch.tensor(sorted(eos), **z)
         self.eos_set = set(eos)
         self.rows = torch.arange(slots, device=device)
+        self.lanes = layout(slots, lane_slots)
+        self.stats = StepStats()
         self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs and device.type == "cuda" else None
         self.width_step = WIDTH_STEP if self.graphs is not None else WIDTH_STEP_EAGER
         self._pool = None
@@ -98,9 +115,9 @@ class Decoder:
         self.out[rows, 0] = first
         self.done[rows] = torch.isin(first, self.eos) | (self.max_new <= 1)
 
-    def _step(self, width: int) -> None:
+    def _step(self, widths: tuple[int, ...]) -> None:
         live = ~self.done
-        self.kv.set_decode(self.pos, width)
+        self.kv.set_decode(self.pos, [(lane.start, lane.stop, w) for lane, w in zip(self.lanes, widths)])
         logits = self._forward(self.ids[:, None], self.pos[:, None])
         nxt = self.sampler(logits, self.seeds, self.gen)
         at = self.gen.clamp(max=self.max_new - 1)
@@ -110,33 +127,52 @@ class Decoder:
         self.ids.copy_(torch.where(live, nxt, self.ids))
         self.done.logical_or_(live & (torch.isin(nxt, self.eos) | (self.gen >= self.max_new)))
 
-    def steps(self, n: int, width: int) -> None:
-        """`n` decode steps of every slot, attending over the first `width` positions."""
-        width = min(round_up(width, self.width_step), self.kv.capacity)
+    def steps(self, n: int, widths: list[int]) -> None:
+        """`n` decode steps of every slot, each lane attending over its first `widths[i]` positions."""
+        key = tuple(min(round_up(max(w, 1), self.width_step), self.kv.capacity) for w in widths)
         with active(self.kv):
-            graph = self._graph(width) if self.graphs is not None else None
+            graph = None
+            if self.graphs is not None:
+                key, graph = self._graph(key)
             for _ in range(n):
                 if graph is not None:
                     graph.replay()
                 else:
-                    self._step(width)
+                    self._step(key)
+        one = min(round_up(max(widths), self.width_step), self.kv.capacity)
+        self.stats.columns += n * sum(len(lane) * w for lane, w in zip(self.lanes, key))
+        self.stats.columns_one_width += n * self.slots * one
 
-    def _graph(self, width: int):
-        if width in self.graphs:
-            return self.graphs[width]
+    def _graph(self, key: tuple[int, ...]):
+        """The graph for these lane widths (or for a wider combination already captured, once
+        `MAX_GRAPHS` are), captured on first use; (key used, graph), or (key, None) if capture failed."""
+        if key not in self.graphs and len(self.graphs) >= MAX_GRAPHS:
+            wider = covering(key, self.graphs, [len(lane) for lane in self.lanes])
+            key = wider or tuple(self.kv.capacity for _ in self.lanes)
+        if key in self.graphs:
+            return key, self.graphs[key]
+        t0 = time.perf_counter()
+        graph = self._capture(key)
+        if graph is not None:
+            self.graphs[key] = graph
+            self.stats.graphs += 1
+            self.stats.capture_s += time.perf_counter() - t0
+        return key, graph
+
+    def _capture(self, key: tuple[int, ...]):
         saved = [t.clone() for t in (self.ids, self.pos, self.gen, self.done, self.out)]
         try:
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self._step(width)  # warm-up, outside the graph, as capture needs
+                    self._step(key)  # warm-up, outside the graph, as capture needs
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             with torch.cuda.graph(graph, pool=self._pool):
-                self._step(width)
+                self._step(key)
         except Exception as e:  # noqa: BLE001 - capture is an optimisation; eager steps give the same answers
             print(f"regenerate: warning: CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
                   "decoding without graphs, slower", file=sys.stderr, flush=True)
@@ -145,8 +181,6 @@ class Decoder:
         finally:
             for t, s in zip((self.ids, self.pos, self.gen, self.done, self.out), saved):
                 t.copy_(s)  # the warm-up and capture steps must not count
-        if graph is not None:
-            self.graphs[width] = graph
         return graph
 
     def finished(self) -> tuple[list[int], list[list[int]], list[bool], int]:

@@ -32,6 +32,7 @@ from ..sink import Sink
 from .decoder import Decoder
 from .hf_schedule import Scheduler
 from .kv_slots import NAME, UnsupportedAttention, register
+from .lanes import LANE_SLOTS
 from .sampler import Sampler
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -69,6 +70,7 @@ class HFBackend:
             raise BadInput(f"--model {model_dir}: neither generation_config.json nor the tokenizer names an end token")
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         self.graphs_used = False  # whether the last run's decode steps replayed CUDA graphs (capture can fail)
+        self.step_stats = None  # the last run's decoder.StepStats
         self._use_slots()
 
     def _use_slots(self) -> None:
@@ -98,17 +100,18 @@ class HFBackend:
         return self.tok.decode(tokens, skip_special_tokens=True)
 
     def run(self, chats: Iterator[Chat], sink: Sink, seed_of: Callable[[Chat], int], slots: int,
-            graphs: bool = True) -> None:
+            graphs: bool = True, lane_slots: int = LANE_SLOTS) -> None:
         """Answer every turn of every chat, handing each finished record to `sink`."""
         vocab = self.model.get_output_embeddings().weight.shape[0]
         sampler = Sampler(vocab, self.device, self.temperature, self.top_p)
         decoder = Decoder(self.model, slots, self.max_new_tokens, self.eos, sampler, self.device, graphs,
-                          self.max_positions)
+                          self.max_positions, lane_slots)
         sync = SYNC_EVERY_CUDA if self.device.type == "cuda" else SYNC_EVERY_CPU
         scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync, WINDOW_PER_SLOT * slots)
         try:
             with torch.inference_mode():
                 scheduler.run(chats)
             self.graphs_used = decoder.graphs is not None
+            self.step_stats = decoder.stats
         except UnsupportedAttention as e:
             raise BadInput(f"--model {self.model_dir}: {e}; use --backend server for this target") from None

@@ -7,6 +7,8 @@ of every token the new prompt shares with what it fed (the longest common prefix
 the rest is prefilled. A slot whose record is done, or failed, takes the next record at
 once: no slot waits for the longest answer of a batch. Records enter in input order and no
 further than `window` ahead of the oldest unwritten one, so the sink's held records stay few.
+New records take their slots shortest first, each in the lane it widens least (lanes.py), and
+each decode step attends every lane only as wide as its own longest chat so far.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..conversation import Chat, checked
 from ..errors import Failure
 from ..sink import Sink
 from .decoder import Admit, Decoder
+from .lanes import FreeSlots
 
 PREFILL_TOKENS = 8192  # tokens fed in one prefill forward (padding included)
 
@@ -26,15 +29,27 @@ PREFILL_TOKENS = 8192  # tokens fed in one prefill forward (padding included)
 class Slots:
     """What the host knows of each slot: its chat, the tokens its cache holds, its bound."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, lanes: list[range]) -> None:
+        n = lanes[-1].stop
+        self.lanes = lanes
         self.chat: list[Chat | None] = [None] * n
         self.held: list[list[int]] = [[] for _ in range(n)]  # tokens whose keys and values the slot holds
         self.prompt: list[list[int]] = [[] for _ in range(n)]
         self.since: list[int] = [0] * n  # decode step at which the current answer began
-        self.free = list(range(n - 1, -1, -1))
+        self.free = FreeSlots(lanes)
 
     def active(self) -> list[int]:
         return [s for s, c in enumerate(self.chat) if c is not None]
+
+    def bounds(self, max_new: int) -> list[int]:
+        """Each lane's widest chat: positions its current turn can reach."""
+        return [max((len(self.prompt[s]) + max_new + 1 for s in lane if self.chat[s] is not None), default=0)
+                for lane in self.lanes]
+
+    def widths(self, step: int, ahead: int, max_new: int) -> list[int]:
+        """Each lane's attention width for the next `ahead` decode steps."""
+        return [max((len(self.prompt[s]) + min(step - self.since[s] + ahead, max_new) + 1
+                     for s in lane if self.chat[s] is not None), default=1) for lane in self.lanes]
 
 
 def _groups(admits: list[Admit], budget: int) -> Iterator[list[Admit]]:
@@ -57,7 +72,7 @@ class Scheduler:
                  sync_every: int, window: int) -> None:
         self.dec, self.prompt_ids, self.decode, self.seed_of = decoder, prompt_ids, decode, seed_of
         self.sink, self.sync_every, self.window = sink, sync_every, window
-        self.slots = Slots(decoder.slots)
+        self.slots = Slots(decoder.lanes)
         self.step = 0
 
     def run(self, chats: Iterator[Chat]) -> None:
@@ -65,46 +80,56 @@ class Scheduler:
         waiting: Chat | None = None
         exhausted = False
         while True:
-            while self.slots.free and not exhausted:
+            new: list[Chat] = []
+            while len(new) < len(self.slots.free) and not exhausted:
                 waiting = waiting or next(chats, None)
                 if waiting is None:
                     exhausted = True
                 elif waiting.index < self.sink.next + self.window:
-                    slot = self.slots.free.pop()
-                    self.slots.chat[slot], self.slots.held[slot] = waiting, []
-                    due.append(slot)
+                    new.append(waiting)
                     waiting = None
                 else:
                     break
-            self._admit(due)
+            self._admit(due, new)
             due = []
-            active = self.slots.active()
-            if not active:
+            if not self.slots.active():
                 if exhausted and waiting is None:
                     return
                 continue
-            width = max(len(self.slots.prompt[s]) + min(self.step - self.slots.since[s] + self.sync_every,
-                                                       self.dec.max_new) + 1 for s in active)
-            self.dec.steps(self.sync_every, width)
+            self.dec.steps(self.sync_every, self.slots.widths(self.step, self.sync_every, self.dec.max_new))
             self.step += self.sync_every
             due = self._collect()
 
-    def _admit(self, due: list[int]) -> None:
+    def _admit(self, due: list[int], new: list[Chat]) -> None:
+        """Feed the next turn of the chats in `due` slots, and the first of the `new` chats."""
         admits = []
         for slot in due:
-            chat = self.slots.chat[slot]
             try:
-                tokens = self.prompt_ids(chat.prompt())
+                tokens = self.prompt_ids(self.slots.chat[slot].prompt())
             except Failure as f:
                 self._fail(slot, f)
                 continue
-            held = self.slots.held[slot]
-            start = min(len(os.path.commonprefix([held, tokens])), len(tokens) - 1)
-            self.dec.reserve(len(tokens) + self.dec.max_new)
-            self.slots.prompt[slot], self.slots.since[slot] = tokens, self.step
-            admits.append(Admit(slot, tokens, start, self.seed_of(chat)))
+            admits.append(self._turn(slot, tokens))
+        fresh = []
+        for chat in new:
+            try:
+                fresh.append((self.prompt_ids(chat.prompt()), chat))
+            except Failure as f:
+                self.sink.put(chat.index, (chat, f))
+        bounds = self.slots.bounds(self.dec.max_new)
+        for tokens, chat in sorted(fresh, key=lambda tc: len(tc[0])):
+            slot = self.slots.free.take(len(tokens) + self.dec.max_new + 1, bounds)
+            self.slots.chat[slot], self.slots.held[slot] = chat, []
+            admits.append(self._turn(slot, tokens))
         for group in _groups(admits, PREFILL_TOKENS):
             self.dec.prefill(group)
+
+    def _turn(self, slot: int, tokens: list[int]) -> Admit:
+        held = self.slots.held[slot]
+        start = min(len(os.path.commonprefix([held, tokens])), len(tokens) - 1)
+        self.dec.reserve(len(tokens) + self.dec.max_new)
+        self.slots.prompt[slot], self.slots.since[slot] = tokens, self.step
+        return Admit(slot, tokens, start, self.seed_of(self.slots.chat[slot]))
 
     def _collect(self) -> list[int]:
         """Finished answers into their chats; the slots that have a next turn to feed."""
@@ -124,7 +149,7 @@ class Scheduler:
             self.sink.answered(len(answer))
             if chat.done:
                 self.slots.chat[slot] = None
-                self.slots.free.append(slot)
+                self.slots.free.give(slot)
                 idle.append(slot)
                 self.sink.put(chat.index, chat)
             else:
@@ -135,7 +160,7 @@ class Scheduler:
     def _fail(self, slot: int, failure: Failure, release: bool = True) -> None:
         chat = self.slots.chat[slot]
         self.slots.chat[slot] = None
-        self.slots.free.append(slot)
+        self.slots.free.give(slot)
         if release:
             self.dec.release([slot])
         self.sink.put(chat.index, (chat, failure))

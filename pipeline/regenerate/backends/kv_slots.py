@@ -8,7 +8,8 @@ attention function (transformers' `AttentionInterface`, the library's hook for c
 kernels) writes each new key and value into the row's slot at the row's position and
 attends over the slot up to it. Rotary positions come from the `position_ids` the caller
 passes, so every row can be anywhere. A slot keeps what a chat's earlier turns computed, so
-the next turn prefills only the tokens that are new.
+the next turn prefills only the tokens that are new. A decode step attends lane by lane
+(lanes.py), each contiguous range of slots only as wide as its own longest chat.
 
 The buffers have one spare column at the end that no query attends: padding tokens of a
 prefill write there. Grouped-query heads are folded into the query length, so SDPA's fused
@@ -58,6 +59,7 @@ class SlotKV:
         self.pos: torch.Tensor | None = None  # [rows, q] column each token writes
         self.mask: torch.Tensor | None = None  # [rows, 1, q, width] which columns each query sees
         self.width = 0
+        self.lanes: list[tuple[int, int, int, torch.Tensor]] = []  # decode: (first slot, end, width, mask)
 
     @property
     def capacity(self) -> int:
@@ -75,12 +77,15 @@ class SlotKV:
                 new[:, :, :old] = b[:, :, :old]
                 bufs[i] = new
 
-    def set_decode(self, pos: torch.Tensor, width: int) -> None:
-        """Every slot feeds one token at `pos` [slots] (in place, so a captured graph replays it)."""
-        self.rows, self.width = None, width
+    def set_decode(self, pos: torch.Tensor, lanes: list[tuple[int, int, int]]) -> None:
+        """Every slot feeds one token at `pos` [slots] (in place, so a captured graph replays
+        it); the slots `start:end` of each lane attend over their first `width` columns."""
+        self.rows, self.width = None, max(w for _, _, w in lanes)
         self.pos = pos[:, None]
-        cols = torch.arange(width, device=pos.device)
-        self.mask = (cols[None, :] <= pos[:, None])[:, None, None, :]
+        self.lanes = []
+        for start, end, width in lanes:
+            cols = torch.arange(width, device=pos.device)
+            self.lanes.append((start, end, width, (cols[None, :] <= pos[start:end, None])[:, None, None, :]))
 
     def set_prefill(self, rows: torch.Tensor, pos: torch.Tensor, width: int) -> None:
         """Slots `rows` feed tokens at `pos` [rows, q]; a padding token has position -1."""
@@ -103,9 +108,12 @@ class SlotKV:
         kb[slots, :, self.pos] = k.transpose(1, 2).to(kb.dtype)
         vb[slots, :, self.pos] = v.transpose(1, 2).to(vb.dtype)
         if self.rows is None:
-            keys, values = kb[:, :, : self.width], vb[:, :, : self.width]
-        else:
-            keys, values = kb[self.rows, :, : self.width], vb[self.rows, :, : self.width]
+            folded = q.reshape(n, kb.shape[1], groups * qlen, dim)
+            outs = [F.scaled_dot_product_attention(folded[a:b], kb[a:b, :, :w], vb[a:b, :, :w], attn_mask=mask,
+                                                   scale=scaling) for a, b, w, mask in self.lanes]
+            out = outs[0] if len(outs) == 1 else torch.cat(outs)
+            return out.reshape(n, heads, qlen, dim).transpose(1, 2)
+        keys, values = kb[self.rows, :, : self.width], vb[self.rows, :, : self.width]
         kv_heads = keys.shape[1]
         folded = q.reshape(n, kv_heads, groups * qlen, dim)
         mask = self.mask
