@@ -275,7 +275,14 @@ def train_cmd(a: argparse.Namespace, arm: Arm, target: Path, steps: int) -> list
                  "--lr", str(a.lr), "--warmup-ratio", str(a.warmup_ratio), "--ttt-length", str(a.ttt_length),
                  "--draft-vocab", str(a.draft_vocab), "--seed", str(a.seed), "--device", a.device,
                  "--val-samples", str(a.val_samples), "--save-every", str(max(1, steps // 4)),
-                 "--keep-last", "1", "--log-every", str(max(1, steps // 20)), "--resume")
+                 "--keep-last", "1", "--log-every", str(max(1, steps // 20)), "--resume", *gpu_share(a))
+
+
+def gpu_share(a: argparse.Namespace) -> list[str]:
+    """Trainers sharing one GPU each get an equal share of it: unbounded, the first ones' caching
+    allocators kept 63 GB each of the H200 (a peak of ~23 GB in use) and the later arms ran out."""
+    together = min(a.parallel, len(a.arms))
+    return ["--gpu-memory-share", f"{0.95 / together:.3f}"] if a.device == "cuda" and together > 1 else []
 
 
 def export_cmd(a: argparse.Namespace, arm: Arm, target: Path) -> list[str]:
@@ -561,7 +568,8 @@ def train_figures(a: argparse.Namespace, arm: Arm) -> dict:
     val = s.get("val") or {}
     return {"steps": s.get("steps"), "tokens": s.get("tokens"), "seconds": s.get("seconds"),
             "tokens_per_s": s.get("tokens_per_s"), "loss": s.get("loss"), "acc": s.get("acc") or [],
-            "val_acc": val.get("acc") or [], "val_samples": val.get("samples"), "stopped": s.get("stopped")}
+            "val_acc": val.get("acc") or [], "val_samples": val.get("samples"), "stopped": s.get("stopped"),
+            "peak_gpu_bytes": s.get("peak_gpu_bytes")}
 
 
 def nan(x: object) -> float:
@@ -602,7 +610,8 @@ def report(c: Ctx) -> None:
         log(f"  {arm_label(a, arm):<14} {arm_samples(a, arm):,} samples, {t['steps']} steps, {t['tokens'] or 0:,} tokens "
             f"seen in {nan(t['seconds']):.0f}s ({nan(t['tokens_per_s']):,.0f} tok/s), loss {nan(t['loss']):.3f}, "
             f"acc {qb.fmt_rates(t['acc'])}, val acc {qb.fmt_rates(t['val_acc'])} ({t['val_samples']} held-out "
-            "samples)" + (" STOPPED before its last step" if t["stopped"] else ""))
+            "samples)" + (f", peak GPU {t['peak_gpu_bytes'] / 2**30:.1f} GiB" if t["peak_gpu_bytes"] else "")
+            + (" STOPPED before its last step" if t["stopped"] else ""))
     if a.online_via_store and any(arm.source == "online" for arm in a.arms):
         log("  * DRY RUN of the online arm: trained from a store of all its samples (--online-via-store), not online")
     best = [(r["acceptance_length"], arm.name) for (arm, s, k), r in figures.items() if r and k == 3 and s == "sharegpt"]

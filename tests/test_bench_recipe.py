@@ -101,6 +101,28 @@ def test_online_arms_train_from_the_merged_set_and_store_arms_from_a_5000_sample
     assert extract[extract.index("--limit") + 1] == "5000" and "--store-dtype" not in extract
 
 
+def test_trainers_sharing_one_gpu_each_hold_an_equal_share_of_it_and_the_trainer_takes_the_flag(tmp_path):
+    from pipeline.train.__main__ import build_parser as train_parser
+    from pipeline.train.errors import BadInput
+    from pipeline.train.options import Options
+
+    four = _opts(tmp_path, "--arms", "regen-online", "raw-online", "regen-store", "regen-fp8", "--parallel", "4")
+    cmd = recipe.train_cmd(four, recipe.Arm("regen", "online"), tmp_path / "t", 700)
+    assert cmd[cmd.index("--gpu-memory-share") + 1] == "0.237"  # four trainers at once: a quarter each, less slack
+    fields = vars(train_parser().parse_args(cmd[3:]))
+    fields.pop("estimate"), fields.pop("json")
+    Options(**fields).validate()
+    one_at_a_time = _opts(tmp_path, "--arms", "regen-online", "raw-online", "--parallel", "1")
+    assert "--gpu-memory-share" not in recipe.train_cmd(one_at_a_time, recipe.Arm("raw", "online"), tmp_path, 700)
+    on_cpu = _opts(tmp_path, "--arms", "regen-online", "raw-online", "--parallel", "2")
+    on_cpu.device = "cpu"
+    assert "--gpu-memory-share" not in recipe.train_cmd(on_cpu, recipe.Arm("raw", "online"), tmp_path, 700)
+    for wrong in ("0", "1.5"):
+        bad = Options(**{**fields, "gpu_memory_share": float(wrong)})
+        with pytest.raises(BadInput, match=f"--gpu-memory-share {float(wrong)}: must be in 0.02..1.0"):
+            bad.validate()
+
+
 def test_the_dry_run_flag_is_the_only_way_an_online_arm_reads_a_store(tmp_path):
     a = _opts(tmp_path, "--online-via-store", "--store-dtype", "fp8")
     online = recipe.train_cmd(a, recipe.Arm("raw", "online"), tmp_path / "t", 700)

@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(starts fresh when there is none)")
     p.add_argument("--overwrite", action="store_true", help="delete the checkpoints in --out and start over")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available; rank's LOCAL_RANK GPU)")
+    p.add_argument("--gpu-memory-share", type=float, default=None, help="the most of its GPU this process may hold, "
+                   "0.02-1 (default: all): for several trainers on one GPU, whose caching allocators would otherwise "
+                   "each keep what they once used and starve the others")
     p.add_argument("--checksums", default="sample", choices=["all", "sample", "none"],
                    help="store files whose checksum is verified before training (default sample)")
     p.add_argument("--init-head", default="target", choices=["target", "random"],

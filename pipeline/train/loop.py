@@ -43,6 +43,8 @@ def run(opts: Options, log: Callable[[str], None] = print, stop: threading.Event
     opts.validate()
     stop = stop or threading.Event()
     dist = Dist.from_env(opts.device)
+    if opts.gpu_memory_share is not None and dist.device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(opts.gpu_memory_share, dist.device)
     try:
         return _run(opts, dist, log if dist.rank == 0 else (lambda _s: None), stop)
     finally:

@@ -48,6 +48,7 @@ class Options:
     val_every: int | None = None
     vocab_data: str | None = None
     compile_target: bool | None = None  # online: torch.compile the target's layers (None: on CUDA)
+    gpu_memory_share: float | None = None  # the most of its GPU this process's allocator may hold
 
     @property
     def online(self) -> bool:
@@ -85,5 +86,5 @@ _BOUNDS = (
     ("warmup_ratio", 0.0, 1.0), ("min_lr_ratio", 0.0, 1.0), ("weight_decay", 0.0, 10.0),
     ("max_grad_norm", 0.0, 1e6), ("save_every", 1, MAX_STEPS), ("keep_last", 1, 10_000),
     ("log_every", 1, MAX_STEPS), ("workers", 0, 64), ("prefetch", 1, 64), ("val_share", 0.0, 0.5),
-    ("val_samples", 0, MAX_STEPS), ("val_every", 1, MAX_STEPS),
+    ("val_samples", 0, MAX_STEPS), ("val_every", 1, MAX_STEPS), ("gpu_memory_share", 0.02, 1.0),
 )
