@@ -280,7 +280,7 @@ def train_cmd(a: argparse.Namespace, arm: Arm, target: Path, steps: int) -> list
 
 def gpu_share(a: argparse.Namespace) -> list[str]:
     """Trainers sharing one GPU each get an equal share of it: unbounded, the first ones' caching
-    allocators kept 63 GB each of the H200 (a peak of ~23 GB in use) and the later arms ran out."""
+    allocators kept 63 GiB each of the H200 (a peak of ~23 GB in use) and the later arms ran out."""
     together = min(a.parallel, len(a.arms))
     return ["--gpu-memory-share", f"{0.95 / together:.3f}"] if a.device == "cuda" and together > 1 else []
 
