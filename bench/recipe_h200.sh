@@ -8,6 +8,9 @@
 # or, when device time is short, three calls: 1, then
 #   2s the target; regenerate what the budget leaves; merge; the 3,000-sample stores (carry .carry/r2)
 #   3s the four arms trained at once, export, evaluate
+# or, the recipe's own arm alone, two calls: 1, then
+#   2o the target; regenerate ~140 s; merge; regen-online trained with the GPU to itself; export; evaluate
+#      on ShareGPT's held-out prompts                                          (carry .carry/r2)
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
 #   2e the target; the raw-online arm trained for ~3 minutes; export; bench/evaluate_speed.py
 #      (before: a6110b2's pipeline.evaluate; after; a sweep of five settings)  (carry .carry/r2 .carry/old)
@@ -75,6 +78,15 @@ case "$call" in
         --phase-reserve export=25 --phase-reserve evaluate=80 --budget-s 420 --grace-s 15 > "$RES/call3.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
+2o)
+    target_wheel > "$RES/call2.log" || exit 1
+    ARMS=(regen-online)
+    recipe --phases target,regen,merge,train,export,evaluate --gguf "$GGUF_WHEEL" --regen-batch 1024 \
+        --train-rate 45000 --train-setup-s 40 --eval-sets sharegpt --phase-reserve merge=25 \
+        --phase-reserve train=300 --phase-reserve export=15 --phase-reserve evaluate=60 --budget-s 540 --grace-s 10 \
+        >> "$RES/call2.log" 2>&1
+    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    ;;
 2e)
     target_wheel > /dev/null || exit 1
     ARMS=(raw-online)
@@ -91,7 +103,7 @@ case "$call" in
         --out "$RES/evaluate-h200-random.txt" > "$RES/call1e.log" 2>&1
     ;;
 *)
-    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2e or 1e" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2e or 1e" >&2
     exit 2
     ;;
 esac
