@@ -120,11 +120,16 @@ def steps_kind(backend) -> str:
     return "CUDA graphs" if backend.graphs_used else "eager steps"
 
 
-def lanes_line(backend) -> str:
-    """What the lanes saved in the last run, and what capturing their graphs cost."""
+def lanes_line(backend, took: float) -> str:
+    """What the lanes saved in the last run, what capturing their graphs cost, and where the
+    host's time went: blocked on the device at its looks, launching prefills, or its own work."""
     s = backend.step_stats
+    own = took - s.waited_s - s.prefill_s - s.capture_s
     return (f"  decode attention read {s.columns / max(s.columns_one_width, 1):.0%} of the key columns one width "
-            f"for every slot would; {s.graphs} graphs captured in {s.capture_s:.1f} s (inside the time above)")
+            f"for every slot would; {s.graphs} graphs captured in {s.capture_s:.1f} s (inside the time above)\n"
+            f"  of the {took:.2f} s the host waited on the device {s.waited_s:.2f} s, launched prefills "
+            f"{s.prefill_s:.2f} s, captured graphs {s.capture_s:.2f} s, and worked {own:.2f} s on its own "
+            "(scheduling, tokenizing, detokenizing, launching decode steps; on a CPU, running them)")
 
 
 def profile(backend, chats, slots: int, graphs: bool, seed: int, out: Path) -> None:
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         frate, brate = ftok / fsec, btok / bsec
         lines.append(f"fast hf backend ({steps_kind(fast)}): "
                      f"{ftok} tokens in {fsec:.2f} s = {frate:,.0f} generated tokens/s ({ffail} failed)")
-        lines.append(lanes_line(fast))
+        lines.append(lanes_line(fast, fsec))
         lines.append(f"plain batched model.generate: {btok} tokens in {bsec:.2f} s = {brate:,.0f} generated tokens/s")
         lines.append(f"ratio fast / generate: {frate / brate:.1f}x")
         if a.temperature == 0:
@@ -260,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             mtok, msec, _, mfail = run_fast(fast, singles, more, graphs, a.seed)
             lines.append(f"fast hf backend at batch {more} ({steps_kind(fast)}): {mtok} tokens in {msec:.2f} s = "
                          f"{mtok / msec:,.0f} generated tokens/s ({mfail} failed)")
-            lines.append(lanes_line(fast))
+            lines.append(lanes_line(fast, msec))
         if a.profile:
             profile(fast, singles[:batch], batch, graphs, a.seed, a.profile)
             lines.append(f"profile of one fast run of {min(batch, len(singles))} prompts: {a.profile}")
@@ -269,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             turns = sum(len(v) for v in mans.values())
             lines.append(f"fast hf backend, whole chats: {len(chats[: a.multi_turn])} records, {turns} answers, "
                          f"{mtok} tokens in {msec:.2f} s = {mtok / msec:,.0f} generated tokens/s ({mfail} failed)")
+            lines.append(lanes_line(fast, msec))
     text = "\n".join(lines) + "\n"
     print(text, end="", flush=True)
     a.result.parent.mkdir(parents=True, exist_ok=True)

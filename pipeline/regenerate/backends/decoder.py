@@ -45,12 +45,16 @@ class Admit:
 @dataclass
 class StepStats:
     """What the decode steps read and cost, for the bench: key columns read with lanes, and
-    with one width for every slot; graphs captured and the seconds it took."""
+    with one width for every slot; graphs captured and the seconds it took; the seconds the
+    host spent blocked on the device at its looks, and launching prefills (on CUDA the device
+    works while the host launches; the rest of a run's wall is the host's own work)."""
 
     columns: int = 0
     columns_one_width: int = 0
     graphs: int = 0
     capture_s: float = 0.0
+    waited_s: float = 0.0
+    prefill_s: float = 0.0
 
 
 class Decoder:
@@ -187,7 +191,9 @@ class Decoder:
         """(slots whose answer ended, their tokens, whether each ended on an end token, tokens of
         the answers still going): the host's one look at the device per round."""
         ended = self.done & (self.gen > 0)
+        t0 = time.perf_counter()
         count, total = torch.stack([ended.sum(), self.gen.sum()]).tolist()
+        self.stats.waited_s += time.perf_counter() - t0
         if count == 0:
             return [], [], [], total
         idx = ended.nonzero().flatten()

@@ -14,6 +14,7 @@ each decode step attends every lane only as wide as its own longest chat so far.
 from __future__ import annotations
 
 import os
+import time
 
 from collections.abc import Callable, Iterator
 
@@ -121,8 +122,10 @@ class Scheduler:
             slot = self.slots.free.take(len(tokens) + self.dec.max_new + 1, bounds)
             self.slots.chat[slot], self.slots.held[slot] = chat, []
             admits.append(self._turn(slot, tokens))
+        t0 = time.perf_counter()
         for group in _groups(admits, PREFILL_TOKENS):
             self.dec.prefill(group)
+        self.dec.stats.prefill_s += time.perf_counter() - t0
 
     def _turn(self, slot: int, tokens: list[int]) -> Admit:
         held = self.slots.held[slot]
