@@ -49,7 +49,7 @@ case "$call" in
 2)
     target_wheel > "$RES/call2.log" || exit 1
     recipe --phases target --gguf "$GGUF_WHEEL" --budget-s 90 >> "$RES/call2.log" 2>&1
-    timeout 170 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
+    timeout 230 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
         --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
         --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
         --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1

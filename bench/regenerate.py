@@ -15,8 +15,11 @@ merged dataset). --baseline-limit runs the baseline on the first N of the same p
 backend on the first N whole chats, every user turn answered in order, the way regenerate
 runs; there is no baseline for it. --batch-size takes several values: the first is the
 baseline's batch, and the fast backend is timed at each. --profile FILE writes torch.profiler's
-table of one more fast run (the device kernels by time), to see where a step goes. This
-prints figures; it asserts nothing.
+table of one more fast run (the device kernels by time), to see where a step goes. Each
+timed run of the fast backend follows an untimed one on the same prompts and slots, which
+captures the CUDA graphs the timed run replays (the backend keeps its decoder between runs);
+each prints the graphs it still captured, and the split of its wall between waiting on the
+device, launching prefills and the host's own work. This prints figures; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ class Counting:
         self.answers += 1
 
     def generating(self, tokens: int) -> None:
+        pass
+
+    def tick(self) -> None:
         pass
 
 
@@ -247,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"max_new_tokens {max_new}, max prompt tokens {a.max_prompt_tokens or 'the target bound'}, "
                      f"temperature {a.temperature:g}, batch {batch}; baseline on {nbase}")
         graphs = not a.no_graphs
-        run_fast(fast, singles[:batch], batch, graphs, a.seed)  # warm-up: first graphs captured
+        run_fast(fast, singles, batch, graphs, a.seed)  # warm-up: the graphs the timed run replays, captured
         run_baseline(base, fast.tok, prompts[:min(batch, nbase)], batch, 8, a.temperature, fast.eos)  # warm-up
         ftok, fsec, fans, ffail = run_fast(fast, singles, batch, graphs, a.seed)
         btok, bsec, btexts = run_baseline(base, fast.tok, prompts[:nbase], batch, max_new, a.temperature, fast.eos)
@@ -261,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             same = sum(1 for (rid, _), t in zip(singles[:nbase], btexts) if fans.get(rid, [None])[0] == t)
             lines.append(f"greedy answers identical to model.generate's: {same} of {nbase}")
         for more in batches[1:]:
-            run_fast(fast, singles[: max(1, more // 4)], more, graphs, a.seed)  # warm-up: this batch's graphs
+            run_fast(fast, singles, more, graphs, a.seed)  # warm-up: this batch's graphs
             mtok, msec, _, mfail = run_fast(fast, singles, more, graphs, a.seed)
             lines.append(f"fast hf backend at batch {more} ({steps_kind(fast)}): {mtok} tokens in {msec:.2f} s = "
                          f"{mtok / msec:,.0f} generated tokens/s ({mfail} failed)")

@@ -66,6 +66,9 @@ class ListSink:
     def generating(self, tokens: int) -> None:
         pass
 
+    def tick(self) -> None:
+        pass
+
 
 def test_greedy_answers_equal_model_generate_for_mixed_lengths_and_turns_with_slots_refilled(target, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -133,6 +136,24 @@ def test_lanes_attend_narrower_than_the_longest_chat_and_answer_as_model_generat
     read = backend.step_stats
     # the long chats gather in one lane: the others read far fewer key columns than the longest needs
     assert read.columns < 0.75 * read.columns_one_width, read
+
+
+def test_a_second_run_on_the_same_backend_keeps_its_decoder_and_answers_the_same(target):
+    from pipeline.regenerate.backends.hf import HFBackend
+    from pipeline.regenerate.conversation import Chat
+
+    backend = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0)
+    runs = []
+    for _ in range(2):
+        chats = [Chat.start(i, f"r{i}", _mixed(i)) for i in range(8)]
+        backend.run(iter(chats), ListSink(), lambda chat: 0, slots=4, lane_slots=2)
+        runs.append(([[m["content"] for m in c.messages] for c in chats], backend.step_stats, backend._kept[1]))
+    (first, stats1, dec1), (second, stats2, dec2) = runs
+    assert dec2 is dec1  # kept: on CUDA its graphs are not captured again
+    assert second == first  # nothing of the first run leaks into the second
+    assert stats2.columns == stats1.columns and stats2 is not stats1  # each run counts its own steps
+    backend.run(iter([Chat.start(0, "r0", _mixed(0))]), ListSink(), lambda chat: 0, slots=3)
+    assert backend._kept[1] is not dec1  # other slots: a new decoder
 
 
 def test_a_new_chat_takes_the_narrowest_lane_already_wide_enough_else_the_widest():

@@ -204,6 +204,10 @@ class Decoder:
         hit = [t[-1] in self.eos_set for t in toks]
         return idx.tolist(), toks, hit, total - sum(lens)
 
+    def idle(self) -> bool:
+        """Every slot finished and released: nothing a next run could find half done."""
+        return bool(self.done.all()) and not bool(self.gen.any())
+
     def release(self, slots: list[int]) -> None:
         """Slots with nothing to do: they stay finished, and `finished` stops naming them."""
         if slots:

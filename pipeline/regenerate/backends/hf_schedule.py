@@ -9,6 +9,10 @@ once: no slot waits for the longest answer of a batch. Records enter in input or
 further than `window` ahead of the oldest unwritten one, so the sink's held records stay few.
 New records take their slots shortest first, each in the lane it widens least (lanes.py), and
 each decode step attends every lane only as wide as its own longest chat so far.
+
+The host's work that does not wait on an answer is done while the device decodes: the next
+records' first prompts are templated and tokenized ahead (`Ahead`), and the sink writes its
+output, between launching the decode steps and the look that waits for them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 
+from collections import deque
 from collections.abc import Callable, Iterator
 
 from ..conversation import Chat, checked
@@ -25,6 +30,7 @@ from .decoder import Admit, Decoder
 from .lanes import FreeSlots
 
 PREFILL_TOKENS = 8192  # tokens fed in one prefill forward (padding included)
+AHEAD_PER_SLOT = 0.25  # records tokenized ahead while the device decodes, per slot (more than a look frees)
 
 
 class Slots:
@@ -67,6 +73,49 @@ def _groups(admits: list[Admit], budget: int) -> Iterator[list[Admit]]:
         yield group
 
 
+class Ahead:
+    """The next records, each with its first prompt's tokens (or why it has none), prepared
+    before a slot is free for them."""
+
+    def __init__(self, chats: Iterator[Chat], prompt_ids: Callable[[list[dict[str, str]]], list[int]]) -> None:
+        self.chats, self.prompt_ids = chats, prompt_ids
+        self.ready: deque[tuple[Chat, list[int] | Failure]] = deque()
+        self.drained = False  # the input has no more records
+
+    @property
+    def exhausted(self) -> bool:
+        return self.drained and not self.ready
+
+    def prepare(self, n: int) -> None:
+        """Tokenize records until `n` are ready or the input ends."""
+        while len(self.ready) < n and not self.drained:
+            chat = next(self.chats, None)
+            if chat is None:
+                self.drained = True
+                return
+            try:
+                self.ready.append((chat, self.prompt_ids(chat.prompt())))
+            except Failure as f:
+                self.ready.append((chat, f))
+
+    def take(self, slots: int, below: int) -> list[tuple[Chat, list[int] | Failure]]:
+        """Records in input order, as many as fill `slots` free slots (a record that failed
+        takes none), each with an index below `below` (the sink's window)."""
+        out: list[tuple[Chat, list[int] | Failure]] = []
+        placed = 0
+        while placed < slots:
+            if not self.ready:
+                self.prepare(slots - placed)
+                if not self.ready:
+                    break
+            chat, tokens = self.ready[0]
+            if chat.index >= below:
+                break
+            out.append(self.ready.popleft())
+            placed += not isinstance(tokens, Failure)
+        return out
+
+
 class Scheduler:
     def __init__(self, decoder: Decoder, prompt_ids: Callable[[list[dict[str, str]]], list[int]],
                  decode: Callable[[list[int]], str], seed_of: Callable[[Chat], int], sink: Sink,
@@ -77,31 +126,22 @@ class Scheduler:
         self.step = 0
 
     def run(self, chats: Iterator[Chat]) -> None:
+        ahead = Ahead(chats, self.prompt_ids)
         due: list[int] = []
-        waiting: Chat | None = None
-        exhausted = False
         while True:
-            new: list[Chat] = []
-            while len(new) < len(self.slots.free) and not exhausted:
-                waiting = waiting or next(chats, None)
-                if waiting is None:
-                    exhausted = True
-                elif waiting.index < self.sink.next + self.window:
-                    new.append(waiting)
-                    waiting = None
-                else:
-                    break
-            self._admit(due, new)
+            self._admit(due, ahead.take(len(self.slots.free), self.sink.next + self.window))
             due = []
             if not self.slots.active():
-                if exhausted and waiting is None:
+                if ahead.exhausted:
                     return
                 continue
             self.dec.steps(self.sync_every, self.slots.widths(self.step, self.sync_every, self.dec.max_new))
             self.step += self.sync_every
+            ahead.prepare(AHEAD_PER_SLOT * self.dec.slots)  # while the device decodes
+            self.sink.tick()
             due = self._collect()
 
-    def _admit(self, due: list[int], new: list[Chat]) -> None:
+    def _admit(self, due: list[int], new: list[tuple[Chat, list[int] | Failure]]) -> None:
         """Feed the next turn of the chats in `due` slots, and the first of the `new` chats."""
         admits = []
         for slot in due:
@@ -112,11 +152,11 @@ class Scheduler:
                 continue
             admits.append(self._turn(slot, tokens))
         fresh = []
-        for chat in new:
-            try:
-                fresh.append((self.prompt_ids(chat.prompt()), chat))
-            except Failure as f:
-                self.sink.put(chat.index, (chat, f))
+        for chat, tokens in new:
+            if isinstance(tokens, Failure):
+                self.sink.put(chat.index, (chat, tokens))
+            else:
+                fresh.append((tokens, chat))
         bounds = self.slots.bounds(self.dec.max_new)
         for tokens, chat in sorted(fresh, key=lambda tc: len(tc[0])):
             slot = self.slots.free.take(len(tokens) + self.dec.max_new + 1, bounds)
