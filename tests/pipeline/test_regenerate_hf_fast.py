@@ -156,6 +156,33 @@ def test_a_second_run_on_the_same_backend_keeps_its_decoder_and_answers_the_same
     assert backend._kept[1] is not dec1  # other slots: a new decoder
 
 
+def test_slots_that_would_not_fit_in_memory_stop_with_what_to_lower(target, monkeypatch):
+    import torch
+
+    from pipeline.regenerate.backends import kv_slots
+    from pipeline.regenerate.backends.hf import HFBackend
+    from pipeline.regenerate.conversation import Chat
+    from pipeline.regenerate.errors import BadInput
+
+    backend = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0)
+    monkeypatch.setattr(kv_slots, "free_bytes", lambda device: kv_slots.HEADROOM + 100_000)
+    with pytest.raises(BadInput, match=r"^--batch-size 4: the slots' KV cache needs 394.8 KB more to hold 256 "
+                                       r"positions a slot, and 1.1 GB beside it for the forward; 1.1 GB are free on "
+                                       r"cpu; lower --batch-size, or bound the prompts with --max-prompt-tokens"):
+        backend.run(iter([Chat.start(0, "r0", _conv(0))]), ListSink(), lambda chat: 0, slots=4)
+    assert backend._kept is None
+
+    kv = kv_slots.SlotKV(layers=2, slots=4, kv_heads=2, head_dim=8, capacity=32, dtype=torch.float32,
+                         device=torch.device("cpu"))  # 33 kB: fits
+    kv.k[0][:, :, :32] = 1.0
+    with pytest.raises(kv_slots.CacheTooLarge, match="needs 4.2 MB more to hold 4,096 positions"):
+        kv.grow(4096)  # the cache must grow mid-run past what is free
+    assert kv.capacity == 32 and bool((kv.k[0][:, :, :32] == 1.0).all())  # what the slots hold is untouched
+    monkeypatch.setattr(kv_slots, "free_bytes", lambda device: kv_slots.HEADROOM + 10_000_000)
+    kv.grow(4096)
+    assert kv.capacity == 4096 and bool((kv.k[0][:, :, :32] == 1.0).all())
+
+
 def test_a_new_chat_takes_the_narrowest_lane_already_wide_enough_else_the_widest():
     from pipeline.regenerate.backends.lanes import FreeSlots, covering, layout
 

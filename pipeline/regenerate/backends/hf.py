@@ -31,7 +31,7 @@ from ..errors import BadInput, Failure
 from ..sink import Sink
 from .decoder import Decoder, StepStats
 from .hf_schedule import Scheduler
-from .kv_slots import NAME, UnsupportedAttention, register
+from .kv_slots import NAME, CacheTooLarge, UnsupportedAttention, register
 from .lanes import LANE_SLOTS
 from .sampler import Sampler
 
@@ -118,13 +118,18 @@ class HFBackend:
     def run(self, chats: Iterator[Chat], sink: Sink, seed_of: Callable[[Chat], int], slots: int,
             graphs: bool = True, lane_slots: int = LANE_SLOTS) -> None:
         """Answer every turn of every chat, handing each finished record to `sink`."""
-        decoder = self._decoder(slots, graphs, lane_slots)
         sync = SYNC_EVERY_CUDA if self.device.type == "cuda" else SYNC_EVERY_CPU
-        scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync, WINDOW_PER_SLOT * slots)
         try:
+            decoder = self._decoder(slots, graphs, lane_slots)
+            scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync,
+                                  WINDOW_PER_SLOT * slots)
             with torch.inference_mode():
                 scheduler.run(chats)
             self.graphs_used = decoder.graphs is not None
             self.step_stats = decoder.stats
         except UnsupportedAttention as e:
             raise BadInput(f"--model {self.model_dir}: {e}; use --backend server for this target") from None
+        except CacheTooLarge as e:
+            self._kept = None
+            raise BadInput(f"--batch-size {slots}: {e} on {self.device}; lower --batch-size, or bound the prompts "
+                           "with --max-prompt-tokens (what was answered is kept: rerun to resume)") from None

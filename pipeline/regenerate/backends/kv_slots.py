@@ -21,12 +21,39 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pipeline.sizes import format_bytes
+
 NAME = "eagle3_regen_slots"
 _ACTIVE: "SlotKV | None" = None
 
 
 class UnsupportedAttention(Exception):
     """The model asks its attention for something the slots do not do (a sliding window...)."""
+
+
+class CacheTooLarge(Exception):
+    """The slots' buffers would not fit in what the device has free: on a CPU the kernel would
+    kill the process, on a GPU torch would fail mid-step; this says so first."""
+
+    def __init__(self, needed: int, free: int, positions: int) -> None:
+        super().__init__(f"the slots' KV cache needs {format_bytes(needed)} more to hold {positions:,} positions "
+                         f"a slot, and {format_bytes(HEADROOM)} beside it for the forward; {format_bytes(free)} "
+                         "are free")
+        self.needed, self.free, self.positions = needed, free, positions
+
+
+HEADROOM = 1 << 30  # left free beside the cache: the forward's own tensors
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory a new buffer can take: the GPU's free memory and what torch holds unused, or the
+    host's available memory."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    import psutil
+
+    return psutil.virtual_memory().available
 
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -53,6 +80,7 @@ class SlotKV:
     def __init__(self, layers: int, slots: int, kv_heads: int, head_dim: int, capacity: int, dtype, device) -> None:
         self.shape = (slots, kv_heads, capacity + 1, head_dim)
         self.layers, self.dtype, self.device = layers, dtype, device
+        self._room_for(capacity, 0)
         self.k = [torch.zeros(self.shape, dtype=dtype, device=device) for _ in range(layers)]
         self.v = [torch.zeros(self.shape, dtype=dtype, device=device) for _ in range(layers)]
         self.rows: torch.Tensor | None = None  # slot of each batch row; None: every slot, in order
@@ -70,12 +98,24 @@ class SlotKV:
         if capacity <= self.capacity:
             return
         old = self.capacity
+        self._room_for(capacity, old)
         self.shape = (*self.shape[:2], capacity + 1, self.shape[3])
         for bufs in (self.k, self.v):
             for i, b in enumerate(bufs):
                 new = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
                 new[:, :, :old] = b[:, :, :old]
                 bufs[i] = new
+
+    def bytes_at(self, capacity: int) -> int:
+        """Bytes of every layer's K and V buffers with room for `capacity` positions a slot."""
+        slots, kv_heads, _, dim = self.shape
+        return 2 * self.layers * slots * kv_heads * (capacity + 1) * dim * self.dtype.itemsize
+
+    def _room_for(self, capacity: int, old: int) -> None:
+        needed = self.bytes_at(capacity) - (self.bytes_at(old) if old else 0)
+        free = free_bytes(self.device)
+        if needed + HEADROOM > free:
+            raise CacheTooLarge(needed, free, capacity)
 
     def set_decode(self, pos: torch.Tensor, lanes: list[tuple[int, int, int]]) -> None:
         """Every slot feeds one token at `pos` [slots] (in place, so a captured graph replays
