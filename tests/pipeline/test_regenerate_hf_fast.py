@@ -166,12 +166,18 @@ def test_slots_that_would_not_fit_in_memory_stop_with_what_to_lower(target, monk
 
     backend = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0)
     monkeypatch.setattr(kv_slots, "free_bytes", lambda device: kv_slots.HEADROOM + 100_000)
-    with pytest.raises(BadInput, match=r"^--batch-size 4: the slots' KV cache needs 394.8 KB more to hold 256 "
+    with pytest.raises(BadInput, match=r"^--batch-size 4: the slots' KV cache needs 198.1 KB more to hold 128 "
                                        r"positions a slot, and 1.1 GB beside it for the forward; 1.1 GB are free on "
                                        r"cpu; lower --batch-size, or bound the prompts with --max-prompt-tokens"):
         backend.run(iter([Chat.start(0, "r0", _conv(0))]), ListSink(), lambda chat: 0, slots=4)
     assert backend._kept is None
 
+    bounded = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0, max_prompt_tokens=40)
+    monkeypatch.setattr(kv_slots, "free_bytes", lambda device: 1 << 40)
+    bounded.run(iter([Chat.start(i, f"r{i}", _conv(i)) for i in range(4)]), ListSink(), lambda chat: 0, slots=4)
+    assert bounded._kept[1].kv.capacity == 40 + MAX_NEW + 1  # the most a slot can need, not 256
+
+    monkeypatch.setattr(kv_slots, "free_bytes", lambda device: kv_slots.HEADROOM + 100_000)
     kv = kv_slots.SlotKV(layers=2, slots=4, kv_heads=2, head_dim=8, capacity=32, dtype=torch.float32,
                          device=torch.device("cpu"))  # 33 kB: fits
     kv.k[0][:, :, :32] = 1.0

@@ -67,7 +67,8 @@ class Decoder:
         dtype = next(model.parameters()).dtype
         self.model, self.slots, self.max_new, self.sampler, self.device = model, slots, max_new, sampler, device
         self.max_positions = max_positions  # the most a slot can need (0: the target does not say)
-        self.kv = SlotKV(cfg.num_hidden_layers, slots, kv_heads, head_dim, WIDTH_STEP, dtype, device)
+        first = min(WIDTH_STEP, max_positions) if max_positions else WIDTH_STEP
+        self.kv = SlotKV(cfg.num_hidden_layers, slots, kv_heads, head_dim, first, dtype, device)
         z = dict(device=device, dtype=torch.int64)
         self.ids, self.pos, self.seeds, self.gen = (torch.zeros(slots, **z) for _ in range(4))
         self.done = torch.ones(slots, dtype=torch.bool, device=device)
