@@ -100,12 +100,12 @@ case "$call" in
 1e)
     timeout 250 python3 bench/evaluate_speed.py --shape 135m --prompts 20 --new-tokens 128 --batch 20 --device cuda \
         --sweep-prompts 2 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
-        --out "$RES/evaluate-h200-random.txt" > "$RES/call1e.log" 2>&1
+        --out "$RES/evaluate-h200-random.txt" > "$RES/call1.log" 2>&1
     ;;
 *)
     echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2e or 1e" >&2
     exit 2
     ;;
 esac
-df -h "$HOME" >> "$RES/call${call%s}.log"
+df -h "$HOME" >> "$RES/call${call:0:1}.log"  # every call, lettered or not, logs to call<digit>.log
 tail -25 "$RES/recipe-h200.txt" 2>/dev/null
