@@ -137,7 +137,7 @@ class Scheduler:
                 continue
             self.dec.steps(self.sync_every, self.slots.widths(self.step, self.sync_every, self.dec.max_new))
             self.step += self.sync_every
-            ahead.prepare(AHEAD_PER_SLOT * self.dec.slots)  # while the device decodes
+            ahead.prepare(int(AHEAD_PER_SLOT * self.dec.slots) + 1)  # while the device decodes
             self.sink.tick()
             due = self._collect()
 
