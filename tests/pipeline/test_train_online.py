@@ -156,6 +156,23 @@ def test_the_estimate_covers_the_peak_an_h200_measured_before_its_margin(tmp_pat
     assert est["gpu_bytes"] / 1e9 <= 1.5 * H200_PEAKS_GB[(shape, online)]  # and asks for no GPU it does not need
 
 
+def test_a_trainer_held_to_a_share_of_the_gpu_warns_when_the_estimate_needs_more(tmp_path):
+    from transformers import LlamaConfig
+
+    from pipeline.train.estimate import estimate, short_share
+
+    h200 = 150_000_000_000  # torch's total_memory of an H200, about 139.7 GiB
+    for shape in SHAPES:
+        LlamaConfig(**SHAPES[shape]).save_pretrained(tmp_path / shape)
+    small = estimate(tmp_path / "135m", True, 16384, 32000, 7, 2048)
+    big = estimate(tmp_path / "8b", True, 16384, 32000, 7, 2048)
+    assert short_share(small, 0.237, h200) is None  # the recipe's four online arms on one H200 fit
+    said = short_share(big, 0.237, h200)
+    assert said is not None and "--gpu-memory-share 0.237 holds this process to 35.5 GB of the GPU's 150.0 GB" in said
+    assert "--estimate puts this run at" in said and "lower --batch-tokens" in said
+    assert short_share(big, 1.0, h200) is None
+
+
 @pytest.mark.parametrize("kind", ["store folder", "fifo", "giant line"])
 def test_data_that_is_not_a_merged_file_is_refused_naming_what_it_is(reference_store, tiny_target, tmp_path, xt, kind):
     """A store passed as --data, a FIFO, or a file with no record lines: exit 2 with what it is,
