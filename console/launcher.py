@@ -62,10 +62,7 @@ class Launcher:
     def _forward(self, signum: int) -> None:
         child = self.child
         if child is not None and child.returncode is None:
-            try:
-                os.killpg(child.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
+            procs.signal_group(child.pid, signum)
 
     def stopping(self) -> bool:
         return self.stop_requested or self.rd.stopping_file.exists()

@@ -9,10 +9,12 @@ import graph, relative imports included (the AST scan it replaces missed `from .
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,18 +29,22 @@ DECLARED = {
 }
 
 
+def imports_in_functions(source: str) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement made inside a function of `source`."""
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from (node for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 def function_level_imports(source: str) -> list[tuple[int, str]]:
     """(line, module) of each import of our own modules (absolute or relative) made inside a
     function of `source`."""
     found = []
-    for fn in ast.walk(ast.parse(source)):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Import):
-                found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] in OURS]
-            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in OURS):
-                found.append((node.lineno, "." * node.level + (node.module or "")))
+    for node in imports_in_functions(source):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] in OURS]
+        elif node.level or (node.module or "").split(".")[0] in OURS:
+            found.append((node.lineno, "." * node.level + (node.module or "")))
     return sorted(set(found))
 
 
@@ -136,8 +142,10 @@ def _loaded_by(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
     return sorted({".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)})
 
 
-def _module_level_imports(path: Path) -> list[str]:
-    """What importing `path` loads at once: its imports outside functions and TYPE_CHECKING."""
+@functools.cache
+def _module_level_imports(path: Path) -> tuple[str, ...]:
+    """What importing `path` loads at once: its imports outside functions and TYPE_CHECKING
+    (parsed once a file: loads_heavy walks the same modules from many importers)."""
     found: list[str] = []
 
     def visit(body: list[ast.stmt]) -> None:
@@ -152,7 +160,7 @@ def _module_level_imports(path: Path) -> list[str]:
                         visit(getattr(node, field))
 
     visit(ast.parse(path.read_text(encoding="utf-8")).body)
-    return found
+    return tuple(found)
 
 
 def loads_heavy(module: str, seen: frozenset[str] = frozenset()) -> bool:
@@ -172,15 +180,10 @@ def needless_lazy_imports(package: Path) -> dict[str, list[tuple[int, str]]]:
     out: dict[str, list[tuple[int, str]]] = {}
     for path in sorted(package.rglob("*.py")):
         importer_heavy = loads_heavy(_module_of(path))
-        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(fn):
-                if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                    continue
-                ours = [m for m in _loaded_by(path, node) if m.split(".")[0] in OURS]
-                if ours and (importer_heavy or not any(loads_heavy(m) for m in ours)):
-                    out.setdefault(path.relative_to(ROOT).as_posix(), []).append((node.lineno, ours[-1]))
+        for node in imports_in_functions(path.read_text(encoding="utf-8")):
+            ours = [m for m in _loaded_by(path, node) if m.split(".")[0] in OURS]
+            if ours and (importer_heavy or not any(loads_heavy(m) for m in ours)):
+                out.setdefault(path.relative_to(ROOT).as_posix(), []).append((node.lineno, ours[-1]))
     return out
 
 

@@ -37,6 +37,7 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
 from console.core.lifecycle.project import Project
+from console.core.runs.procs import signal_group
 from console.ui.serve_rules import (
     DEFAULT_SESSIONS,
     HEIGHT,
@@ -46,7 +47,6 @@ from console.ui.serve_rules import (
     SESSION_ENV,
     WIDTH,
     bounded,
-    check_sessions,
     console_command,
     die_with_parent,
     known_hosts,
@@ -76,10 +76,7 @@ class Session(AppService):
     def kill(self, sig: int) -> None:
         proc = self._process
         if proc is not None and proc.returncode is None:
-            try:
-                os.killpg(proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(proc.pid, sig)
 
     async def stop(self) -> None:
         proc = self._process
@@ -106,11 +103,10 @@ class Session(AppService):
 
 
 class GuardedServer(Server):
-    def __init__(self, command: str, host: str, port: int, name: str, mode: str, sessions: int,
-                 token: str | None = None) -> None:
+    def __init__(self, command: str, host: str, port: int, name: str, mode: str, sessions: int) -> None:
         super().__init__(command, host=host, port=port, title=f"eagle3 · {name} ({mode})")
         self.name, self.mode = name, mode
-        self.token = token or secrets.token_urlsafe(24)
+        self.token = secrets.token_urlsafe(24)
         self.max_sessions = sessions
         self.allowed_hosts = known_hosts(host)
         self.sessions: set[Any] = set()
@@ -215,20 +211,20 @@ class GuardedServer(Server):
 
 
 def make_server(project: Project, address: str, sets: Sequence[str] = (), theme: str | None = None,
-                actions: bool = False, sessions: int = DEFAULT_SESSIONS, token: str | None = None) -> GuardedServer:
+                actions: bool = False, sessions: int = DEFAULT_SESSIONS) -> GuardedServer:
     """The guarded server for `project`, not yet listening."""
     host, port = parse_address(address)
     command = console_command(str(project.config.path), sets, theme, actions)
     return GuardedServer(command, host, port, project.config.name, "actions allowed" if actions else "read-only",
-                         sessions, token)
+                         sessions)
 
 
 def serve(project: Project, address: str, sets: Sequence[str] = (), theme: str | None = None,
           actions: bool = False, sessions: int = DEFAULT_SESSIONS) -> int:
-    server = make_server(project, address, sets, theme, actions, check_sessions(sessions))
-    host, port = parse_address(address)
-    if host not in LOOPBACK_NAMES:
-        print(f"eagle3: serving on {host}:{port}: anyone who can reach it and has the URL sees the console"
+    """Serve until stopped; the command line has checked `address` and `sessions` (serve_rules)."""
+    server = make_server(project, address, sets, theme, actions, sessions)
+    if server.host not in LOOPBACK_NAMES:
+        print(f"eagle3: serving on {server.host}:{server.port}: anyone who can reach it and has the URL sees the console"
               + ("" if not actions else " and can run and stop phases"), file=sys.stderr)
     server.serve()
     return 0

@@ -83,7 +83,7 @@ def _write_target(out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedToken
 
 
 def _target_entry(model: LlamaForCausalLM, shape: TargetShape, result: TrainResult, weights_sha256: str,
-                  kernels: str) -> dict:
+                  kernels: str, params: int) -> dict:
     """assets.json's account of the target: its shape, its bytes' hash and how it was trained."""
     return {
         "path": "target",
@@ -92,7 +92,7 @@ def _target_entry(model: LlamaForCausalLM, shape: TargetShape, result: TrainResu
         "hidden_size": shape.hidden_size,
         "vocab_size": model.config.vocab_size,
         "max_position_embeddings": shape.max_position_embeddings,
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": params,
         "dtype": "float32",
         "weights_sha256": weights_sha256,
         "cpu_kernels": kernels,
@@ -147,7 +147,7 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
         },
         "long_source": LONG_SOURCE,
         "tokenizer": {"path": "tokenizer", "vocab_size": len(tokenizer)},
-        "target": _target_entry(model, shape, result, weights_sha256, kernels),
+        "target": _target_entry(model, shape, result, weights_sha256, kernels, n_params),
     }
     write_json_atomic(out / "assets.json", assets)
     events.artifact(str(out / "assets.json"), bytes=(out / "assets.json").stat().st_size)

@@ -41,7 +41,7 @@ from pipeline import output_guard
 from pipeline.atomic_io import write_json_atomic
 from pipeline.chat.sources import SourceReport
 from pipeline.events import EventWriter
-from pipeline.merge.chunks import EncodeSettings, char_bound, line_bound
+from pipeline.merge.chunks import EXAMPLES_KEPT, EncodeSettings, char_bound, line_bound
 from pipeline.merge.options import MergeOptions, build_parser
 from pipeline.merge.output import default_stats_path, remove_stale_leftovers, shuffled_entries, write_merged
 from pipeline.merge.pool import Progress, check_tokenizer, run_chunks
@@ -112,15 +112,15 @@ def merge(opts: MergeOptions, events: EventWriter) -> dict:
     parts_dir.mkdir()
     try:
         settings = EncodeSettings(
-            opts.tokenizer, method, opts.max_len, opts.on_long, str(parts_dir), max_chars, max_line
+            opts.tokenizer, method, opts.max_len, opts.on_long, str(parts_dir), max_chars
         )
         results = run_chunks(read_chunks(sources, policy, reports), settings, tokenizer, workers, progress)
         progress.add(0, final=True)
 
         counted = tally(results, reports)
         for name, c in counted.counts.items():
-            report_drops(name, c, reports[name], counted.examples[name][:3], counted.oversize[name][:3], opts,
-                         (max_chars, max_line), events)
+            report_drops(name, c, reports[name], counted.examples[name][:EXAMPLES_KEPT],
+                         counted.oversize[name][:EXAMPLES_KEPT], opts, max_chars, events)
         refuse_empty(counted, reports, out)
         # again, just before replacing them: the merge took a while, and somebody may have put a file there
         output_guard.refuse_foreign_file(out, stats_path, STATS_KEYS, "merge")

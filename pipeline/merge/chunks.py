@@ -58,9 +58,6 @@ class SourceCounts:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 @dataclass
 class ChunkResult:
@@ -83,7 +80,6 @@ class EncodeSettings:
     on_long: str
     parts_dir: str
     max_chars: int
-    max_line_bytes: int
 
 
 _worker: tuple[Any, EncodeSettings] | None = None
@@ -111,6 +107,10 @@ def char_bound(tokenizer: Any, max_len: int) -> int:
 
 def line_bound(max_chars: int) -> int:
     return max(MIN_LINE_BYTES, max_chars * LINE_BYTES_PER_CHAR)
+
+
+def content_chars(messages: list[dict[str, str]]) -> int:
+    return sum(len(m["content"]) for m in messages)
 
 
 def cut_conversation(messages: list[dict[str, str]], max_chars: int) -> list[dict[str, str]]:
@@ -148,7 +148,7 @@ def encode_chunk(chunk: Chunk) -> ChunkResult:
             line = rec.line
             result.shapes[rec.shape] = result.shapes.get(rec.shape, 0) + 1
             conversation = rec.conversations
-            if sum(len(m["content"]) for m in conversation) > s.max_chars:
+            if content_chars(conversation) > s.max_chars:
                 counts.over_char_bound += 1
                 if len(result.oversize_examples) < EXAMPLES_KEPT:
                     result.oversize_examples.append(f"{rec.id} ({chunk.path}:{line})")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipeline.chat.records import ChatRecord
 from pipeline.chat.sources import SourcePolicy, SourceReport, iter_records, parse_role_map, source_files
-from pipeline.merge.chunks import Chunk
+from pipeline.merge.chunks import Chunk, content_chars
 from pipeline.merge.options import MergeOptions
 from pipeline.program_edge import BadInput
 
@@ -69,10 +69,6 @@ def resolve_sources(args: list[str], include: list[str], exclude: list[str]) -> 
     return found
 
 
-def _content_chars(rec: ChatRecord) -> int:
-    return sum(len(m["content"]) for m in rec.conversations)
-
-
 def read_chunks(sources: list[Source], policy: SourcePolicy, reports: dict[str, SourceReport]) -> Iterator[Chunk]:
     """Every usable record, in source order, in chunks of at most CHUNK_RECORDS records or
     CHUNK_CHARS characters; a chunk never spans two sources."""
@@ -82,7 +78,7 @@ def read_chunks(sources: list[Source], policy: SourcePolicy, reports: dict[str, 
         chars = 0
         for rec in iter_records(src.path, src.name, policy, reports[src.name]):
             batch.append(rec)
-            chars += _content_chars(rec)
+            chars += content_chars(rec.conversations)
             if len(batch) >= CHUNK_RECORDS or chars >= CHUNK_CHARS:
                 yield Chunk(index, src.name, str(src.path), tuple(batch))
                 index += 1

@@ -72,10 +72,9 @@ def report_drops(
     examples: list[str],
     oversize: list[str],
     opts: MergeOptions,
-    bounds: tuple[int, int],
+    max_chars: int,
     events: EventWriter,
 ) -> None:
-    max_chars, max_line = bounds
     notes: list[str] = []
     for note in report.warnings():
         if note.startswith(f"{c.lines_too_long} lines longer than"):

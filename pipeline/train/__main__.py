@@ -141,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
 def _estimate(args: argparse.Namespace) -> int:
     import json
 
-    from .estimate import describe, estimate
+    from .estimate import describe, estimate, micro_batch_tokens
 
     est = estimate(args.target, online=args.data is not None or args.store is None,
-                   batch_tokens=args.batch_tokens or (args.batch_size * args.max_len if args.batch_size else 16384),
+                   batch_tokens=micro_batch_tokens(args.batch_tokens, args.batch_size, args.max_len),
                    draft_vocab=args.draft_vocab, ttt_length=args.ttt_length, max_len=args.max_len)
     print(json.dumps(est) if args.json else describe(est), flush=True)
     return 0

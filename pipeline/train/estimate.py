@@ -25,6 +25,7 @@ from ..drafter.config import DrafterConfig
 from ..sizes import format_bytes
 from ..target.config import read_config, text_config
 from ..target.weights import FingerprintError, weight_files
+from .options import DEFAULT_BATCH_TOKENS
 
 MARGIN = 1.2
 BF16 = 2
@@ -60,6 +61,12 @@ def _target_params(target: Path, cfg: dict) -> int:
     kv = int(cfg.get("num_key_value_heads") or heads)
     per_layer = h * heads * head_dim * 2 + 2 * h * kv * head_dim + 3 * h * inter
     return vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + layers * per_layer
+
+
+def micro_batch_tokens(batch_tokens: int | None, batch_size: int | None, max_len: int) -> int:
+    """Padded tokens of the largest micro-batch: --batch-tokens, or --batch-size samples of
+    --max-len, or the trainer's default."""
+    return batch_tokens or (batch_size * max_len if batch_size else DEFAULT_BATCH_TOKENS)
 
 
 def estimate(target: Path, online: bool, batch_tokens: int, draft_vocab: int, ttt_length: int,

@@ -25,7 +25,7 @@ import torch
 from ..program_edge import leave_stops_to_parent
 from . import checkpoint, saving, step as steps
 from .data import StepDataset
-from .estimate import estimate, short_share
+from .estimate import estimate, micro_batch_tokens, short_share
 from .dist import Dist
 from .errors import Stopped
 from .loss import StepAborted
@@ -45,17 +45,20 @@ def run(opts: Options, log: Callable[[str], None] = print, stop: threading.Event
     stop = stop or threading.Event()
     dist = Dist.from_env(opts.device)
     log = log if dist.rank == 0 else (lambda _s: None)
-    if opts.gpu_memory_share is not None and dist.device.type == "cuda":
-        torch.cuda.set_per_process_memory_fraction(opts.gpu_memory_share, dist.device)
-        _check_share(opts, torch.cuda.get_device_properties(dist.device).total_memory, log)
     try:
+        if opts.gpu_memory_share is not None and dist.device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(opts.gpu_memory_share, dist.device)
+            if dist.rank == 0:
+                _check_share(opts, torch.cuda.get_device_properties(dist.device).total_memory, log)
         return _run(opts, dist, log, stop)
     finally:
         dist.close()
 
 
 def _check_share(opts: Options, total: int, log: Callable[[str], None]) -> None:
-    est = estimate(opts.target, online=opts.online, batch_tokens=opts.batch_tokens or opts.batch_size * opts.max_len,
+    """Rank 0 only: the estimate reads the target's config and weight headers, the same for every rank."""
+    est = estimate(opts.target, online=opts.online,
+                   batch_tokens=micro_batch_tokens(opts.batch_tokens, opts.batch_size, opts.max_len),
                    draft_vocab=opts.draft_vocab, ttt_length=opts.ttt_length, max_len=opts.max_len)
     warning = short_share(est, opts.gpu_memory_share, total)
     if warning:

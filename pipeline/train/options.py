@@ -9,6 +9,7 @@ from pathlib import Path
 from .errors import BadInput
 
 MAX_STEPS = 100_000_000
+DEFAULT_BATCH_TOKENS = 16384
 DEFAULT_VAL_MAX = 256
 """--val-share's slice is capped at this many samples (an explicit --val-samples is not): each validation
 reads its samples from the store, 50 MB apiece for an 8B target at 2048 tokens."""
@@ -61,7 +62,7 @@ class Options:
         if self.epochs is None and self.steps is None:
             self.epochs = 1
         if self.batch_tokens is None and self.batch_size is None:
-            self.batch_tokens = 16384
+            self.batch_tokens = DEFAULT_BATCH_TOKENS
         if self.batch_tokens is not None and self.batch_size is not None:
             raise BadInput("--batch-tokens and --batch-size exclude each other; pass one")
         for name, lo, hi in _BOUNDS:

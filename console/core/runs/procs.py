@@ -124,14 +124,20 @@ def _signal_all(procs: Iterable[psutil.Process], sig: int) -> None:
             continue
 
 
-def _group_signal(pgid: int, sig: int, members: dict[int, psutil.Process], spare: Collection[int]) -> None:
-    if any(_safe_pgid(s) == pgid for s in spare):
-        _signal_all((p for p in members.values() if _safe_pgid(p.pid) == pgid), sig)
-        return
+def signal_group(pgid: int, sig: int) -> None:
+    """`sig` to every process of group `pgid`; a group already gone, or not ours to signal,
+    is not an error: whoever asked wanted it ended."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _group_signal(pgid: int, sig: int, members: dict[int, psutil.Process], spare: Collection[int]) -> None:
+    if any(_safe_pgid(s) == pgid for s in spare):
+        _signal_all((p for p in members.values() if _safe_pgid(p.pid) == pgid), sig)
+        return
+    signal_group(pgid, sig)
 
 
 def _safe_pgid(pid: int) -> int | None:

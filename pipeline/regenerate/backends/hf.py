@@ -69,10 +69,18 @@ class HFBackend:
         if not self.eos:
             raise BadInput(f"--model {model_dir}: neither generation_config.json nor the tokenizer names an end token")
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self.graphs_used = False  # whether the last run's decode steps replayed CUDA graphs (capture can fail)
-        self.step_stats = None  # the last run's decoder.StepStats
         self._kept: tuple[tuple, Decoder] | None = None  # (slots, graphs, lane_slots), the decoder
         self._use_slots()
+
+    @property
+    def graphs_used(self) -> bool:
+        """Whether the last run's decode steps replayed CUDA graphs (capture can fail)."""
+        return self._kept is not None and self._kept[1].graphs is not None
+
+    @property
+    def step_stats(self) -> StepStats | None:
+        """The last run's counts (decoder.StepStats)."""
+        return self._kept[1].stats if self._kept is not None else None
 
     def _use_slots(self) -> None:
         """Route the target's attention to the slot cache (kv_slots.py)."""
@@ -134,8 +142,6 @@ class HFBackend:
                                   WINDOW_PER_SLOT * slots)
             with torch.inference_mode():
                 scheduler.run(chats)
-            self.graphs_used = decoder.graphs is not None
-            self.step_stats = decoder.stats
         except UnsupportedAttention as e:
             raise BadInput(f"--model {self.model_dir}: {e}; use --backend server for this target") from None
         except CacheTooLarge as e:

@@ -50,13 +50,15 @@ class Slots:
 
     def bounds(self, max_new: int) -> list[int]:
         """Each lane's widest chat: positions its current turn can reach."""
-        return [max((len(self.prompt[s]) + max_new + 1 for s in lane if self.chat[s] is not None), default=0)
-                for lane in self.lanes]
+        return self._lane_max(lambda s: len(self.prompt[s]) + max_new + 1)
 
     def widths(self, step: int, ahead: int, max_new: int) -> list[int]:
         """Each lane's attention width for the next `ahead` decode steps."""
-        return [max((len(self.prompt[s]) + min(step - self.since[s] + ahead, max_new) + 1
-                     for s in lane if self.chat[s] is not None), default=1) for lane in self.lanes]
+        return self._lane_max(lambda s: len(self.prompt[s]) + min(step - self.since[s] + ahead, max_new) + 1)
+
+    def _lane_max(self, reach: Callable[[int], int]) -> list[int]:
+        """The most `reach` gives over each lane's busy slots (0 for an idle lane)."""
+        return [max((reach(s) for s in lane if self.chat[s] is not None), default=0) for lane in self.lanes]
 
 
 def _groups(admits: list[Admit], budget: int) -> Iterator[list[Admit]]:
