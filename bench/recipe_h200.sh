@@ -11,6 +11,9 @@
 # or, the recipe's own arm alone, two calls: 1, then
 #   2o the target; regenerate ~140 s; merge; regen-online trained with the GPU to itself; export; evaluate
 #      on ShareGPT's held-out prompts                                          (carry .carry/r2)
+# or, the recipe's own arm with a call each for regeneration and training: 1, then
+#   2r the target; regenerate until the call's budget; merge                (carry .carry/r2)
+#   3o regen-online trained with the GPU to itself for the whole call; export; evaluate
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
 #   2e the target; the raw-online arm trained for ~3 minutes; export; bench/evaluate_speed.py
 #      (before: a6110b2's pipeline.evaluate; after; a sweep of five settings)  (carry .carry/r2 .carry/old)
@@ -87,6 +90,18 @@ case "$call" in
         >> "$RES/call2.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
+2r)
+    target_wheel > "$RES/call2.log" || exit 1
+    ARMS=(regen-online)
+    recipe --phases target,regen,merge --gguf "$GGUF_WHEEL" --regen-batch 1024 --phase-reserve merge=30 \
+        --budget-s 545 --grace-s 10 >> "$RES/call2.log" 2>&1
+    ;;
+3o)
+    ARMS=(regen-online)
+    recipe --phases train,export,evaluate --train-rate 55000 --train-setup-s 40 --phase-reserve export=15 \
+        --phase-reserve evaluate=60 --budget-s 550 --grace-s 10 > "$RES/call3.log" 2>&1
+    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    ;;
 2e)
     target_wheel > /dev/null || exit 1
     ARMS=(raw-online)
@@ -103,7 +118,7 @@ case "$call" in
         --out "$RES/evaluate-h200-random.txt" > "$RES/call1.log" 2>&1
     ;;
 *)
-    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2e or 1e" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2r, 3o, 2e or 1e" >&2
     exit 2
     ;;
 esac
