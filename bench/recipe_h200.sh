@@ -14,6 +14,8 @@
 # or, the recipe's own arm with a call each for regeneration and training: 1, then
 #   2r the target; regenerate until the call's budget; merge                (carry .carry/r2)
 #   3o regen-online trained with the GPU to itself for the whole call; export; evaluate
+# or, regeneration's bench alone: 1, then
+#   2b the target; bench/regenerate.py as call 2 runs it                     (carry .carry/r2)
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
 #   2e the target; the raw-online arm trained for ~3 minutes; export; bench/evaluate_speed.py
 #      (before: a6110b2's pipeline.evaluate; after; a sweep of five settings)  (carry .carry/r2 .carry/old)
@@ -90,6 +92,14 @@ case "$call" in
         >> "$RES/call2.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
     ;;
+2b)
+    target_wheel > "$RES/call2.log" || exit 1
+    recipe --phases target --gguf "$GGUF_WHEEL" --budget-s 90 >> "$RES/call2.log" 2>&1
+    timeout 260 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
+        --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
+        --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
+        --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
+    ;;
 2r)
     target_wheel > "$RES/call2.log" || exit 1
     ARMS=(regen-online)
@@ -118,7 +128,7 @@ case "$call" in
         --out "$RES/evaluate-h200-random.txt" > "$RES/call1.log" 2>&1
     ;;
 *)
-    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2r, 3o, 2e or 1e" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2r, 3o, 2b, 2e or 1e" >&2
     exit 2
     ;;
 esac
