@@ -111,6 +111,7 @@ case "$call" in
     recipe --phases train,export,evaluate --train-rate 55000 --train-setup-s 40 --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s 550 --grace-s 10 > "$RES/call3.log" 2>&1
     tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    tar cf "$RES/drafter-regen-online.tar" -C "$W/drafters" regen-online 2>/dev/null  # questions after the machine is gone
     ;;
 2e)
     target_wheel > /dev/null || exit 1
