@@ -247,6 +247,7 @@ def regen_cmd(a: argparse.Namespace, target: Path) -> list[str]:
                  "--batch-size", str(a.regen_batch), "--max-new-tokens", str(a.max_new_tokens),
                  "--max-prompt-tokens", str(max(1, a.max_len - a.max_new_tokens)),
                  "--temperature", str(a.temperature), "--seed", str(a.seed))
+    argv += [] if a.keep_loops else ["--trim-loops"]
     return argv + (["--samples-per-prompt", str(a.samples_per_prompt)] if a.samples_per_prompt > 1 else [])
 
 
@@ -429,7 +430,9 @@ def phase_regen(c: Ctx, target: Path) -> None:
         gen = stats.get("generated_tokens") or 0
         log(f"  regenerate: {stats.get('status')}, {stats.get('records_out')} of {stats.get('wanted')} records, "
             f"{gen:,} tokens generated in {secs:.0f}s ({gen / secs if secs else 0:,.0f} tokens/s), failures "
-            f"{stats.get('failures')}" + ("" if job.rc == 0 else f" (exit {job.rc})"))
+            f"{stats.get('failures')}" + ("" if job.rc == 0 else f" (exit {job.rc})")
+            + (f"; {stats.get('loops_cut')} looping answers cut ({stats.get('loop_tokens_cut'):,} tokens)"
+               if stats.get("loops_cut") is not None and not a.keep_loops else ""))
         c.state.data.setdefault("regen_calls", []).append(
             {"records_out": stats.get("records_out"), "generated_tokens": gen, "seconds": secs})
         c.state.save()
@@ -728,6 +731,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="regeneration's (default 0: greedy)")
     p.add_argument("--samples-per-prompt", type=int, default=1, help="regenerated samples per prompt (needs "
                    "temperature > 0; passed only when > 1)")
+    p.add_argument("--keep-loops", action="store_true", help="regenerate without --trim-loops: answers that "
+                   "loop to --max-new-tokens are kept whole (docs/regenerate.md)")
     p.add_argument("--regen-batch", type=int, default=128, help="regeneration batch (default 128)")
     p.add_argument("--regen-dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--min-regen-records", type=int, default=50, help="fewer regenerated: merge refuses (default 50)")

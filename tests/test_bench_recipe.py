@@ -167,3 +167,12 @@ def test_new_data_for_an_arm_forgets_its_run_drafter_and_figures_but_not_the_oth
     assert not recipe.eval_report(a, regen, "sharegpt", 3).exists()
     assert recipe.run_dir(a, raw).exists() and recipe.eval_report(a, raw, "sharegpt", 3).exists()
     assert "train_steps" not in recipe.State(tmp_path).data  # sized again for the new data
+
+
+def test_the_recipe_regenerates_with_looping_answers_cut_unless_told_to_keep_them(tmp_path):
+    from pipeline.regenerate.options import parse
+
+    cmd = recipe.regen_cmd(_opts(tmp_path), tmp_path / "t")
+    assert "--trim-loops" in cmd and parse(cmd[3:]).trim_loops
+    kept = recipe.regen_cmd(_opts(tmp_path, "--keep-loops"), tmp_path / "t")
+    assert "--trim-loops" not in kept and not parse(kept[3:]).trim_loops

@@ -29,7 +29,9 @@ class Chat:
     messages: list[dict[str, str]]
     pending: list[int]  # source positions after which an answer is due, in order
     turn: int = 0
-    tokens: int = 0
+    tokens: int = 0  # generated
+    cut: int = 0  # of them, cut from the end of looping answers (loops.py)
+    cut_answers: int = 0
 
     @classmethod
     def start(cls, index: int, rid: str, conversations: list[dict[str, str]]) -> "Chat":
@@ -53,9 +55,11 @@ class Chat:
     def prompt(self) -> list[dict[str, str]]:
         return list(self.messages)
 
-    def answer(self, text: str, tokens: int) -> None:
+    def answer(self, text: str, tokens: int, cut: int = 0) -> None:
         self.messages.append({"role": "assistant", "content": text})
         self.tokens += tokens
+        self.cut += cut
+        self.cut_answers += cut > 0
         self.turn += 1
         if not self.done:
             self._copy_until_due()

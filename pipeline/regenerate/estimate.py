@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int)
     p.add_argument("--max-new-tokens", type=int, default=2048)
     p.add_argument("--samples-per-prompt", type=int, default=1)
+    p.add_argument("--trim-loops", action="store_true", help="accepted as the run takes it; the bound is the same")
     p.add_argument("--role-map", default="")
     p.add_argument("--max-invalid", type=float, default=0.05)
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")

@@ -4,7 +4,8 @@
         --backend hf --model TARGET_DIR [--device cpu|cuda] [--dtype bf16|fp16|fp32] [--batch-size N]
         --backend server --server URL [--server URL ...] [--served-model NAME] [--concurrency N]
                  [--timeout S] [--retries N] [--max-consecutive-failures N]
-        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--samples-per-prompt N] [--limit N]
+        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--samples-per-prompt N] [--trim-loops]
+        [--limit N]
         [--role-map a=b,...] [--max-invalid SHARE] [--strict]
     python -m pipeline.regenerate --estimate SOURCE ... [--limit N] [--max-new-tokens N] [--json]
 
@@ -64,7 +65,8 @@ def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
 def _hf_backend(o: opts_mod.Options):
     from .backends.hf import HFBackend
 
-    return HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens)
+    return HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens,
+                     o.trim_loops)
 
 
 def _run_hf(o: opts_mod.Options, backend, chats: Iterator[Chat], sink: Sink) -> None:
@@ -177,7 +179,9 @@ def _run(o: opts_mod.Options, fd: int | None) -> int:
     took = time.monotonic() - started
     fails = ", ".join(f"{n} {k}" for k, n in sorted(stats.failures.items()))
     print(f"{NAME}: wrote {out.records} records ({stats.records_out} in {o.out}), {stats.generated_tokens} tokens "
-          f"generated in {took:.1f} s" + (f"; failed: {fails} (see {o.stats})" if fails else ""), flush=True)
+          f"generated in {took:.1f} s"
+          + (f"; {stats.loops_cut} looping answers cut, {stats.loop_tokens_cut} tokens" if o.trim_loops else "")
+          + (f"; failed: {fails} (see {o.stats})" if fails else ""), flush=True)
     if failed_run:
         raise PeerDead(failed_run)
     return 0

@@ -23,7 +23,7 @@ MAX_RETRIES = 20
 MAX_SERVERS = 64
 # What the run's output depends on: a resumed run must use the same, or its records would mix.
 GENERATION_KEYS = ("backend", "model", "served_model", "max_new_tokens", "temperature", "top_p", "seed",
-                   "samples_per_prompt")
+                   "samples_per_prompt", "trim_loops")
 MAX_SAMPLES = 64
 
 
@@ -49,6 +49,7 @@ class Options:
     top_p: float = 1.0
     seed: int = 0
     samples_per_prompt: int = 1
+    trim_loops: bool = False
     limit: int | None = None
     role_map: dict[str, str] = field(default_factory=dict)
     max_invalid: float = 0.05
@@ -107,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--samples-per-prompt", type=int, default=1, metavar="N",
                    help=f"answer every record N times (1..{MAX_SAMPLES}, default 1), each sample its own record "
                    "'<id>#s<k>' with its own seeds; needs --temperature above 0")
+    g.add_argument("--trim-loops", action="store_true",
+                   help="an answer that ran to --max-new-tokens in an exact loop keeps the loop's first two "
+                   "periods, not the rest (hf backend; docs/regenerate.md)")
     d = p.add_argument_group("data")
     d.add_argument("--limit", type=int, help="regenerate at most this many records (the first ones, in input order)")
     d.add_argument("--role-map", default="", help="extra roles, e.g. bing=assistant,chatgpt=assistant")
@@ -152,6 +156,9 @@ def parse(argv: list[str] | None = None) -> Options:
         if dev not in ("cpu", "cuda"):
             raise BadInput(f"--device must be cpu, cuda or cuda:N, got {a.device!r}")
     else:
+        if a.trim_loops:
+            raise BadInput("--trim-loops is for --backend hf, which sees each answer's tokens; a server returns "
+                           "text: drop the flag")
         if not a.server:
             raise BadInput("--backend server needs --server URL (e.g. http://127.0.0.1:30000)")
         if len(a.server) > MAX_SERVERS:
@@ -176,5 +183,5 @@ def parse(argv: list[str] | None = None) -> Options:
         concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
         max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
         temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt,
-        limit=a.limit, role_map=parse_role_map(a.role_map),
+        trim_loops=a.trim_loops, limit=a.limit, role_map=parse_role_map(a.role_map),
         max_invalid=a.max_invalid, strict=a.strict, max_failed_share=a.max_failed_share)

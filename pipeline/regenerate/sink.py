@@ -60,6 +60,8 @@ class Sink:
             else:
                 self.tokens += r.tokens
                 self.stats.generated_tokens += r.tokens
+                self.stats.loops_cut += r.cut_answers
+                self.stats.loop_tokens_cut += r.cut
                 self.stats.answers += r.turn
         self.tick()
 

@@ -17,7 +17,7 @@ from pipeline.atomic_io import write_bytes_atomic
 from .errors import BadInput
 
 EXAMPLES = 5  # failure examples kept per reason
-LATER_KEYS = {"samples_per_prompt": 1}  # options added after outputs existed: the value those runs had
+LATER_KEYS = {"samples_per_prompt": 1, "trim_loops": False}  # options added after outputs existed: the value those runs had
 
 
 @dataclass
@@ -33,6 +33,8 @@ class Stats:
     failure_examples: dict[str, list[str]] = field(default_factory=dict)
     generated_tokens: int = 0
     answers: int = 0
+    loops_cut: int = 0  # answers cut where they looped (--trim-loops)
+    loop_tokens_cut: int = 0
     started: float = field(default_factory=time.time)
     seconds_before: float = 0.0  # spent by earlier runs of the same output
     sources: dict = field(default_factory=dict)
@@ -53,7 +55,8 @@ class Stats:
             "wanted": self.wanted, "records_out": self.records_out,
             "resumed": self.resumed, "skipped": dict(sorted(self.skipped.items())),
             "failures": dict(sorted(self.failures.items())), "failure_examples": self.failure_examples,
-            "answers": self.answers, "generated_tokens": self.generated_tokens, "seconds": self.seconds(),
+            "answers": self.answers, "generated_tokens": self.generated_tokens, "loops_cut": self.loops_cut,
+            "loop_tokens_cut": self.loop_tokens_cut, "seconds": self.seconds(),
             "sources": self.sources, "options": self.options,
         }
 

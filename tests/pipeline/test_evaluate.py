@@ -271,3 +271,40 @@ def test_a_forward_that_ignores_the_cache_is_refused_not_scored(tiny, reference)
     prompt, ref = reference
     with pytest.raises(RuntimeError, match="did not extend its KV cache"):
         greedy(ignoring, prompt, len(ref))
+
+
+def test_the_first_draft_at_every_position_is_what_training_scored_there(tiny, target, reference):
+    """Validation accuracy and acceptance at the first draft position count the same thing: the
+    evaluation's first draft after each prefix equals the trainer's step-0 prediction for that
+    row (its capture, objective and drafter on the whole sequence), so a gap between the two
+    figures is the data's, not a misalignment."""
+    from pipeline.capture import Capturer
+    from pipeline.drafter.target_head import read_lm_head
+    from pipeline.evaluate.drafter import ChainDrafter, load_exported
+    from pipeline.target.model import load_target
+    from pipeline.train.loss import TargetHead, TTTObjective, prepare
+
+    prompt, ref = reference
+    seq = prompt + ref
+    model = load_exported(tiny["drafter"], tiny["target"], target.capture, "cpu", torch.float32)
+    aux = target.step(seq, keep=1).aux.clone()
+    chain = ChainDrafter(model)
+    drafted = {n: chain.propose(seq[:n], aux[: n - 1], 3)[0] for n in range(len(prompt) + 1, len(seq))}
+
+    m = load_target(tiny["target"], "cpu", torch.float32, "--target")
+    final, states, _ = Capturer(m, target.capture, target.num_layers, "cpu", compile=False).forward(
+        torch.tensor([seq]), [len(seq)])
+    ids = torch.tensor([seq])
+    mask = torch.zeros_like(ids, dtype=torch.uint8)
+    mask[0, len(prompt):] = 1
+    draft_ids = torch.arange(model.config.draft_vocab_size) + model.d2t
+    head = TargetHead(read_lm_head(tiny["target"]), draft_ids, model.t2d, torch.device("cpu"), torch.float32)
+    prep = prepare(head, {"input_ids": ids, "loss_mask": mask, "hidden_state": final, "aux_hidden_state": states},
+                   3, torch.float32)
+    steps: list[torch.Tensor] = []
+    model.register_forward_hook(lambda _m, _a, out: steps.append(out[0].detach()))
+    with torch.no_grad():
+        TTTObjective(model, 3)(prep)
+    trained = model.draft_to_target(steps[0][0].argmax(-1))  # row t: the token after seq[t + 1]
+    assert [int(trained[n - 2]) for n in drafted] == list(drafted.values())
+    assert len(set(drafted.values())) > 1  # a drafter that says one token everywhere would prove nothing

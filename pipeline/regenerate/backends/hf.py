@@ -43,7 +43,7 @@ WINDOW_PER_SLOT = 8  # records admitted ahead of the oldest unwritten one, per s
 
 class HFBackend:
     def __init__(self, model_dir: Path, device: str, dtype: str, max_new_tokens: int, temperature: float,
-                 top_p: float, max_prompt_tokens: int | None = None) -> None:
+                 top_p: float, max_prompt_tokens: int | None = None, trim_loops: bool = False) -> None:
         from transformers import AutoTokenizer
 
         if not (Path(model_dir) / "config.json").is_file():
@@ -63,6 +63,7 @@ class HFBackend:
         self.model = load_target(Path(model_dir), device, getattr(torch, DTYPES[dtype]))
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_prompt_tokens = max_prompt_tokens
+        self.trim_loops = trim_loops
         eos = self.model.generation_config.eos_token_id
         eos = eos if eos is not None else self.tok.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos]) - {None}
@@ -139,7 +140,7 @@ class HFBackend:
         try:
             decoder = self._decoder(slots, graphs, lane_slots)
             scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync,
-                                  WINDOW_PER_SLOT * slots)
+                                  WINDOW_PER_SLOT * slots, self.trim_loops)
             with torch.inference_mode():
                 scheduler.run(chats)
         except UnsupportedAttention as e:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 
 from ..conversation import Chat, checked
 from ..errors import Failure
+from ..loops import trim
 from ..sink import Sink
 from .decoder import Admit, Decoder
 from .lanes import FreeSlots
@@ -121,9 +122,10 @@ class Ahead:
 class Scheduler:
     def __init__(self, decoder: Decoder, prompt_ids: Callable[[list[dict[str, str]]], list[int]],
                  decode: Callable[[list[int]], str], seed_of: Callable[[Chat], int], sink: Sink,
-                 sync_every: int, window: int) -> None:
+                 sync_every: int, window: int, trim_loops: bool = False) -> None:
         self.dec, self.prompt_ids, self.decode, self.seed_of = decoder, prompt_ids, decode, seed_of
         self.sink, self.sync_every, self.window = sink, sync_every, window
+        self.trim_loops = trim_loops
         self.slots = Slots(decoder.lanes)
         self.step = 0
 
@@ -184,9 +186,11 @@ class Scheduler:
         for slot, answer, ended in zip(slots, toks, hit):
             chat = self.slots.chat[slot]
             self.slots.held[slot] = self.slots.prompt[slot] + answer[:-1]
-            text = self.decode(answer[:-1] if ended else answer)
+            kept = answer[:-1] if ended else trim(answer) if self.trim_loops else answer
+            cut = 0 if ended else len(answer) - len(kept)
+            text = self.decode(kept)
             try:
-                chat.answer(*checked(text, len(answer)))
+                chat.answer(*checked(text, len(answer)), cut=cut)
             except Failure as f:
                 self._fail(slot, f, release=False)
                 idle.append(slot)

@@ -1,0 +1,121 @@
+"""`--trim-loops`: an answer that ran to --max-new-tokens in an exact loop keeps the loop's first
+two periods; answers without a loop at their end are written whole, and the next turn of a
+chat answers the cut answer, as it would have been served."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_chat_target import build_chat_target
+
+from pipeline.regenerate.loops import loop_tail, trim
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_NEW = 48
+
+
+def test_a_tail_repeating_one_unit_three_times_is_cut_after_two_periods():
+    looped = [1, 2, 3, 4, 5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6]
+    assert loop_tail(looped) == (4, 3)
+    assert trim(looped) == [1, 2, 3, 4, 5, 6, 7, 5, 6, 7]
+    assert trim([9] * 10) == [9, 9]  # the shortest unit, from where the run starts
+    assert trim([4, 1, 2, 1, 2, 1, 2, 1, 2]) == [4, 1, 2, 1, 2]
+
+
+def test_an_answer_without_a_loop_at_its_end_is_left_whole():
+    assert trim([1, 2, 3, 1, 2, 3]) == [1, 2, 3, 1, 2, 3]  # two periods are not a loop yet
+    middle = [5, 6, 5, 6, 5, 6, 5, 6, 7, 8, 9]
+    assert trim(middle) == middle  # a loop the answer left
+    assert trim([]) == [] and trim([3]) == [3]
+
+
+def _conv(i: int, turns: int = 1) -> list[dict[str, str]]:
+    conv = [{"role": "user", "content": f"question {i} " + "words " * i}, {"role": "assistant", "content": "old"}]
+    for t in range(turns - 1):
+        conv += [{"role": "user", "content": f"and {t} more?"}, {"role": "assistant", "content": "old"}]
+    return conv
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    return build_chat_target(tmp_path_factory.mktemp("loops-target") / "tiny", layers=2)
+
+
+def _expected(target: Path, conv: list[dict[str, str]]) -> tuple[list[str], int, int]:
+    """model.generate's greedy answers, each cut with `trim` before the next turn sees it;
+    (answers, answers cut, tokens cut)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target).eval()
+    chat: list[dict[str, str]] = []
+    answers, cut, tokens = [], 0, 0
+    for m in conv:
+        if m["role"] != "assistant":
+            chat.append(m)
+            continue
+        ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        with torch.inference_mode():
+            seq = model.generate(ids["input_ids"], max_new_tokens=MAX_NEW, do_sample=False,
+                                 pad_token_id=tok.pad_token_id)[0, ids["input_ids"].shape[1]:].tolist()
+        assert seq[-1] != tok.eos_token_id and len(seq) == MAX_NEW  # the tiny target runs to the bound
+        kept = trim(seq)
+        cut, tokens = cut + (len(kept) < len(seq)), tokens + len(seq) - len(kept)
+        answers.append(tok.decode(kept, skip_special_tokens=True))
+        chat.append({"role": "assistant", "content": answers[-1]})
+    return answers, cut, tokens
+
+
+def _regen(model: Path, src: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(out), "--backend",
+                           "hf", "--model", str(model), "--max-new-tokens", str(MAX_NEW), "--temperature", "0",
+                           "--batch-size", "3", *more], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_looping_answers_are_cut_and_the_next_turn_answers_the_cut_one(tmp_path, target):
+    convs = [_conv(i) for i in range(6)] + [_conv(4, turns=2)]
+    src = tmp_path / "chats.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{k}", "conversations": c}) + "\n" for k, c in enumerate(convs)))
+    want = [_expected(target, c) for c in convs]
+    assert 0 < sum(w[1] for w in want[:6]) < 6  # some answers loop at their end and some do not
+
+    p = _regen(target, src, tmp_path / "out.jsonl", "--trim-loops")
+    assert p.returncode == 0, p.stderr
+    got = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    answers = [[m["content"] for m in r["conversations"] if m["role"] == "assistant"] for r in got]
+    assert answers == [w[0] for w in want]
+    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    assert stats["loops_cut"] == sum(w[1] for w in want) and stats["loop_tokens_cut"] == sum(w[2] for w in want)
+    assert stats["generated_tokens"] == MAX_NEW * 8  # the speed counts what the target generated
+    assert f"{stats['loops_cut']} looping answers cut, {stats['loop_tokens_cut']} tokens" in p.stdout
+
+    whole = _regen(target, src, tmp_path / "whole.jsonl")
+    assert whole.returncode == 0, whole.stderr
+    first = [json.loads(x)["conversations"][1]["content"] for x in (tmp_path / "whole.jsonl").read_text().splitlines()]
+    assert all(f.startswith(a[0]) for f, a in zip(first, answers))
+    assert any(len(f) > len(a[0]) for f, a in zip(first, answers))  # without the flag, loops are written whole
+
+
+def test_resuming_with_the_other_choice_is_refused_and_a_server_run_cannot_ask_for_it(tmp_path, target):
+    src = tmp_path / "chats.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{i}", "conversations": _conv(i)}) + "\n" for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    assert _regen(target, src, out, "--trim-loops", "--limit", "1").returncode == 0
+    p = _regen(target, src, out)
+    assert p.returncode == 2 and "trim_loops: True then, False now" in p.stderr, p.stderr
+    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    del stats["options"]["trim_loops"]  # an output written before the flag existed resumes without it
+    (tmp_path / "out.stats.json").write_text(json.dumps(stats))
+    assert _regen(target, src, out).returncode == 0
+    s = subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(tmp_path / "s.jsonl"),
+                        "--backend", "server", "--server", "http://127.0.0.1:9", "--served-model", "m",
+                        "--trim-loops"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                       text=True, timeout=120)
+    assert s.returncode == 2 and "--trim-loops is for --backend hf" in s.stderr, s.stderr
