@@ -3,9 +3,9 @@
 A small target decoding greedily often falls into a loop it never leaves ("The original text
 is:\\n\\n" 53 times): 47 of 81 SmolLM2-135M answers to ShareGPT prompts ran to the 384-token
 bound, and past their 128th token 84 % of tokens were what had followed the same four tokens
-earlier in the answer. Such tails make most of a drafter's training tokens while teaching it one thing,
-copying, that a handful of periods teaches as well; validation accuracy on them reads far
-above what the drafter accepts on fresh prompts. With `--trim-loops` an answer that hit the
+earlier in the answer. Such tails make most of a drafter's training tokens while teaching it
+one thing, copying, that a handful of periods teaches as well; validation accuracy on them
+reads far above what the drafter accepts on fresh prompts. With `--trim-loops` an answer that hit the
 bound and ends in an exactly periodic run of tokens keeps the run's first `KEEP_PERIODS`
 periods (the drafter still sees a loop start) and loses the rest; an answer that ended on
 its end token, or whose tail is not an exact repeat, is left whole.
