@@ -424,6 +424,10 @@ def phase_regen(c: Ctx, target: Path) -> None:
     log(f"  the target answers every kept user turn (temperature {a.temperature}); time limit {limit:.0f}s, "
         "after which a later call resumes it")
     job = c.timed("regen", [qb.Job("regenerate", regen_cmd(a, target), timeout=limit)])["regenerate"]
+    if job.rc == 2:  # refused before answering (another choice of flags than the output's): never train on it
+        raise RecipeError(f"regenerate refused to run (exit 2): {job.tail()} ({job.log}); when the records in "
+                          f"{regen_out(a)} were made with other settings (--temperature, --samples-per-prompt, "
+                          "--keep-loops), use those again, or delete that file and its .stats.json to regenerate")
     stats = qb.read_json(regen_out(a).with_suffix(".stats.json"))
     if stats:
         secs = stats.get("seconds") or 0

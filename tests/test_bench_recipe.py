@@ -8,6 +8,7 @@ regenerated ones, or an earlier call's figures missing from the last call's resu
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -176,3 +177,16 @@ def test_the_recipe_regenerates_with_looping_answers_cut_unless_told_to_keep_the
     assert "--trim-loops" in cmd and parse(cmd[3:]).trim_loops
     kept = recipe.regen_cmd(_opts(tmp_path, "--keep-loops"), tmp_path / "t")
     assert "--trim-loops" not in kept and not parse(kept[3:]).trim_loops
+
+
+def test_a_regeneration_refused_for_other_settings_stops_the_call_instead_of_training_on_old_records(tmp_path):
+    def run(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(Path(recipe.__file__)), "--small", "--small-records", "12",
+                               "--work", str(tmp_path / "w"), "--arms", "regen-online", *more],
+                              capture_output=True, text=True, timeout=600)
+
+    first = run("--phases", "split,target,regen")
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = run("--phases", "regen,merge", "--keep-loops")
+    assert again.returncode != 0 and "trim_loops: True then, False now" in again.stderr, again.stdout + again.stderr
+    assert "merge-regen" not in again.stdout  # nothing went on with the records made the other way

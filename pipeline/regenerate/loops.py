@@ -17,12 +17,14 @@ import numpy as np
 
 MAX_PERIOD = 128  # longest repeated unit looked for, in tokens
 REPEATS = 3  # a tail counts as a loop from its third period on
+MIN_LOOP_TOKENS = 16  # and only when it is this long: "000" at the bound is a number, not a loop
 KEEP_PERIODS = 2
 
 
 def loop_tail(tokens: list[int]) -> tuple[int, int] | None:
-    """(start, period) of the longest suffix that repeats one unit at least `REPEATS` times;
-    the shortest unit when several start at the same place. None when there is none."""
+    """(start, period) of the longest suffix that repeats one unit at least `REPEATS` times
+    over at least `MIN_LOOP_TOKENS` tokens; the shortest unit when several start at the same
+    place. None when there is none."""
     a = np.asarray(tokens, dtype=np.int64)
     n = len(a)
     best: tuple[int, int] | None = None
@@ -33,7 +35,7 @@ def loop_tail(tokens: list[int]) -> tuple[int, int] | None:
         breaks = np.flatnonzero(~same)
         run = len(same) - (int(breaks[-1]) + 1 if breaks.size else 0)
         start = n - run - p
-        if run + p >= REPEATS * p and (best is None or start < best[0]):
+        if run + p >= max(REPEATS * p, MIN_LOOP_TOKENS) and (best is None or start < best[0]):
             best = (start, p)
     return best
 

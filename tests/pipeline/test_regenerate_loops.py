@@ -20,18 +20,65 @@ MAX_NEW = 48
 
 
 def test_a_tail_repeating_one_unit_three_times_is_cut_after_two_periods():
-    looped = [1, 2, 3, 4, 5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6]
+    looped = [1, 2, 3, 4] + [5, 6, 7] * 6 + [5, 6]
     assert loop_tail(looped) == (4, 3)
     assert trim(looped) == [1, 2, 3, 4, 5, 6, 7, 5, 6, 7]
-    assert trim([9] * 10) == [9, 9]  # the shortest unit, from where the run starts
-    assert trim([4, 1, 2, 1, 2, 1, 2, 1, 2]) == [4, 1, 2, 1, 2]
+    assert trim([9] * 20) == [9, 9]  # the shortest unit, from where the run starts
+    assert trim([4] + [1, 2] * 10) == [4, 1, 2, 1, 2]
 
 
 def test_an_answer_without_a_loop_at_its_end_is_left_whole():
     assert trim([1, 2, 3, 1, 2, 3]) == [1, 2, 3, 1, 2, 3]  # two periods are not a loop yet
-    middle = [5, 6, 5, 6, 5, 6, 5, 6, 7, 8, 9]
+    middle = [5, 6] * 10 + [7, 8, 9]
     assert trim(middle) == middle  # a loop the answer left
+    number = [11, 12, 13, 14] + [0] * 5
+    assert trim(number) == number  # "00000" at the bound is too short to be a loop
     assert trim([]) == [] and trim([3]) == [3]
+
+
+class OneLook:
+    """A decoder whose one look finds slot 0's answer finished: `tokens`, ended or not."""
+
+    lanes = [range(0, 1)]
+
+    def __init__(self, tokens: list[int], ended: bool) -> None:
+        self.look = ([0], [tokens], [ended], 0)
+        self.released: list[int] = []
+
+    def finished(self):
+        return self.look
+
+    def release(self, slots: list[int]) -> None:
+        self.released += slots
+
+
+class Sink:
+    def generating(self, tokens: int) -> None:
+        pass
+
+    def answered(self, tokens: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_only_an_answer_that_ran_to_the_bound_is_cut_and_its_next_turn_sees_the_cut_answer(ended):
+    from pipeline.regenerate.backends.hf_schedule import Scheduler
+    from pipeline.regenerate.conversation import Chat
+
+    answer = [1, 2] + [7, 8, 9] * 8 + ([99] if ended else [])  # 99: the end token, never in the text
+    decode = lambda toks: " ".join(map(str, toks))  # noqa: E731
+    s = Scheduler(OneLook(answer, ended), lambda msgs: [], decode, lambda chat: 0, Sink(), 1, 8, trim_loops=True)
+    chat = Chat.start(0, "r0", [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "old"},
+                                {"role": "user", "content": "q2"}, {"role": "assistant", "content": "old"}])
+    s.slots.chat[0], s.slots.prompt[0] = chat, [5, 5]
+    assert s._collect() == [0]  # the chat has a second turn to answer
+    said = chat.prompt()[1]["content"]
+    if ended:
+        assert said == decode(answer[:-1]) and chat.cut == 0 and chat.cut_answers == 0
+    else:
+        assert said == "1 2 7 8 9 7 8 9" and chat.cut == len(answer) - 8 and chat.cut_answers == 1
+    assert chat.prompt()[2] == {"role": "user", "content": "q2"}
+    assert s.slots.held[0] == [5, 5] + answer[:-1]  # the slot's cache holds what it generated, cut or not
 
 
 def _conv(i: int, turns: int = 1) -> list[dict[str, str]]:
