@@ -1,14 +1,15 @@
-"""Answers that ran to --max-new-tokens in a loop, cut where the loop begins.
+"""Answers that fall into a loop, stopped and cut where the loop begins.
 
 A small target decoding greedily often falls into a loop it never leaves ("The original text
 is:\\n\\n" 53 times): 47 of 81 SmolLM2-135M answers to ShareGPT prompts ran to the 384-token
 bound, and past their 128th token 84 % of tokens were what had followed the same four tokens
 earlier in the answer. Such tails make most of a drafter's training tokens while teaching it
 one thing, copying, that a handful of periods teaches as well; validation accuracy on them
-reads far above what the drafter accepts on fresh prompts. With `--trim-loops` an answer that hit the
-bound and ends in an exactly periodic run of tokens keeps the run's first `KEEP_PERIODS`
-periods (the drafter still sees a loop start) and loses the rest; an answer that ended on
-its end token, or whose tail is not an exact repeat, is left whole.
+reads far above what the drafter accepts on fresh prompts. With `--trim-loops` the decoder
+stops an answer at the token that completes an exact loop (this module's rule, applied a
+token at a time on the device by decoder.LoopWatch), so the tail is never generated, and the
+answer keeps the loop's first `KEEP_PERIODS` periods (the drafter still sees a loop start).
+An answer that ends on its end token, or never repeats exactly, is left whole.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""`--trim-loops`: an answer that ran to --max-new-tokens in an exact loop keeps the loop's first
-two periods; answers without a loop at their end are written whole, and the next turn of a
-chat answers the cut answer, as it would have been served."""
+"""`--trim-loops`: an answer stops at the token that completes an exact loop and keeps the
+loop's first two periods; answers without one are written whole, and the next turn of a chat
+answers the cut answer, as it would have been served."""
 
 from __future__ import annotations
 
@@ -93,16 +93,17 @@ def target(tmp_path_factory) -> Path:
     return build_chat_target(tmp_path_factory.mktemp("loops-target") / "tiny", layers=2)
 
 
-def _expected(target: Path, conv: list[dict[str, str]]) -> tuple[list[str], int, int]:
-    """model.generate's greedy answers, each cut with `trim` before the next turn sees it;
-    (answers, answers cut, tokens cut)."""
+def _expected(target: Path, conv: list[dict[str, str]]) -> tuple[list[str], int, int, int]:
+    """model.generate's greedy answers, each stopped at the first token that completes a loop
+    and cut with `trim` before the next turn sees it; (answers, answers cut, tokens cut,
+    tokens generated)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target).eval()
     chat: list[dict[str, str]] = []
-    answers, cut, tokens = [], 0, 0
+    answers, cut, tokens, generated = [], 0, 0, 0
     for m in conv:
         if m["role"] != "assistant":
             chat.append(m)
@@ -112,11 +113,12 @@ def _expected(target: Path, conv: list[dict[str, str]]) -> tuple[list[str], int,
             seq = model.generate(ids["input_ids"], max_new_tokens=MAX_NEW, do_sample=False,
                                  pad_token_id=tok.pad_token_id)[0, ids["input_ids"].shape[1]:].tolist()
         assert seq[-1] != tok.eos_token_id and len(seq) == MAX_NEW  # the tiny target runs to the bound
+        seq = next((seq[:n] for n in range(1, len(seq) + 1) if loop_tail(seq[:n])), seq)
         kept = trim(seq)
-        cut, tokens = cut + (len(kept) < len(seq)), tokens + len(seq) - len(kept)
+        cut, tokens, generated = cut + (len(kept) < len(seq)), tokens + len(seq) - len(kept), generated + len(seq)
         answers.append(tok.decode(kept, skip_special_tokens=True))
         chat.append({"role": "assistant", "content": answers[-1]})
-    return answers, cut, tokens
+    return answers, cut, tokens, generated
 
 
 def _regen(model: Path, src: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
@@ -140,7 +142,7 @@ def test_looping_answers_are_cut_and_the_next_turn_answers_the_cut_one(tmp_path,
     assert answers == [w[0] for w in want]
     stats = json.loads((tmp_path / "out.stats.json").read_text())
     assert stats["loops_cut"] == sum(w[1] for w in want) and stats["loop_tokens_cut"] == sum(w[2] for w in want)
-    assert stats["generated_tokens"] == MAX_NEW * 8  # the speed counts what the target generated
+    assert stats["generated_tokens"] == sum(w[3] for w in want) < MAX_NEW * 8  # a loop stops its answer
     assert f"{stats['loops_cut']} looping answers cut, {stats['loop_tokens_cut']} tokens" in p.stdout
 
     whole = _regen(target, src, tmp_path / "whole.jsonl")
@@ -166,3 +168,29 @@ def test_resuming_with_the_other_choice_is_refused_and_a_server_run_cannot_ask_f
                         "--trim-loops"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
                        text=True, timeout=120)
     assert s.returncode == 2 and "--trim-loops is for --backend hf" in s.stderr, s.stderr
+
+
+def test_the_device_sees_a_loop_at_the_very_token_the_host_rule_would():
+    """The decoder's per-token watch (on the device, inside the captured step) and `loop_tail`
+    (on the host) are one rule: fed an answer token by token, the watch fires at the first
+    prefix `loop_tail` calls a loop, for loops of every shape and none."""
+    import random
+
+    import torch
+
+    from pipeline.regenerate.backends.decoder import LoopWatch
+
+    rng = random.Random(1)
+    fired = 0
+    for _ in range(200):
+        unit = [rng.randrange(5) for _ in range(rng.randrange(1, 20))]
+        seq = ([rng.randrange(50) for _ in range(rng.randrange(0, 10))] + unit * 10)[:60]
+        watch = LoopWatch(1, torch.device("cpu"))
+        out = torch.zeros(1, len(seq), dtype=torch.int64)
+        out[0, 0] = seq[0]  # the prefill's token: the watch starts with the second
+        for g in range(1, len(seq)):
+            hit = bool(watch.see(out, torch.tensor([g]), torch.tensor([seq[g]]), torch.tensor([True]))[0])
+            out[0, g] = seq[g]
+            assert hit == (loop_tail(seq[: g + 1]) is not None), seq[: g + 1]
+            fired += hit
+    assert fired > 100

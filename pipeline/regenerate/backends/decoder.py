@@ -8,7 +8,8 @@ writes nothing another answer reads. On CUDA each decode step at each attention 
 captured once as a CUDA graph and replayed, so a step costs one launch instead of a few
 hundred; where capture fails the step runs eagerly, with a warning. The slots are cut into
 lanes (lanes.py), each attending as wide as its own longest chat: a graph is captured per
-combination of lane widths.
+combination of lane widths. With `stop_loops` an answer also ends at the token that completes
+an exact loop (LoopWatch, loops.py's rule).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..loops import MAX_PERIOD, MIN_LOOP_TOKENS, REPEATS
 from .kv_slots import SlotKV, active
 from .lanes import LANE_SLOTS, MAX_GRAPHS, covering, layout
 from .sampler import Sampler
@@ -57,9 +59,30 @@ class StepStats:
     prefill_s: float = 0.0
 
 
+class LoopWatch:
+    """Which slots' answers have just entered an exact loop (loops.py's rule, one token at a
+    time on the device): for every unit length p, the run of newest tokens equal to the token
+    p before them. A looping answer stops there instead of generating to --max-new-tokens; the
+    host then cuts it to the loop's first two periods."""
+
+    def __init__(self, slots: int, device: torch.device) -> None:
+        self.periods = torch.arange(1, MAX_PERIOD + 1, device=device)
+        # run + p >= max(REPEATS * p, MIN_LOOP_TOKENS), as loops.loop_tail counts it
+        self.need = torch.maximum((REPEATS - 1) * self.periods, MIN_LOOP_TOKENS - self.periods)
+        self.run = torch.zeros(slots, MAX_PERIOD, dtype=torch.int32, device=device)
+
+    def see(self, out: torch.Tensor, gen: torch.Tensor, nxt: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """Count `nxt` (about to be answer token `gen` of each slot); True where a loop is complete."""
+        back = gen[:, None] - self.periods[None, :]
+        earlier = out.gather(1, back.clamp(min=0))
+        same = (earlier == nxt[:, None]) & (back >= 0) & live[:, None]
+        self.run.add_(1).mul_(same)  # in place: a captured graph replays on these buffers
+        return (self.run >= self.need).any(1)
+
+
 class Decoder:
     def __init__(self, model, slots: int, max_new: int, eos: set[int], sampler: Sampler, device: torch.device,
-                 graphs: bool, max_positions: int = 0, lane_slots: int = LANE_SLOTS) -> None:
+                 graphs: bool, max_positions: int = 0, lane_slots: int = LANE_SLOTS, stop_loops: bool = False) -> None:
         cfg = model.config
         heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -76,6 +99,7 @@ class Decoder:
         self.eos = torch.tensor(sorted(eos), **z)
         self.eos_set = set(eos)
         self.rows = torch.arange(slots, device=device)
+        self.loops = LoopWatch(slots, device) if stop_loops else None
         self.lanes = layout(slots, lane_slots)
         self.stats = StepStats()
         self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs and device.type == "cuda" else None
@@ -119,6 +143,8 @@ class Decoder:
         self.gen[rows] = 1
         self.out[rows, 0] = first
         self.done[rows] = torch.isin(first, self.eos) | (self.max_new <= 1)
+        if self.loops is not None:
+            self.loops.run[rows] = 0
 
     def _step(self, widths: tuple[int, ...]) -> None:
         live = ~self.done
@@ -126,11 +152,12 @@ class Decoder:
         logits = self._forward(self.ids[:, None], self.pos[:, None])
         nxt = self.sampler(logits, self.seeds, self.gen)
         at = self.gen.clamp(max=self.max_new - 1)
+        looped = self.loops.see(self.out, self.gen, nxt, live) if self.loops is not None else False
         self.out[self.rows, at] = torch.where(live, nxt, self.out[self.rows, at])
         self.gen.add_(live.long())
         self.pos.add_(live.long())
         self.ids.copy_(torch.where(live, nxt, self.ids))
-        self.done.logical_or_(live & (torch.isin(nxt, self.eos) | (self.gen >= self.max_new)))
+        self.done.logical_or_(live & (torch.isin(nxt, self.eos) | (self.gen >= self.max_new) | looped))
 
     def steps(self, n: int, widths: list[int]) -> None:
         """`n` decode steps of every slot, each lane attending over its first `widths[i]` positions."""
@@ -164,8 +191,11 @@ class Decoder:
             self.stats.capture_s += time.perf_counter() - t0
         return key, graph
 
+    def _state(self) -> list[torch.Tensor]:
+        return [self.ids, self.pos, self.gen, self.done, self.out] + ([self.loops.run] if self.loops else [])
+
     def _capture(self, key: tuple[int, ...]):
-        saved = [t.clone() for t in (self.ids, self.pos, self.gen, self.done, self.out)]
+        saved = [t.clone() for t in self._state()]
         try:
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -184,7 +214,7 @@ class Decoder:
             self.graphs = None
             graph = None
         finally:
-            for t, s in zip((self.ids, self.pos, self.gen, self.done, self.out), saved):
+            for t, s in zip(self._state(), saved):
                 t.copy_(s)  # the warm-up and capture steps must not count
         return graph
 

@@ -70,7 +70,7 @@ class HFBackend:
         if not self.eos:
             raise BadInput(f"--model {model_dir}: neither generation_config.json nor the tokenizer names an end token")
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self._kept: tuple[tuple, Decoder] | None = None  # (slots, graphs, lane_slots), the decoder
+        self._kept: tuple[tuple, Decoder] | None = None  # (slots, graphs, lane_slots, trim_loops), the decoder
         self._use_slots()
 
     @property
@@ -119,13 +119,13 @@ class HFBackend:
         """The last run's decoder when it has the same slots and every slot came back free: its
         cache and its CUDA graphs are kept, so a second run (the bench's timed one after its
         warm-up) captures no graph the first one did. Its counts start again."""
-        key = (slots, graphs, lane_slots)
+        key = (slots, graphs, lane_slots, self.trim_loops)
         if self._kept is None or self._kept[0] != key or not self._kept[1].idle():
             self._kept = None  # the old cache goes before the new one is allocated
             vocab = self.model.get_output_embeddings().weight.shape[0]
             sampler = Sampler(vocab, self.device, self.temperature, self.top_p)
             self._kept = (key, Decoder(self.model, slots, self.max_new_tokens, self.eos, sampler, self.device,
-                                       graphs, self._slot_positions(), lane_slots))
+                                       graphs, self._slot_positions(), lane_slots, self.trim_loops))
         decoder = self._kept[1]
         decoder.stats = StepStats()
         return decoder
