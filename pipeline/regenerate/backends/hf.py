@@ -70,7 +70,7 @@ class HFBackend:
         if not self.eos:
             raise BadInput(f"--model {model_dir}: neither generation_config.json nor the tokenizer names an end token")
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self._kept: tuple[tuple, Decoder] | None = None  # (slots, graphs, lane_slots, trim_loops), the decoder
+        self._kept: tuple[tuple, Decoder] | None = None  # (slots, graphs, lane_slots), the decoder
         self._use_slots()
 
     @property
@@ -119,7 +119,7 @@ class HFBackend:
         """The last run's decoder when it has the same slots and every slot came back free: its
         cache and its CUDA graphs are kept, so a second run (the bench's timed one after its
         warm-up) captures no graph the first one did. Its counts start again."""
-        key = (slots, graphs, lane_slots, self.trim_loops)
+        key = (slots, graphs, lane_slots)
         if self._kept is None or self._kept[0] != key or not self._kept[1].idle():
             self._kept = None  # the old cache goes before the new one is allocated
             vocab = self.model.get_output_embeddings().weight.shape[0]
@@ -140,7 +140,7 @@ class HFBackend:
         try:
             decoder = self._decoder(slots, graphs, lane_slots)
             scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync,
-                                  WINDOW_PER_SLOT * slots, self.trim_loops)
+                                  WINDOW_PER_SLOT * slots)
             with torch.inference_mode():
                 scheduler.run(chats)
         except UnsupportedAttention as e:

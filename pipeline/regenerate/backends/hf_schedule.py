@@ -122,10 +122,9 @@ class Ahead:
 class Scheduler:
     def __init__(self, decoder: Decoder, prompt_ids: Callable[[list[dict[str, str]]], list[int]],
                  decode: Callable[[list[int]], str], seed_of: Callable[[Chat], int], sink: Sink,
-                 sync_every: int, window: int, trim_loops: bool = False) -> None:
+                 sync_every: int, window: int) -> None:
         self.dec, self.prompt_ids, self.decode, self.seed_of = decoder, prompt_ids, decode, seed_of
         self.sink, self.sync_every, self.window = sink, sync_every, window
-        self.trim_loops = trim_loops
         self.slots = Slots(decoder.lanes)
         self.step = 0
 
@@ -186,7 +185,7 @@ class Scheduler:
         for slot, answer, ended in zip(slots, toks, hit):
             chat = self.slots.chat[slot]
             self.slots.held[slot] = self.slots.prompt[slot] + answer[:-1]
-            kept = answer[:-1] if ended else trim(answer) if self.trim_loops else answer
+            kept = answer[:-1] if ended else trim(answer) if self.dec.loops is not None else answer
             cut = 0 if ended else len(answer) - len(kept)
             text = self.decode(kept)
             try:
