@@ -14,6 +14,7 @@
 # or, the recipe's own arm with a call each for regeneration and training: 1, then
 #   2r the target; regenerate until the call's budget; merge                (carry .carry/r2)
 #   3o regen-online trained with the GPU to itself for the whole call; export; evaluate
+#   3x (optional, X_BUDGET_S=seconds) regen-online resumed to a larger step count; export; evaluate again
 # or, regeneration's bench alone: 1, then
 #   2b the target; bench/regenerate.py as call 2 runs it                     (carry .carry/r2)
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
@@ -114,6 +115,17 @@ case "$call" in
     keep_logs
     tar cf "$RES/drafter-regen-online.tar" -C "$W/drafters" regen-online 2>/dev/null  # questions after the machine is gone
     ;;
+3x)
+    ARMS=(regen-online)
+    budget=${X_BUDGET_S:-550}  # what the session's device time leaves for this call
+    done_steps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train_steps"])' "$W/state.json") \
+        || exit 1
+    more=$(( (budget - 40 - 75 - 25) * 54000 / 16384 ))  # start-up, export and evaluation, grace; 3o's padded rate
+    recipe --phases train,export,evaluate --steps $((done_steps + more)) --phase-reserve export=15 \
+        --phase-reserve evaluate=60 --budget-s "$budget" --grace-s 10 > "$RES/call3x.log" 2>&1
+    keep_logs
+    tar cf "$RES/drafter-regen-online.tar" -C "$W/drafters" regen-online 2>/dev/null
+    ;;
 2e)
     target_wheel > /dev/null || exit 1
     ARMS=(raw-online)
@@ -130,7 +142,7 @@ case "$call" in
         --out "$RES/evaluate-h200-random.txt" > "$RES/call1.log" 2>&1
     ;;
 *)
-    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2r, 3o, 2b, 2e or 1e" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2r, 3o, 3x, 2b, 2e or 1e" >&2
     exit 2
     ;;
 esac
