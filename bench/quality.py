@@ -82,6 +82,7 @@ class Job:
     name: str
     argv: list[str]
     timeout: float | None = None  # seconds; past it the job is stopped (SIGTERM, then SIGKILL)
+    until: float | None = None  # time.monotonic() past which it is stopped, however late it started
     rc: int | None = None
     seconds: float = 0.0
     log: Path | None = None
@@ -118,7 +119,8 @@ class Runner:
             p = subprocess.Popen(job.argv, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)
             try:
-                end = self.deadline if job.timeout is None else min(self.deadline, t0 + job.timeout)
+                end = min(self.deadline, t0 + job.timeout if job.timeout is not None else math.inf,
+                          job.until if job.until is not None else math.inf)
                 job.rc = p.wait(timeout=max(5.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGTERM)

@@ -535,7 +535,8 @@ def phase_train(c: Ctx, target: Path) -> None:
             + ", ".join(f"{n} {t:,} tokens" for n, t in tokens.items()))
         c.state.data["train_steps"] = steps
         c.state.save()
-    c.timed("train", [qb.Job(f"train-{arm.name}", train_cmd(a, arm, target, steps)) for arm in a.arms],
+    until = time.monotonic() + c.left("train")  # past its share a run checkpoints and stops; the next call resumes it
+    c.timed("train", [qb.Job(f"train-{arm.name}", train_cmd(a, arm, target, steps), until=until) for arm in a.arms],
             parallel=a.parallel)
 
 
@@ -576,7 +577,18 @@ def train_figures(a: argparse.Namespace, arm: Arm) -> dict:
     return {"steps": s.get("steps"), "tokens": s.get("tokens"), "seconds": s.get("seconds"),
             "tokens_per_s": s.get("tokens_per_s"), "loss": s.get("loss"), "acc": s.get("acc") or [],
             "val_acc": val.get("acc") or [], "val_samples": val.get("samples"), "stopped": s.get("stopped"),
-            "peak_gpu_bytes": s.get("peak_gpu_bytes")}
+            "peak_gpu_bytes": s.get("peak_gpu_bytes"), "resumed_from": s.get("resumed_from"),
+            "tokens_this_session": s.get("tokens_this_session")}
+
+
+def seen_line(t: dict) -> str:
+    """A resumed run's summary times only its last session, while its token count is the whole run's:
+    say so, or 37.7M tokens 'in 339s' reads as three times the trainer's real rate."""
+    rate = f"{nan(t['tokens_per_s']):,.0f} tok/s"
+    if t["resumed_from"]:
+        return (f"{t['tokens'] or 0:,} tokens seen in all; {t['tokens_this_session'] or 0:,} of them from step "
+                f"{t['resumed_from']} on, in {nan(t['seconds']):.0f}s ({rate})")
+    return f"{t['tokens'] or 0:,} tokens seen in {nan(t['seconds']):.0f}s ({rate})"
 
 
 def nan(x: object) -> float:
@@ -614,8 +626,8 @@ def report(c: Ctx) -> None:
         if t["steps"] is None:
             log(f"  {arm_label(a, arm):<14} not trained")
             continue
-        log(f"  {arm_label(a, arm):<14} {arm_samples(a, arm):,} samples, {t['steps']} steps, {t['tokens'] or 0:,} tokens "
-            f"seen in {nan(t['seconds']):.0f}s ({nan(t['tokens_per_s']):,.0f} tok/s), loss {nan(t['loss']):.3f}, "
+        log(f"  {arm_label(a, arm):<14} {arm_samples(a, arm):,} samples, {t['steps']} steps, {seen_line(t)}, "
+            f"loss {nan(t['loss']):.3f}, "
             f"acc {qb.fmt_rates(t['acc'])}, val acc {qb.fmt_rates(t['val_acc'])} ({t['val_samples']} held-out "
             "samples)" + (f", peak GPU {t['peak_gpu_bytes'] / 2**30:.1f} GiB" if t["peak_gpu_bytes"] else "")
             + (" STOPPED before its last step" if t["stopped"] else ""))

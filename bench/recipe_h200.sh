@@ -14,6 +14,8 @@
 # or, the recipe's own arm with a call each for regeneration and training: 1, then
 #   2r the target; regenerate until the call's budget; merge                (carry .carry/r2)
 #   3o regen-online trained with the GPU to itself for the whole call; export; evaluate
+#   3a (before 3o) regen-online sized for two calls (X_STEPS, default 3,100: one lr schedule over both);
+#      trained until the call's end, checkpointed; 3o then resumes it to its end and exports and evaluates
 #   3x (optional, X_BUDGET_S=seconds) regen-online resumed to a larger step count; export; evaluate again
 # or, regeneration's bench alone: 1, then
 #   2b the target; bench/regenerate.py as call 2 runs it                     (carry .carry/r2)
@@ -113,7 +115,11 @@ case "$call" in
     recipe --phases train,export,evaluate --train-rate 55000 --train-setup-s 40 --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s 550 --grace-s 10 > "$RES/call3.log" 2>&1
     keep_logs
-    tar cf "$RES/drafter-regen-online.tar" -C "$W/drafters" regen-online 2>/dev/null  # questions after the machine is gone
+    ;;
+3a)
+    ARMS=(regen-online)
+    recipe --phases train --steps "${X_STEPS:-3100}" --budget-s 555 --grace-s 10 > "$RES/call3a.log" 2>&1
+    keep_logs
     ;;
 3x)
     ARMS=(regen-online)
@@ -124,7 +130,6 @@ case "$call" in
     recipe --phases train,export,evaluate --steps $((done_steps + more)) --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s "$budget" --grace-s 10 > "$RES/call3x.log" 2>&1
     keep_logs
-    tar cf "$RES/drafter-regen-online.tar" -C "$W/drafters" regen-online 2>/dev/null
     ;;
 2e)
     target_wheel > /dev/null || exit 1
@@ -142,7 +147,7 @@ case "$call" in
         --out "$RES/evaluate-h200-random.txt" > "$RES/call1.log" 2>&1
     ;;
 *)
-    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2r, 3o, 3x, 2b, 2e or 1e" >&2
+    echo "call $call: expected 1, 2, 3, 4, 2s, 3s, 2o, 2r, 3a, 3o, 3x, 2b, 2e or 1e" >&2
     exit 2
     ;;
 esac

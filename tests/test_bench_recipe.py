@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,33 @@ def test_a_regeneration_refused_for_other_settings_stops_the_call_instead_of_tra
     again = run("--phases", "regen,merge", "--keep-loops")
     assert again.returncode != 0 and "trim_loops: True then, False now" in again.stderr, again.stdout + again.stderr
     assert "merge-regen" not in again.stdout  # nothing went on with the records made the other way
+
+
+def test_a_resumed_runs_rate_is_its_last_sessions_and_the_line_says_so():
+    whole = {"tokens": 37_662_927, "seconds": 339.0, "tokens_per_s": 47_646.0, "resumed_from": None,
+             "tokens_this_session": 37_662_927}
+    assert recipe.seen_line(whole) == "37,662,927 tokens seen in 339s (47,646 tok/s)"
+    resumed = dict(whole, resumed_from=1447, tokens_this_session=16_152_000)
+    line = recipe.seen_line(resumed)
+    assert "37,662,927 tokens seen in all" in line
+    assert "16,152,000 of them from step 1447 on, in 339s (47,646 tok/s)" in line
+    assert "37,662,927 tokens seen in 339s" not in line
+
+
+def test_training_past_its_share_of_the_call_is_stopped_there_even_an_arm_queued_behind_another(tmp_path, monkeypatch):
+    """A run sized for two calls (--steps) trains until its share, checkpoints on the stop and
+    resumes in the next call; the export and evaluation of this call keep their reserve."""
+    a = _opts(tmp_path, "--phases", "train,export,evaluate", "--arms", "regen-online", "raw-online",
+              "--parallel", "1", "--phase-reserve", "export=0", "--phase-reserve", "evaluate=0")
+    log = recipe.RunLog(None, tmp_path / "recipe.txt")
+    began = time.monotonic()
+    share = 8.0  # the job's own minimum wait is 5 s, so the first arm's end is past it
+    c = recipe.Ctx(a, log, recipe.State(tmp_path), recipe.qb.Runner(tmp_path, log, began + 600, 1, {}), began + share)
+    monkeypatch.setattr(recipe, "arm_tokens", lambda a, arm: 1000)
+    sleeps = {"regen-online": 3.0, "raw-online": 120.0}  # the second starts late and would run far past the share
+    monkeypatch.setattr(recipe, "train_cmd", lambda a, arm, target, steps: [
+        sys.executable, "-c", f"import time; time.sleep({sleeps[arm.name]})"])
+    recipe.phase_train(c, tmp_path / "target")
+    lines = (tmp_path / "recipe.txt").read_text()
+    assert "train-regen-online" in lines and "ok" in lines.split("train-regen-online")[1].splitlines()[0]
+    assert "stopped at its time limit" in lines.split("train-raw-online")[1].splitlines()[0]
