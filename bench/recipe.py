@@ -520,8 +520,9 @@ def phase_train(c: Ctx, target: Path) -> None:
     missing = [n for n, t in tokens.items() if not t]
     if missing:
         raise RecipeError(f"no data for {', '.join(missing)}: run the merge (and extract) phases first")
-    if a.retrain:
-        shutil.rmtree(a.work / "runs", ignore_errors=True)
+    if a.retrain:  # the old drafters and their figures go too, or the report shows them beside the new run
+        for made in ("runs", "drafters", "evals"):
+            shutil.rmtree(a.work / made, ignore_errors=True)
         c.state.data.pop("train_steps", None)
     steps = c.state.data.get("train_steps")
     if steps and not a.steps:

@@ -5,7 +5,11 @@ clipping, fused AdamW) on random weights and a resident random batch, so no stor
 target folder is needed. It prints tokens/s, then the kernels that took the most GPU time
 over the profiled steps, grouped into matmuls, attention, and the rest:
 
-    python bench/train_profile.py [--steps 6] [--attention flash|reference] [--top 25]
+    python bench/train_profile.py [--shape llama8b|small|smollm2] [--steps 6] [--attention flash|reference] [--top 25]
+
+`--shape smollm2` is the recipe's step (bench/recipe.py on SmolLM2-135M-Instruct: 8 rows of
+2,048 tokens, draft vocabulary 32,000), whose ~0.28 s a step on the H200 (8318748) is far
+above what its matmuls and logits should take: the question this shape is here to answer.
 
 `--attention reference` runs the written-out [T, T+i] softmax for TTT steps >= 1 instead
 of the flash merge (pipeline/drafter/ttt_attention.py), to measure what the merge saves.
@@ -23,16 +27,25 @@ sys.path.insert(0, str(REPO))
 
 import torch
 
-from train import SHAPES, TTT  # noqa: E402
+from train import LLAMA_31_8B, SHAPES, TTT  # noqa: E402
+
+SMOLLM2_135M = {**LLAMA_31_8B, "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+                "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+                "max_position_embeddings": 8192, "tie_word_embeddings": True,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0}}
+# name: (target config, draft vocab, rows, tokens a row)
+PROFILE_SHAPES = {**{k: (cfg, dv, 1, t) for k, (cfg, dv, t) in SHAPES.items()},
+                  "smollm2": (SMOLLM2_135M, 32000, 8, 2048)}
 
 
-def build(shape: str, device: torch.device):
+def build(shape: str, device: torch.device, rows_asked: int = 0):
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
     from pipeline.drafter.model import Eagle3Drafter
     from pipeline.train.loss import TargetHead
 
-    cfg, dv, tokens = SHAPES[shape]
+    cfg, dv, rows, tokens = PROFILE_SHAPES[shape]
+    rows = rows_asked or rows
     dcfg = DrafterConfig.from_target(cfg, dv)
     torch.manual_seed(0)
     with torch.device(device):
@@ -47,12 +60,12 @@ def build(shape: str, device: torch.device):
     head = TargetHead(head_w, vocab.ids, vocab.t2d, device, amp)
     g = torch.Generator(device=device).manual_seed(1)
     batch = {
-        "input_ids": torch.randint(0, v, (1, tokens), device=device, generator=g),
-        "loss_mask": torch.ones(1, tokens, dtype=torch.uint8, device=device),
-        "hidden_state": torch.randn(1, tokens, h, device=device, generator=g).to(torch.bfloat16),
-        "aux_hidden_state": torch.randn(1, tokens, 3 * h, device=device, generator=g).to(torch.bfloat16),
+        "input_ids": torch.randint(0, v, (rows, tokens), device=device, generator=g),
+        "loss_mask": torch.ones(rows, tokens, dtype=torch.uint8, device=device),
+        "hidden_state": torch.randn(rows, tokens, h, device=device, generator=g).to(torch.bfloat16),
+        "aux_hidden_state": torch.randn(rows, tokens, 3 * h, device=device, generator=g).to(torch.bfloat16),
     }
-    return drafter, head, batch, amp, tokens
+    return drafter, head, batch, amp, rows * tokens
 
 
 def category(name: str) -> str:
@@ -68,10 +81,11 @@ def category(name: str) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", choices=sorted(SHAPES), default="llama8b")
+    p.add_argument("--shape", choices=sorted(PROFILE_SHAPES), default="llama8b")
     p.add_argument("--steps", type=int, default=6, help="timed (and profiled) steps after 3 warmup steps")
     p.add_argument("--attention", choices=["flash", "reference"], default="flash")
     p.add_argument("--top", type=int, default=25, help="kernels listed")
+    p.add_argument("--rows", type=int, default=0, help="rows of the batch (default the shape's; 1 to try smollm2 on a CPU)")
     p.add_argument("--no-profile", action="store_true", help="only the tokens/s figure")
     a = p.parse_args()
     if a.attention == "reference":
@@ -83,7 +97,7 @@ def main() -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu" and a.shape == "llama8b":
         a.shape = "small"
-    drafter, head, batch, amp, tokens = build(a.shape, device)
+    drafter, head, batch, amp, tokens = build(a.shape, device, a.rows)
     objective = TTTObjective(drafter, TTT)
     params = [q for q in drafter.parameters() if q.requires_grad]
     cuda = device.type == "cuda"
@@ -116,7 +130,7 @@ def main() -> int:
     dt = (time.perf_counter() - t0) / a.steps
     peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if cuda else ""
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
-    print(f"train_profile: {a.shape} (H {SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, TTT {TTT}), "
+    print(f"train_profile: {a.shape} (H {PROFILE_SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, TTT {TTT}), "
           f"attention {a.attention}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
           f"{tokens / dt:,.0f} tok/s{peak}", flush=True)
     if a.no_profile or not cuda:

@@ -221,3 +221,21 @@ def test_training_past_its_share_of_the_call_is_stopped_there_even_an_arm_queued
     lines = (tmp_path / "recipe.txt").read_text()
     assert "train-regen-online" in lines and "ok" in lines.split("train-regen-online")[1].splitlines()[0]
     assert "stopped at its time limit" in lines.split("train-raw-online")[1].splitlines()[0]
+
+
+def test_retraining_forgets_the_old_drafters_and_their_figures_so_the_report_shows_only_the_new_run(tmp_path, monkeypatch):
+    a = _opts(tmp_path, "--phases", "train", "--retrain", "--steps", "5")
+    log = recipe.RunLog(None, tmp_path / "recipe.txt")
+    state = recipe.State(tmp_path)
+    state.data["train_steps"] = 700
+    began = time.monotonic()
+    c = recipe.Ctx(a, log, state, recipe.qb.Runner(tmp_path, log, began + 600, 1, {}), began + 600)
+    arm = a.arms[0]
+    for made in (recipe.run_dir(a, arm) / "checkpoints", recipe.drafter_dir(a, arm), recipe.eval_report(a, arm, "sharegpt", 3).parent):
+        made.mkdir(parents=True)
+    recipe.eval_report(a, arm, "sharegpt", 3).write_text('{"acceptance_length": 4.0}')
+    monkeypatch.setattr(recipe, "arm_tokens", lambda a, arm: 1000)
+    monkeypatch.setattr(recipe, "train_cmd", lambda a, arm, target, steps: [sys.executable, "-c", "pass"])
+    recipe.phase_train(c, tmp_path / "target")
+    assert not recipe.eval_report(a, arm, "sharegpt", 3).exists() and not recipe.drafter_dir(a, arm).exists()
+    assert recipe.State(tmp_path).data["train_steps"] == 5
