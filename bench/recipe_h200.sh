@@ -14,7 +14,8 @@
 # or, the recipe's own arm with a call each for regeneration and training: 1, then
 #   2r the target; regenerate until the call's budget; merge                (carry .carry/r2)
 #   3o regen-online trained with the GPU to itself for the whole call; export; evaluate
-#   3a (before 3o) regen-online sized for two calls (X_STEPS, default 3,000: one lr schedule over both);
+#   3a (before 3o) regen-online sized for two calls (X_STEPS; by default what this call's X_BUDGET_S, 555,
+#      and 3o's share allow: 2,992 steps; one lr schedule over both);
 #      trained until the call's end, checkpointed; 3o then resumes it to its end and exports and evaluates
 #   3x (optional, X_BUDGET_S=seconds) regen-online resumed to a larger step count; export; evaluate again
 # or, regeneration's bench alone: 1, then
@@ -118,7 +119,10 @@ case "$call" in
     ;;
 3a)
     ARMS=(regen-online)
-    recipe --phases train --steps "${X_STEPS:-3000}" --budget-s 555 --grace-s 10 > "$RES/call3a.log" 2>&1
+    budget=${X_BUDGET_S:-555}
+    # 3.15 steps/s (8318748's 3.3-3.5, less a margin) over this call's training and 3o's share (435 s)
+    steps=${X_STEPS:-$(( (budget - 40 + 435) * 315 / 100 ))}
+    recipe --phases train --steps "$steps" --budget-s "$budget" --grace-s 10 > "$RES/call3a.log" 2>&1
     keep_logs
     ;;
 3x)
