@@ -584,7 +584,7 @@ def train_figures(a: argparse.Namespace, arm: Arm) -> dict:
 
 def seen_line(t: dict) -> str:
     """A resumed run's summary times only its last session, while its token count is the whole run's:
-    say so, or 37.7M tokens 'in 339s' reads as three times the trainer's real rate."""
+    say so, or 37.7M tokens 'in 339s' reads as over twice the trainer's real rate."""
     rate = f"{nan(t['tokens_per_s']):,.0f} tok/s"
     if t["resumed_from"]:
         return (f"{t['tokens'] or 0:,} tokens seen in all; {t['tokens_this_session'] or 0:,} of them from step "

