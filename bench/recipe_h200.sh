@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The recipe and the scale benches on one H200, as device calls made back to back
 # (bench/recipe_device.md says what each carries and why): bash bench/recipe_h200.sh CALL COMMIT
-#   1  data in, the split                                                        (carry .carry/r1)
+#   1  data in, the split; bench/train_profile.py on the recipe's step          (carry .carry/r1)
 #   2  the target; regeneration's bench; regenerate until the call's budget     (carry .carry/r2)
 #   3  merge, the bf16 and fp8 5,000-sample stores, four arms trained at once
 #   4  export, evaluate; evaluation's speed before/after and a sweep            (carry .carry/old)
@@ -13,7 +13,8 @@
 #      on ShareGPT's held-out prompts                                          (carry .carry/r2)
 # or, the recipe's own arm with a call each for regeneration and training: 1, then
 #   2r the target; regenerate until the call's budget; merge                (carry .carry/r2)
-#   3o regen-online trained with the GPU to itself for the whole call; export; evaluate
+#   3o regen-online trained with the GPU to itself for the whole call (TRAIN_RATE tokens/s sizes it); export;
+#      evaluate
 #   3a (before 3o) regen-online sized for two calls (X_STEPS; by default what this call's X_BUDGET_S, 555,
 #      and 3o's share allow: 2,992 steps; one lr schedule over both);
 #      trained until the call's end, checkpointed; 3o then resumes it to its end and exports and evaluates
@@ -62,6 +63,10 @@ case "$call" in
     cp -r .carry/r1/* "$R/"
     recipe --phases split --sharegpt "$R/ShareGPT_V3_unfiltered_cleaned_split.json.xz" \
         --chitchat "$R/chitchat_dataset.json.xz" --mtbench "$R/mtbench_question.jsonl" > "$RES/call1.log" 2>&1
+    for loss in eager compiled; do  # the recipe's step with the loss's passes written out, then fused
+        timeout 170 python3 bench/train_profile.py --shape smollm2 --loss "$loss" --top 14 \
+            >> "$RES/train-profile-h200.txt" 2>&1
+    done
     ;;
 2)
     target_wheel > "$RES/call2.log" || exit 1
@@ -114,7 +119,7 @@ case "$call" in
     ;;
 3o)
     ARMS=(regen-online)
-    recipe --phases train,export,evaluate --train-rate 55000 --train-setup-s 40 --phase-reserve export=15 \
+    recipe --phases train,export,evaluate --train-rate "${TRAIN_RATE:-55000}" --train-setup-s 40 --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s 550 --grace-s 10 > "$RES/call3.log" 2>&1
     keep_logs
     ;;

@@ -5,7 +5,8 @@ clipping, fused AdamW) on random weights and a resident random batch, so no stor
 target folder is needed. It prints tokens/s, then the kernels that took the most GPU time
 over the profiled steps, grouped into matmuls, attention, and the rest:
 
-    python bench/train_profile.py [--shape llama8b|small|smollm2] [--steps 6] [--attention flash|reference] [--top 25]
+    python bench/train_profile.py [--shape llama8b|small|smollm2] [--steps 6] [--attention flash|reference]
+                                  [--loss compiled|eager] [--top 25]
 
 `--shape smollm2` is the recipe's step (bench/recipe.py on SmolLM2-135M-Instruct: 8 rows of
 2,048 tokens, draft vocabulary 32,000), whose ~0.29 s a step on the H200 (8318748) is far
@@ -13,6 +14,9 @@ above what its matmuls and logits should take: the question this shape is here t
 
 `--attention reference` runs the written-out [T, T+i] softmax for TTT steps >= 1 instead
 of the flash merge (pipeline/drafter/ttt_attention.py), to measure what the merge saves.
+`--loss eager` runs the objective's passes over the [B,T,Vd] logits written out op by op
+(pipeline.train's --no-compile-loss) instead of one torch.compile'd kernel each
+(pipeline/train/vocab_kernels.py), to measure what the fused kernels save.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ PROFILE_SHAPES = {**{k: (cfg, dv, 1, t) for k, (cfg, dv, t) in SHAPES.items()},
                   "smollm2": (SMOLLM2_135M, 32000, 8, 2048)}
 
 
-def build(shape: str, device: torch.device, rows_asked: int = 0):
+def build(shape: str, device: torch.device, rows_asked: int, kernels):
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
     from pipeline.drafter.model import Eagle3Drafter
@@ -54,7 +58,7 @@ def build(shape: str, device: torch.device, rows_asked: int = 0):
     drafter.set_vocab(vocab)
     head_w = torch.randn(v, h, device=device, dtype=torch.bfloat16) * 0.02
     amp = torch.bfloat16 if device.type == "cuda" else torch.float32
-    head = TargetHead(head_w, vocab.ids, vocab.t2d, device, amp)
+    head = TargetHead(head_w, vocab.ids, vocab.t2d, device, amp, kernels)
     g = torch.Generator(device=device).manual_seed(1)
     batch = {
         "input_ids": torch.randint(0, v, (rows, tokens), device=device, generator=g),
@@ -81,6 +85,8 @@ def main() -> int:
     p.add_argument("--shape", choices=sorted(PROFILE_SHAPES), default="llama8b")
     p.add_argument("--steps", type=int, default=6, help="timed (and profiled) steps after 3 warmup steps")
     p.add_argument("--attention", choices=["flash", "reference"], default="flash")
+    p.add_argument("--loss", choices=["compiled", "eager"], default="compiled",
+                   help="the objective's vocabulary-wide passes: torch.compile'd (the CUDA default) or eager")
     p.add_argument("--top", type=int, default=25, help="kernels listed")
     p.add_argument("--rows", type=int, default=0, help="rows of the batch (default the shape's; 1 to try smollm2 on a CPU)")
     p.add_argument("--no-profile", action="store_true", help="only the tokens/s figure")
@@ -90,12 +96,14 @@ def main() -> int:
 
         model.flash_supported = lambda _q: False
     from pipeline.train.loss import TTTObjective, prepare, weights
+    from pipeline.train.vocab_kernels import VocabKernels
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu" and a.shape == "llama8b":
         a.shape = "small"
-    drafter, head, batch, amp, tokens = build(a.shape, device, a.rows)
-    objective = TTTObjective(drafter, TTT)
+    kernels = VocabKernels(compile=a.loss == "compiled")
+    drafter, head, batch, amp, tokens = build(a.shape, device, a.rows, kernels)
+    objective = TTTObjective(drafter, TTT, kernels)
     params = [q for q in drafter.parameters() if q.requires_grad]
     cuda = device.type == "cuda"
     opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), fused=True if cuda else None)
@@ -128,7 +136,7 @@ def main() -> int:
     peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if cuda else ""
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     print(f"train_profile: {a.shape} (H {PROFILE_SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, TTT {TTT}), "
-          f"attention {a.attention}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
+          f"attention {a.attention}, loss {'compiled' if kernels.compiled else 'eager'}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
           f"{tokens / dt:,.0f} tok/s{peak}", flush=True)
     if a.no_profile or not cuda:
         return 0

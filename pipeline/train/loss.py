@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..drafter.model import Eagle3Drafter, TTTCache
+from .vocab_kernels import EAGER_KERNELS, VocabKernels
 
 DECAY = 0.8
 TTT_DELAY = float(os.environ.get("EAGLE3_TRAIN_TTT_DELAY") or 0)
@@ -36,22 +37,22 @@ HEAD_CHUNK_ROWS = 8192
 class SoftCrossEntropy(torch.autograd.Function):
     """-(p . log_softmax(z)) per row, for p that sums to 1: logsumexp(z) - p.z. Its gradient
     (softmax(z) - p) is formed once in backward; the [rows, vocab] log-probabilities that
-    log_softmax followed by a product would keep for backward are never materialised."""
+    log_softmax followed by a product would keep for backward are never materialised. Both
+    passes are `kernels`' (pipeline.train.vocab_kernels: one fused kernel each on CUDA)."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    def forward(ctx, z: torch.Tensor, p: torch.Tensor, kernels: VocabKernels) -> torch.Tensor:  # noqa: ANN001
         with torch.autocast(z.device.type, enabled=False):  # fp32 math; z is kept in its own dtype
-            zf = z.float() if z.element_size() < 4 else z
-            lse = torch.logsumexp(zf, dim=-1)
+            lse, loss = kernels.soft_ce_forward(z, p)
             ctx.save_for_backward(z, p, lse)
-            return lse - torch.linalg.vecdot(p.to(zf.dtype), zf)
+            ctx.kernels = kernels
+            return loss
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # noqa: ANN001
         z, p, lse = ctx.saved_tensors
-        zf = z.float() if z.element_size() < 4 else z
-        grad = torch.exp(zf - lse.unsqueeze(-1)).sub_(p).mul_(g.unsqueeze(-1))
-        return grad.to(z.dtype), None
+        with torch.autocast(z.device.type, enabled=False):
+            return ctx.kernels.soft_ce_grad(z, p, lse, g), None, None
 
 
 def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -66,8 +67,9 @@ class TargetHead:
     """The target's lm_head: full rows (for its top token) and the draft vocabulary's rows."""
 
     def __init__(self, weight: torch.Tensor, draft_ids: torch.Tensor, t2d: torch.Tensor,
-                 device: torch.device, dtype: torch.dtype) -> None:
+                 device: torch.device, dtype: torch.dtype, kernels: VocabKernels = EAGER_KERNELS) -> None:
         self.full = weight.to(device=device, dtype=dtype)
+        self.kernels = kernels
         self.draft = self.full[draft_ids.to(device)].contiguous()
         self.t2d = t2d.to(device)
 
@@ -77,10 +79,7 @@ class TargetHead:
         top in draft vocab [B,T])."""
         b, t, h = final.shape
         flat = final.reshape(-1, h).to(self.full.dtype)
-        logp = torch.log_softmax((flat @ self.draft.T).float(), dim=-1)
-        probs = logp.exp()
-        entropy = -(probs * logp).sum(-1)
-        del logp
+        probs, entropy = self.kernels.probs_entropy(flat @ self.draft.T)
         top = torch.cat([(flat[r:r + HEAD_CHUNK_ROWS] @ self.full.T).argmax(-1)
                          for r in range(0, flat.shape[0], HEAD_CHUNK_ROWS)])
         return probs.view(b, t, -1), entropy.view(b, t), top.view(b, t), self.t2d[top].view(b, t)
@@ -118,10 +117,11 @@ class TTTObjective(nn.Module):
     `should_stop` is asked before each TTT step, so a stop on a slow device waits for one
     drafter forward, not a whole step (a step of TTT 7 on CPU can outlast a stop's grace)."""
 
-    def __init__(self, drafter: Eagle3Drafter, steps: int) -> None:
+    def __init__(self, drafter: Eagle3Drafter, steps: int, kernels: VocabKernels = EAGER_KERNELS) -> None:
         super().__init__()
         self.drafter = drafter
         self.steps = steps
+        self.kernels = kernels
         self.should_stop: Callable[[], bool] | None = None
 
     def forward(self, p: Prepared) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,7 +138,7 @@ class TTTObjective(nn.Module):
                 time.sleep(TTT_DELAY)
             logits, hidden = self.drafter(shift_left(p.input_ids, 1 + i), hidden, pos + i, cache)
             n = max(t - 1 - i, 0)  # rows whose target position t+1+i exists
-            row_loss = SoftCrossEntropy.apply(logits[:, :n], p.probs[:, 1 + i:]) - p.entropy[:, 1 + i:]
+            row_loss = SoftCrossEntropy.apply(logits[:, :n], p.probs[:, 1 + i:], self.kernels) - p.entropy[:, 1 + i:]
             sums.append((row_loss * p.loss_rows[i, :, :n]).sum())
             with torch.no_grad():
                 pred = self.drafter.draft_to_target(logits[:, :n].argmax(-1))

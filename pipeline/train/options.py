@@ -49,6 +49,7 @@ class Options:
     val_every: int | None = None
     vocab_data: str | None = None
     compile_target: bool | None = None  # online: torch.compile the target's layers (None: on CUDA)
+    compile_loss: bool | None = None  # torch.compile the objective's vocabulary-wide passes (None: on CUDA)
     gpu_memory_share: float | None = None  # the most of its GPU this process's allocator may hold
 
     @property

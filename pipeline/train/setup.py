@@ -28,6 +28,7 @@ from .data import BatchPlan, count_dataset_tokens, open_store, split_validation
 from .dist import Dist
 from .errors import BadInput
 from .loss import TargetHead, TTTObjective
+from .vocab_kernels import EAGER_KERNELS, VocabKernels
 from .online import TargetStates, open_records
 from .options import DEFAULT_VAL_MAX, Options
 from .resume import SUMMARY, check_resume, identity_of
@@ -58,6 +59,7 @@ class Run:
     vocab_note: dict | None = None
     head: TargetHead | None = None
     objective: torch.nn.Module | None = None
+    kernels: VocabKernels = EAGER_KERNELS
     params: list = field(default_factory=list)
     opt: torch.optim.Optimizer | None = None
     sched: torch.optim.lr_scheduler.LambdaLR | None = None
@@ -183,7 +185,8 @@ def _build_drafter(run: Run) -> None:
         with torch.no_grad():
             drafter.lm_head.weight.copy_(head_weight[vocab.ids].float())
     drafter.to(run.device)
-    run.head = TargetHead(head_weight, vocab.ids, vocab.t2d, run.device, run.amp_dtype)
+    run.kernels = VocabKernels(opts.compile_loss if opts.compile_loss is not None else run.cuda, run.log)
+    run.head = TargetHead(head_weight, vocab.ids, vocab.t2d, run.device, run.amp_dtype, run.kernels)
     run.drafter, run.vocab = drafter, vocab
 
 
@@ -240,7 +243,7 @@ def _held_out_keys(run: Run) -> tuple[set[str], set[int]]:
 
 def _build_optimizer(run: Run) -> None:
     opts = run.opts
-    raw_objective = TTTObjective(run.drafter, opts.ttt_length)
+    raw_objective = TTTObjective(run.drafter, opts.ttt_length, run.kernels)
     if run.dist.world_size == 1:
         raw_objective.should_stop = run.stop.is_set  # a stop lands between TTT steps, not only between steps
     run.objective = run.dist.wrap(raw_objective)
