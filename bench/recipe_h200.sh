@@ -19,6 +19,8 @@
 #      and 3o's share allow: 2,992 steps; one lr schedule over both);
 #      trained until the call's end, checkpointed; 3o then resumes it to its end and exports and evaluates
 #   3x (optional, X_BUDGET_S=seconds) regen-online resumed to a larger step count; export; evaluate again
+# or, online against offline training's throughput: 1, then
+#   2v the target; bench/online_vs_offline.py --big on ShareGPT's first records  (carry .carry/r2)
 # or, regeneration's bench alone: 1, then
 #   2b the target; bench/regenerate.py as call 2 runs it                     (carry .carry/r2)
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
@@ -139,6 +141,13 @@ case "$call" in
     recipe --phases train,export,evaluate --steps $((done_steps + more)) --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s "$budget" --grace-s 10 > "$RES/call3x.log" 2>&1
     keep_logs
+    ;;
+2v)
+    target_wheel > "$RES/call2v.log" || exit 1
+    recipe --phases target --gguf "$GGUF_WHEEL" --budget-s 90 >> "$RES/call2v.log" 2>&1
+    timeout "$(left 560)" python3 bench/online_vs_offline.py --work "$R/ovo" --target "$W/target" \
+        --sharegpt "$R/ShareGPT_V3_unfiltered_cleaned_split.json.xz" --big --device cuda --commit "$commit" \
+        --result "$RES/online-vs-offline-h200.txt" >> "$RES/call2v.log" 2>&1
     ;;
 2e)
     target_wheel > /dev/null || exit 1
