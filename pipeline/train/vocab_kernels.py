@@ -22,23 +22,29 @@ from collections.abc import Callable
 import torch
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """x in fp32 when it is narrower (bf16 logits); fp32 and fp64 as they are."""
+    return x if x.element_size() >= 4 else x.float()
+
+
 def probs_entropy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(softmax in fp32, its entropy) of [..., V] logits."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(_wide(logits), dim=-1)
     probs = logp.exp()
     return probs, -(probs * logp).sum(-1)
 
 
 def soft_ce_forward(z: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logsumexp(z), -(p . log_softmax(z))) per row, in fp32 whatever z's dtype."""
-    zf = z.float()
+    """(logsumexp(z), -(p . log_softmax(z))) per row, in fp32 at least whatever z's dtype."""
+    zf = _wide(z)
     lse = torch.logsumexp(zf, dim=-1)
-    return lse, lse - (p.float() * zf).sum(-1)
+    return lse, lse - (p.to(zf.dtype) * zf).sum(-1)
 
 
 def soft_ce_grad(z: torch.Tensor, p: torch.Tensor, lse: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """d/dz of g * soft_ce: g * (softmax(z) - p), in z's dtype."""
-    return torch.exp(z.float() - lse.unsqueeze(-1)).sub_(p.float()).mul_(g.unsqueeze(-1)).to(z.dtype)
+    zf = _wide(z)
+    return torch.exp(zf - lse.unsqueeze(-1)).sub_(p.to(zf.dtype)).mul_(g.unsqueeze(-1)).to(z.dtype)
 
 
 EAGER = {"probs_entropy": probs_entropy, "soft_ce_forward": soft_ce_forward, "soft_ce_grad": soft_ce_grad}

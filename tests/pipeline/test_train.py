@@ -200,19 +200,69 @@ def test_refuses_to_mix_a_new_run_into_old_checkpoints(reference_store, tiny_tar
     assert _main(*where, "--batch-size", "8", "--overwrite") == 0
 
 
-def test_fused_soft_cross_entropy_has_the_value_and_gradient_of_log_softmax():
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_fused_soft_cross_entropy_has_the_value_and_gradient_of_log_softmax(compiled):
     from pipeline.train.loss import SoftCrossEntropy
+    from pipeline.train.vocab_kernels import VocabKernels
 
+    kernels = VocabKernels(compile=compiled)
     torch.manual_seed(0)
     z = torch.randn(3, 5, 11, dtype=torch.float64, requires_grad=True)
     p = torch.softmax(torch.randn(3, 5, 11, dtype=torch.float64), -1)
     g = torch.randn(3, 5, dtype=torch.float64)
-    ours = SoftCrossEntropy.apply(z, p)
+    ours = SoftCrossEntropy.apply(z, p, kernels)
     plain = -(p * torch.log_softmax(z, -1)).sum(-1)
     assert torch.allclose(ours, plain)
     (ga,) = torch.autograd.grad((ours * g).sum(), z)
     (gb,) = torch.autograd.grad((plain * g).sum(), z)
     assert torch.allclose(ga, gb)
+    assert kernels.compiled == compiled  # the compiled run did not fall back to eager
+
+
+def test_compiled_loss_kernels_match_eager_on_every_ttt_slice_of_bf16_logits():
+    """What CUDA runs by default: one compiled graph for every TTT step's row count and every
+    batch length (dynamic shapes), on the objective's non-contiguous slices, equal to the eager
+    math to fp32 rounding, with the same loss the objective reports either way."""
+    from pipeline.train.loss import SoftCrossEntropy
+    from pipeline.train.vocab_kernels import EAGER_KERNELS, VocabKernels
+
+    fused = VocabKernels(compile=True)
+    torch.manual_seed(0)
+    for t in (40, 33):
+        logits = (torch.randn(2, t, 300) * 3).bfloat16().requires_grad_()
+        probs, entropy = fused.probs_entropy((torch.randn(2, t, 300) * 2).bfloat16())
+        for i in (0, 3):
+            n = t - 1 - i
+            got = SoftCrossEntropy.apply(logits[:, :n], probs[:, 1 + i:], fused) - entropy[:, 1 + i:]
+            want = SoftCrossEntropy.apply(logits[:, :n], probs[:, 1 + i:], EAGER_KERNELS) - entropy[:, 1 + i:]
+            assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+            (ga,) = torch.autograd.grad(got.sum(), logits)
+            (gb,) = torch.autograd.grad(want.sum(), logits)
+            assert torch.allclose(ga.float(), gb.float(), atol=1e-2, rtol=1e-2)
+            assert not ga[:, n:].any()  # rows past the slice get no gradient
+    assert fused.compiled
+    logits = (torch.randn(7, 300) * 2).bfloat16()
+    (pa, ha), (pb, hb) = fused.probs_entropy(logits), EAGER_KERNELS.probs_entropy(logits)
+    assert pa.dtype == torch.float32 and torch.allclose(pa, pb, atol=1e-6) and torch.allclose(ha, hb, atol=1e-5)
+
+
+def test_loss_kernels_that_fail_to_compile_fall_back_to_eager_with_one_warning(monkeypatch):
+    from pipeline.train import vocab_kernels
+
+    def broken(fn, **_kw):
+        def run(*_a):
+            raise RuntimeError("triton not found\nsecond line")
+        return run
+
+    monkeypatch.setattr(vocab_kernels.torch, "compile", broken)
+    lines: list[str] = []
+    kernels = vocab_kernels.VocabKernels(compile=True, log=lines.append)
+    z, p = torch.randn(2, 3, 5), torch.softmax(torch.randn(2, 3, 5), -1)
+    for _ in range(3):
+        lse, loss = kernels.soft_ce_forward(z, p)
+    assert torch.allclose(lse, torch.logsumexp(z, -1))
+    assert not kernels.compiled
+    assert len(lines) == 1 and "RuntimeError: triton not found" in lines[0] and "--no-compile-loss" in lines[0]
 
 
 def test_a_loader_worker_signalled_before_its_init_stays_silent(capfd):

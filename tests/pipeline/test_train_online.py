@@ -133,8 +133,9 @@ def test_the_estimate_counts_the_target_only_when_the_run_is_online(tiny_data, t
     assert bigger["gpu_bytes"] > online["gpu_bytes"]
 
 
-# torch's peak allocation on an H200 at 16,384 tokens, draft vocab 32,000, TTT 7
-# (bench/results/online-vs-offline-h200.txt): the pre-flight must never ask for less
+# torch's peak allocation on an H200 at 16,384 tokens, draft vocab 32,000, TTT 7, the objective's passes eager
+# (bench/results/online-vs-offline-h200-489eb84.txt; what a failed compile falls back to): the pre-flight must
+# never ask for less
 H200_PEAKS_GB = {("135m", False): 23.1, ("135m", True): 23.4, ("8b", False): 62.3, ("8b", True): 77.3}
 SHAPES = {
     "135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
