@@ -89,6 +89,8 @@ def main() -> int:
                    help="the objective's vocabulary-wide passes: torch.compile'd (the CUDA default) or eager")
     p.add_argument("--top", type=int, default=25, help="kernels listed")
     p.add_argument("--rows", type=int, default=0, help="rows of the batch (default the shape's; 1 to try smollm2 on a CPU)")
+    p.add_argument("--sync", action="store_true", help="wait for each step's finiteness check on the host, as "
+                   "pipeline.train does before its optimiser step (the CPU cannot queue the next step meanwhile)")
     p.add_argument("--no-profile", action="store_true", help="only the tokens/s figure")
     a = p.parse_args()
     if a.attention == "reference":
@@ -116,7 +118,9 @@ def main() -> int:
             loss = (w * sums / prep.loss_rows.sum((1, 2)).float().clamp(min=1)).sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        norm = torch.nn.utils.clip_grad_norm_(params, 0.5)
+        if a.sync and not bool(torch.isfinite(torch.stack([loss.detach().float(), norm.float()])).all()):
+            raise SystemExit("train_profile: the loss or gradient is not finite")
         opt.step()
 
     def sync() -> None:
@@ -136,7 +140,8 @@ def main() -> int:
     peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if cuda else ""
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     print(f"train_profile: {a.shape} (H {PROFILE_SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, TTT {TTT}), "
-          f"attention {a.attention}, loss {'compiled' if kernels.compiled else 'eager'}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
+          f"attention {a.attention}, loss {'compiled' if kernels.compiled else 'eager'}, "
+          f"{'a host sync a step' if a.sync else 'no host sync'}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
           f"{tokens / dt:,.0f} tok/s{peak}", flush=True)
     if a.no_profile or not cuda:
         return 0
