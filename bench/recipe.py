@@ -529,7 +529,7 @@ def phase_train(c: Ctx, target: Path) -> None:
         log(f"  {steps} steps, as sized by an earlier call (each run resumes from its latest checkpoint; "
             "--retrain starts over)")
     else:
-        steps, why = size_steps(fixed=a.steps, epochs=a.epochs, largest_tokens=max(tokens.values()),
+        steps, why = size_steps(fixed=a.steps or a.small_steps, epochs=a.epochs, largest_tokens=max(tokens.values()),
                                 batch_tokens=a.batch_tokens, left_s=c.left("train"), setup_s=a.train_setup_s,
                                 rate=a.train_rate)
         log(f"  {steps} steps of {a.batch_tokens} padded tokens for every arm ({why}); data: "
@@ -727,6 +727,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--commit", help="the commit named at the top (default: git's, where the tree has .git)")
     p.add_argument("--small", action="store_true", help="CPU smoke run: tiny random target, generated data")
     p.add_argument("--small-records", type=int, default=60, help=argparse.SUPPRESS)
+    p.add_argument("--small-steps", type=int, default=0, help=argparse.SUPPRESS)  # --small's count when none is sized
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available, cpu with --small)")
     p.add_argument("--budget-s", type=float, default=540, help="seconds this call should take (default 540)")
     p.add_argument("--grace-s", type=float, default=30, help="past the budget, stages are killed (default 30)")
@@ -780,19 +781,24 @@ def parser() -> argparse.ArgumentParser:
 
 
 SMALL = {"small_records": 60, "records": 40, "chitchat_records": 12, "eval_prompts": 4, "eval_new_tokens": 16,
-         "max_new_tokens": 24, "max_len": 256, "batch_tokens": 1024, "regen_batch": 8, "steps": 6, "merge_workers": 1,
+         "max_new_tokens": 24, "max_len": 256, "batch_tokens": 1024, "regen_batch": 8, "small_steps": 6, "merge_workers": 1,
          "heldout_share": 0.2, "budget_s": 900, "regen_dtype": "fp32", "min_regen_records": 5, "store_samples": 20,
          "val_samples": 4, "eval_parallel": 2, "draft_vocab": 256}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    a = parser().parse_args(argv)
+def with_small_defaults(a: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
+    """--small's settings, where the command line did not give its own."""
     if a.small:
         given = {arg.split("=")[0].lstrip("-").replace("-", "_") for arg in argv}
         for k, v in SMALL.items():
             if k not in given:
                 setattr(a, k, v)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = with_small_defaults(parser().parse_args(argv), argv)
     if a.gguf and a.target:
         print("bench/recipe: error: give --gguf or --target, not both", file=sys.stderr)
         return 2

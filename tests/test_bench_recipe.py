@@ -239,3 +239,25 @@ def test_retraining_forgets_the_old_drafters_and_their_figures_so_the_report_sho
     recipe.phase_train(c, tmp_path / "target")
     assert not recipe.eval_report(a, arm, "sharegpt", 3).exists() and not recipe.drafter_dir(a, arm).exists()
     assert recipe.State(tmp_path).data["train_steps"] == 5
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["device", "small"])
+def test_a_later_call_trains_to_the_step_count_an_earlier_call_sized(tmp_path, monkeypatch, small):
+    """Plan 2t then 3o: the second call resumes toward the first call's count (one lr schedule),
+    whatever its own rate would size, and --small's own count does not replace it either."""
+    argv = ["--work", str(tmp_path), "--phases", "train,export,evaluate", "--arms", "regen-online",
+            "--train-rate", "78000"] + (["--small"] if small else [])
+    a = recipe.with_small_defaults(recipe.parser().parse_args(argv), argv)
+    state = recipe.State(tmp_path)
+    state.data["train_steps"] = 2800
+    state.save()
+    log = recipe.RunLog(None, tmp_path / "recipe.txt")
+    began = time.monotonic()
+    c = recipe.Ctx(a, log, recipe.State(tmp_path), recipe.qb.Runner(tmp_path, log, began + 600, 1, {}), began + 600)
+    monkeypatch.setattr(recipe, "arm_tokens", lambda a, arm: 1000)
+    asked: list[int] = []
+    monkeypatch.setattr(recipe, "train_cmd", lambda a, arm, target, steps: asked.append(steps) or [
+        sys.executable, "-c", "pass"])
+    recipe.phase_train(c, tmp_path / "target")
+    assert asked == [2800]
+    assert "2800 steps, as sized by an earlier call" in (tmp_path / "recipe.txt").read_text()
