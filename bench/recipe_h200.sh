@@ -62,6 +62,9 @@ regen_bench() {  # bench/regenerate.py on the recipe's training prompts, within 
         --multi-turn 256 --profile "$RES/regenerate-profile-h200.txt" \
         --commit "$commit" --result "$RES/regenerate-h200.txt" >> "$RES/call2.log" 2>&1
 }
+train_toward_3o() {  # regen-online sized for $1 s of this call and 3o's share (435 s), trained until this call's end
+    recipe --phases train --steps "${X_STEPS:-$(train_steps_in $(( $1 - 40 + 435 )))}" --budget-s "$1" --grace-s 10
+}
 keep_logs() { tar czf "$RES/recipe-logs.tgz" -C "$W" logs recipe.txt state.json 2>/dev/null; }
 
 case "$call" in
@@ -130,8 +133,7 @@ case "$call" in
         --budget-s 545 --grace-s 10 >> "$RES/call2.log" 2>&1 || exit 1
     budget=$(left 555)
     [ "$budget" -gt 120 ] || { echo "2t: ${budget}s left after the merge: no training in this call" >> "$RES/call2.log"; exit 0; }
-    steps=${X_STEPS:-$(train_steps_in $(( budget - 40 + 435 )))}  # this call's training and 3o's share (435 s)
-    recipe --phases train --steps "$steps" --budget-s "$budget" --grace-s 10 >> "$RES/call2.log" 2>&1
+    train_toward_3o "$budget" >> "$RES/call2.log" 2>&1
     keep_logs
     ;;
 3o)
@@ -142,9 +144,7 @@ case "$call" in
     ;;
 3a)
     ARMS=(regen-online)
-    budget=${X_BUDGET_S:-555}
-    steps=${X_STEPS:-$(train_steps_in $(( budget - 40 + 435 )))}  # this call's training and 3o's share (435 s)
-    recipe --phases train --steps "$steps" --budget-s "$budget" --grace-s 10 > "$RES/call3a.log" 2>&1
+    train_toward_3o "${X_BUDGET_S:-555}" > "$RES/call3a.log" 2>&1
     keep_logs
     ;;
 3x)

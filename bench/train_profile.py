@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def category(name: str) -> str:
     return "other"
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=sorted(PROFILE_SHAPES), default="llama8b")
     p.add_argument("--steps", type=int, default=6, help="timed (and profiled) steps after 3 warmup steps")
@@ -92,18 +93,13 @@ def main() -> int:
     p.add_argument("--sync", action="store_true", help="wait for each step's finiteness check on the host, as "
                    "pipeline.train does before its optimiser step (the CPU cannot queue the next step meanwhile)")
     p.add_argument("--no-profile", action="store_true", help="only the tokens/s figure")
-    a = p.parse_args()
-    if a.attention == "reference":
-        import pipeline.drafter.model as model
+    return p.parse_args()
 
-        model.flash_supported = lambda _q: False
+
+def step_fn(a: argparse.Namespace, device: torch.device, kernels) -> tuple[Callable[[], None], int]:
+    """(one training step as pipeline.train takes it, on a resident batch; the batch's tokens)."""
     from pipeline.train.loss import TTTObjective, prepare, weights
-    from pipeline.train.vocab_kernels import VocabKernels
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cpu" and a.shape == "llama8b":
-        a.shape = "small"
-    kernels = VocabKernels(compile=a.loss == "compiled")
     drafter, head, batch, amp, tokens = build(a.shape, device, a.rows, kernels)
     objective = TTTObjective(drafter, TTT, kernels)
     params = [q for q in drafter.parameters() if q.requires_grad]
@@ -122,6 +118,42 @@ def main() -> int:
         if a.sync and not bool(torch.isfinite(torch.stack([loss.detach().float(), norm.float()])).all()):
             raise SystemExit("train_profile: the loss or gradient is not finite")
         opt.step()
+
+    return step, tokens
+
+
+def print_kernels(prof, steps: int, top: int) -> None:
+    """GPU time per step by category, then the `top` kernels."""
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+        if t > 0:
+            rows.append((t / steps / 1e3, e.count // steps, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    by_cat: dict[str, float] = {}
+    for ms, _n, key in rows:
+        by_cat[category(key)] = by_cat.get(category(key), 0.0) + ms
+    print(f"GPU time per step {total:.1f} ms: " + ", ".join(f"{k} {v:.1f} ms ({v / total:.0%})"
+                                                          for k, v in sorted(by_cat.items(), key=lambda x: -x[1])))
+    for ms, n, key in rows[:top]:
+        print(f"  {ms:7.2f} ms  x{n:<4} {category(key):<9} {key[:110]}")
+
+
+def main() -> int:
+    a = parse_args()
+    if a.attention == "reference":
+        import pipeline.drafter.model as model
+
+        model.flash_supported = lambda _q: False
+    from pipeline.train.vocab_kernels import VocabKernels
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu" and a.shape == "llama8b":
+        a.shape = "small"
+    cuda = device.type == "cuda"
+    kernels = VocabKernels(compile=a.loss == "compiled")
+    step, tokens = step_fn(a, device, kernels)
 
     def sync() -> None:
         if cuda:
@@ -151,20 +183,7 @@ def main() -> int:
         for _ in range(a.steps):
             step()
         sync()
-    rows = []
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
-        if t > 0:
-            rows.append((t / a.steps / 1e3, e.count // a.steps, e.key))
-    rows.sort(reverse=True)
-    total = sum(r[0] for r in rows)
-    by_cat: dict[str, float] = {}
-    for ms, _n, key in rows:
-        by_cat[category(key)] = by_cat.get(category(key), 0.0) + ms
-    print(f"GPU time per step {total:.1f} ms: " + ", ".join(f"{k} {v:.1f} ms ({v / total:.0%})"
-                                                          for k, v in sorted(by_cat.items(), key=lambda x: -x[1])))
-    for ms, n, key in rows[: a.top]:
-        print(f"  {ms:7.2f} ms  x{n:<4} {category(key):<9} {key[:110]}")
+    print_kernels(prof, a.steps, a.top)
     return 0
 
 

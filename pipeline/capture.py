@@ -49,6 +49,13 @@ def _allow_recompiles(n: int) -> None:
             setattr(cfg, name, n)
 
 
+def compile_failed(stage: str, what: str, e: Exception, flag: str) -> str:
+    """The one warning line of a torch.compile that failed and whose code goes on eagerly."""
+    first = str(e).splitlines()[0][:200] if str(e) else ""
+    return (f"{stage}: warning: torch.compile of {what} failed ({type(e).__name__}: {first}); continuing uncompiled "
+            f"({flag} skips the attempt)")
+
+
 class Capturer:
     def __init__(self, model: torch.nn.Module, layers: list[int], num_layers: int, device: str,
                  compile: bool | None = None, log: Callable[[str], None] = print,
@@ -123,9 +130,7 @@ class Capturer:
             if not self.compiled:
                 raise
             self._uncompile()
-            self.log(f"{self.stage}: warning: torch.compile of the decoder layers failed ({type(e).__name__}: "
-                     f"{str(e).splitlines()[0][:200] if str(e) else ''}); continuing uncompiled (--no-compile "
-                     "skips the attempt)")
+            self.log(compile_failed(self.stage, "the decoder layers", e, "--no-compile"))
             final = self._run(x, b, t, dtype)
         aux, self._aux = self._aux, None
         assert aux is not None

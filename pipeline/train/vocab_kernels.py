@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from ..capture import compile_failed
+
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
     """x in fp32 when it is narrower (bf16 logits); fp32 and fp64 as they are."""
@@ -55,23 +57,21 @@ class VocabKernels:
 
     def __init__(self, compile: bool, log: Callable[[str], None] = print) -> None:
         self.log = log
-        self.compiled = compile
-        self._fns = dict(EAGER)
-        if compile:
-            self._fns = {name: torch.compile(fn, dynamic=True) for name, fn in EAGER.items()}
+        self._compiled = {name: torch.compile(fn, dynamic=True) for name, fn in EAGER.items()} if compile else None
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
 
     def _call(self, name: str, *args: torch.Tensor):
-        if self.compiled:
+        if self._compiled is not None:
             try:
-                return self._fns[name](*args)
+                return self._compiled[name](*args)
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as e:  # noqa: BLE001 - any compile failure falls back to the same math, eagerly
-                self.compiled = False
-                self._fns = dict(EAGER)
-                first = str(e).splitlines()[0][:200] if str(e) else ""
-                self.log(f"train: warning: torch.compile of the loss kernels failed ({type(e).__name__}: {first}); "
-                         "continuing uncompiled (--no-compile-loss skips the attempt)")
+                self._compiled = None
+                self.log(compile_failed("train", "the loss kernels", e, "--no-compile-loss"))
         return EAGER[name](*args)
 
     def probs_entropy(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
