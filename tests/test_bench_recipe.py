@@ -261,3 +261,23 @@ def test_a_later_call_trains_to_the_step_count_an_earlier_call_sized(tmp_path, m
     recipe.phase_train(c, tmp_path / "target")
     assert asked == [2800]
     assert "2800 steps, as sized by an earlier call" in (tmp_path / "recipe.txt").read_text()
+
+
+def test_the_h200_recipe_config_trains_as_the_measured_recipe_run_did(tmp_path):
+    """The config is what a user runs to get docs/train.md's figure: a learning rate, a loop cut or a
+    prompt bound drifting from bench/recipe.py's would train another drafter than the one measured."""
+    from pipeline.regenerate.options import parse
+    from pipeline.train.__main__ import build_parser as train_parser
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "examples" / "smollm2-h200.yaml")
+    a = _opts(tmp_path, "--regen-batch", "1024")
+    ours = parse(list(cfg.phase("regenerate").argv[3:]))
+    measured = parse(recipe.regen_cmd(a, tmp_path / "target")[3:])
+    for key in ("batch_size", "max_new_tokens", "max_prompt_tokens", "trim_loops", "temperature", "seed"):
+        assert getattr(ours, key) == getattr(measured, key), key
+    ours = train_parser().parse_args(list(cfg.phase("train").argv[3:]))
+    measured = train_parser().parse_args(recipe.train_cmd(a, recipe.Arm("regen", "online"), tmp_path / "t", 2829)[3:])
+    for key in ("steps", "batch_tokens", "max_len", "lr", "warmup_ratio", "ttt_length", "draft_vocab", "seed"):
+        assert getattr(ours, key) == getattr(measured, key), key
+    result = (Path(__file__).resolve().parents[1] / "bench" / "results" / "recipe-h200.txt").read_text()
+    assert f"--steps {ours.steps} " in result  # the step count of the run the docs quote
