@@ -86,11 +86,18 @@ class Job:
     rc: int | None = None
     seconds: float = 0.0
     log: Path | None = None
+    log_from: int = 0  # where this run's lines start: a rerun (a resumed training) appends to the log
+
+    def lines(self) -> list[str]:
+        """This run's lines of the log; OSError when there is none."""
+        with open(self.log, "rb") as f:
+            f.seek(self.log_from)
+            return f.read().decode(errors="replace").splitlines()
 
     def tail(self, n: int = 4) -> str:
         """The error line of a failed job's log (torchrun's own report left out), or its last lines."""
         try:
-            lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
+            lines = [ln for ln in self.lines() if ln.strip()]
         except OSError:
             return "(no log)"
         errors = [ln for ln in lines if ("Error" in ln or "error:" in ln) and "ChildFailedError" not in ln]
@@ -99,7 +106,7 @@ class Job:
     def result(self) -> dict:
         """The last `RESULT {json}` line of the job's log, if it printed one."""
         try:
-            lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.startswith(RESULT)]
+            lines = [ln for ln in self.lines() if ln.startswith(RESULT)]
         except OSError:
             return {}
         return json.loads(lines[-1][len(RESULT):]) if lines else {}
@@ -115,7 +122,11 @@ class Runner:
     def _one(self, job: Job) -> Job:
         job.log = self.logs / f"{job.name}.log"
         t0 = time.monotonic()
-        with open(job.log, "w") as out:
+        with open(job.log, "a") as out:
+            out.write(f"== {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())} {job.name}: a run starts "
+                      "(an earlier call's run of it, if any, above)\n")
+            out.flush()
+            job.log_from = out.tell()
             p = subprocess.Popen(job.argv, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)
             try:

@@ -281,3 +281,17 @@ def test_the_h200_recipe_config_trains_as_the_measured_recipe_run_did(tmp_path):
         assert getattr(ours, key) == getattr(measured, key), key
     result = (Path(__file__).resolve().parents[1] / "bench" / "results" / "recipe-h200.txt").read_text()
     assert f"--steps {ours.steps} " in result  # the step count of the run the docs quote
+
+
+def test_a_job_run_again_in_a_later_call_keeps_the_earlier_runs_log_and_reports_only_its_own(tmp_path):
+    """A training resumed in the next call reran under the same log name and wiped the first call's
+    validation lines: the recipe's val history began at the resumed step."""
+    log = recipe.RunLog(None, tmp_path / "recipe.txt")
+    runner = recipe.qb.Runner(tmp_path, log, time.monotonic() + 600, 1, {})
+    say = "import sys; print(sys.argv[1]); sys.exit(int(sys.argv[2]))"
+    first = runner.phase("p", [recipe.qb.Job("train-x", [sys.executable, "-c", say, 'RESULT {"step": 821}', "0"])])
+    assert first["train-x"].result() == {"step": 821}
+    again = runner.phase("p", [recipe.qb.Job("train-x", [sys.executable, "-c", say, "Error: out of memory", "1"])])
+    assert again["train-x"].result() == {} and again["train-x"].tail() == "Error: out of memory"
+    whole = (tmp_path / "logs" / "train-x.log").read_text()
+    assert 'RESULT {"step": 821}' in whole and whole.index("821") < whole.index("out of memory")
