@@ -275,7 +275,7 @@ def train_cmd(a: argparse.Namespace, arm: Arm, target: Path, steps: int) -> list
                  "--steps", str(steps), "--batch-tokens", str(a.batch_tokens), "--max-len", str(a.max_len),
                  "--lr", str(a.lr), "--warmup-ratio", str(a.warmup_ratio), "--ttt-length", str(a.ttt_length),
                  "--draft-vocab", str(a.draft_vocab), "--seed", str(a.seed), "--device", a.device,
-                 "--val-samples", str(a.val_samples), "--save-every", str(max(1, steps // 4)),
+                 "--val-samples", str(a.val_samples), "--save-every", str(max(1, -(-steps // 4))),
                  "--keep-last", "1", "--log-every", str(max(1, steps // 20)), "--resume", *gpu_share(a))
 
 

@@ -295,3 +295,15 @@ def test_a_job_run_again_in_a_later_call_keeps_the_earlier_runs_log_and_reports_
     assert again["train-x"].result() == {} and again["train-x"].tail() == "Error: out of memory"
     whole = (tmp_path / "logs" / "train-x.log").read_text()
     assert 'RESULT {"step": 821}' in whole and whole.index("821") < whole.index("out of memory")
+
+
+@pytest.mark.parametrize("steps", [700, 2829, 2830, 2831])
+def test_a_recipe_training_validates_and_checkpoints_four_times_not_twice_at_its_end(tmp_path, steps):
+    """2,829 steps saved every 2,829 // 4 = 707 validated and wrote a checkpoint at step 2,828 and
+    again at 2,829: one validation of 200 samples and one checkpoint for nothing."""
+    from pipeline.train.__main__ import build_parser as train_parser
+
+    argv = recipe.train_cmd(_opts(tmp_path), recipe.Arm("regen", "online"), tmp_path / "t", steps)
+    every = train_parser().parse_args(argv[3:]).save_every
+    points = [s for s in range(1, steps + 1) if s % every == 0 or s == steps]
+    assert len(points) == 4 and points[-1] == steps
