@@ -68,7 +68,7 @@ def log_header(log, script: str, a) -> None:
     log(f"# commit {commit(a.commit, a.result)}")
     gpu = f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else ""
     log(f"{script.removesuffix('.py')}: device {a.device}{gpu}, torch {torch.__version__}, work {a.work}; "
-        f"{time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}")
+        f"{quality.utc_now()}")
 
 
 def commit(given: str | None, result: Path | None) -> str:

@@ -61,6 +61,11 @@ TRAINERS = ("ours", "specforge")
 RESULT = "RESULT "
 
 
+def utc_now() -> str:
+    """The wall-clock time a result file or a log names, in UTC: device calls and notes compare them."""
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime())
+
+
 class Log:
     """Every line to stdout and, as it is printed, to the result file."""
 
@@ -123,8 +128,7 @@ class Runner:
         job.log = self.logs / f"{job.name}.log"
         t0 = time.monotonic()
         with open(job.log, "a") as out:
-            out.write(f"== {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())} {job.name}: a run starts "
-                      "(an earlier call's run of it, if any, above)\n")
+            out.write(f"== {utc_now()} {job.name}: a run starts (an earlier call's run of it, if any, above)\n")
             out.flush()
             job.log_from = out.tell()
             p = subprocess.Popen(job.argv, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -440,7 +444,7 @@ def run(a: argparse.Namespace) -> int:
     a.device = a.device or ("cuda" if torch.cuda.is_available() and not a.small else "cpu")
     gpu = f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else ""
     log(f"bench/quality: device {a.device}{gpu}, torch {torch.__version__}, work {a.work}, budget {a.budget_s}s, "
-        f"{'--small' if a.small else 'real target'}; {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}")
+        f"{'--small' if a.small else 'real target'}; {utc_now()}")
     log("# " + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
     a.work.mkdir(parents=True, exist_ok=True)
     for old in ("runs", "drafters", "evals", "logs"):

@@ -275,7 +275,7 @@ def train_cmd(a: argparse.Namespace, arm: Arm, target: Path, steps: int) -> list
                  "--steps", str(steps), "--batch-tokens", str(a.batch_tokens), "--max-len", str(a.max_len),
                  "--lr", str(a.lr), "--warmup-ratio", str(a.warmup_ratio), "--ttt-length", str(a.ttt_length),
                  "--draft-vocab", str(a.draft_vocab), "--seed", str(a.seed), "--device", a.device,
-                 "--val-samples", str(a.val_samples), "--save-every", str(max(1, -(-steps // 4))),
+                 "--val-samples", str(a.val_samples), "--save-every", str(max(1, math.ceil(steps / 4))),
                  "--keep-last", "1", "--log-every", str(max(1, steps // 20)), "--resume", *gpu_share(a))
 
 
@@ -685,7 +685,7 @@ def run(a: argparse.Namespace) -> int:
     gpu = f", {torch.cuda.get_device_name(0)}" if a.device == "cuda" else ""
     log(f"bench/recipe: phases {','.join(a.phases)}; device {a.device}{gpu}, torch {torch.__version__}, commit "
         f"{a.commit or commit_of()}, work {a.work}, budget {a.budget_s:.0f}s, {'--small' if a.small else 'real target'}"
-        f"; {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}")
+        f"; {qb.utc_now()}")
     log("# " + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])

@@ -9,8 +9,9 @@ over the profiled steps, grouped into matmuls, attention, and the rest:
                                   [--loss compiled|eager] [--top 25]
 
 `--shape smollm2` is the recipe's step (bench/recipe.py on SmolLM2-135M-Instruct: 8 rows of
-2,048 tokens, draft vocabulary 32,000), whose ~0.29 s a step on the H200 (8318748) is far
-above what its matmuls and logits should take: the question this shape is here to answer.
+2,048 tokens, draft vocabulary 32,000), whose ~0.29 s a step on the H200 (8318748) was far
+above what its matmuls and logits should take: the objective's elementwise passes were most
+of it (bench/results/train-profile-h200.txt).
 
 `--attention reference` runs the written-out [T, T+i] softmax for TTT steps >= 1 instead
 of the flash merge (pipeline/drafter/ttt_attention.py), to measure what the merge saves.
