@@ -64,3 +64,21 @@ def test_a_nul_in_an_overlay_value_is_refused_naming_file_line_and_key(cfg, caps
     assert main(["status", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert str(overlay_path(cfg)) in err and ":2:" in err and "vars.steps" in err and "NUL" in err
+
+
+@pytest.mark.parametrize("where", ["config", "overlay"])
+def test_a_raw_nul_byte_is_a_config_error_naming_file_and_line_not_an_internal_error(where, cfg, capsys):
+    """A raw NUL (not the escape `\\x00`) stops PyYAML's reader before any node exists; it
+    used to reach the operator as `internal error: ReaderError` with no file and no line."""
+    if where == "config":
+        lines = CFG.splitlines(keepends=True)
+        lines[2] = lines[2].rstrip("\n") + "\x00\n"
+        cfg.write_text("".join(lines))
+        file = cfg
+    else:
+        file = overlay_path(cfg)
+        file.write_text('vars:\n  steps: "4\x000"\n')
+    assert main(["status", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "ReaderError" not in err, err
+    assert f"{file}:{3 if where == 'config' else 2}:" in err and "U+0000" in err, err

@@ -110,6 +110,55 @@ def test_a_saved_value_is_kept_exactly_and_written_atomically(cfg: Path, capsys)
     assert leftovers == [] and overlay_path(cfg).stat().st_mode & 0o077 == 0
 
 
+def test_a_symlinked_overlay_stays_a_link_and_its_file_keeps_its_mode(cfg: Path, capsys) -> None:
+    """An overlay kept elsewhere (a dotfiles repo, a shared folder) and linked beside the config:
+    `set` writes the file the link names, and its mode, never a new 0600 file over the link."""
+    shared = cfg.parent / "shared"
+    shared.mkdir()
+    real = shared / "tuned.overrides.yaml"
+    real.write_text("vars:\n  steps: '20'\n")
+    real.chmod(0o640)
+    overlay_path(cfg).symlink_to(real)
+    assert main(["set", str(cfg), "steps=40"]) == 0
+    assert overlay_path(cfg).is_symlink() and overlay_path(cfg).resolve() == real
+    assert oct(real.stat().st_mode & 0o777) == oct(0o640)
+    assert _states(cfg, capsys)["saved"] == {"steps": "40"}
+    assert main(["set", str(cfg), "--clear", "steps"]) == 0  # the last one cleared: the link stays
+    assert overlay_path(cfg).is_symlink() and _states(cfg, capsys)["saved"] == {}
+
+
+def test_an_overlay_keeps_the_mode_it_was_given(cfg: Path, capsys) -> None:
+    overlay_path(cfg).write_text("vars:\n  steps: '20'\n")
+    overlay_path(cfg).chmod(0o644)
+    assert main(["set", str(cfg), "steps=40"]) == 0
+    assert oct(overlay_path(cfg).stat().st_mode & 0o777) == oct(0o644)
+
+
+@pytest.mark.parametrize("how", ["read-only", "read-only link", "dangling link"])
+def test_a_read_only_overlay_or_a_dangling_link_is_refused_with_the_reason_and_left_as_it_is(
+        how: str, cfg: Path, capsys) -> None:
+    overlay = overlay_path(cfg)
+    real = cfg.parent / "elsewhere.yaml"
+    if how == "read-only":
+        real = overlay
+    else:
+        overlay.symlink_to(real)
+    if how != "dangling link":
+        real.write_text("vars:\n  steps: '20'\n")
+        real.chmod(0o444)
+    capsys.readouterr()
+    assert main(["set", str(cfg), "steps=40"]) == 2
+    err = capsys.readouterr().err
+    assert str(overlay) in err and ("read-only (mode 0444)" in err if how != "dangling link" else
+                                    "does not exist" in err), err
+    assert overlay.is_symlink() == (how != "read-only")
+    if how != "dangling link":
+        assert real.read_text() == "vars:\n  steps: '20'\n" and real.stat().st_mode & 0o777 == 0o444
+        assert main(["set", str(cfg), "--clear", "steps"]) == 2 and real.exists()
+    else:
+        assert not real.exists()
+
+
 def test_a_run_verifies_with_the_values_it_started_with_whatever_the_overlay_becomes(tmp_path: Path, capsys) -> None:
     (tmp_path / "work").mkdir()
     cfg = tmp_path / "tuned.yaml"

@@ -76,11 +76,11 @@ def test_paths_resolve_against_config_folder(tmp_path, monkeypatch):
     assert cfg.resolve("scripts/x.py") == root / "scripts/x.py"
 
 
-def test_run_string_is_split_like_a_shell_never_run_by_one(tmp_path, monkeypatch):
+def test_run_string_is_split_like_a_shell_never_run_by_one_and_a_value_stays_one_argument(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE3_TEST_HOME", "/h o")
     cfg = load_config(write(tmp_path))
     assert cfg.phase("extract").argv == (
-        "python", "-m", "pipeline.extract", "--data", "./work/data/merged/train.jsonl", "--home", "/h", "o")
+        "python", "-m", "pipeline.extract", "--data", "./work/data/merged/train.jsonl", "--home", "/h o")
 
 
 def test_set_overrides_a_variable_and_everything_using_it(tmp_path, monkeypatch):

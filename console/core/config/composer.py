@@ -36,7 +36,10 @@ def compose(file: Path, text: str) -> tuple[yaml.SafeLoader, yaml.Node | None]:
     composed, and every YAML error as one ConfigError naming the file and line. The caller
     disposes of the loader once it has read the nodes."""
     protected = protect(text)
-    loader = yaml.SafeLoader(protected)
+    try:
+        loader = yaml.SafeLoader(protected)
+    except yaml.reader.ReaderError as e:
+        raise _unreadable(file, text, e) from None
     try:
         bounds.check(protected)
         return loader, loader.get_single_node()
@@ -56,3 +59,14 @@ def compose(file: Path, text: str) -> tuple[yaml.SafeLoader, yaml.Node | None]:
     except yaml.YAMLError as e:
         loader.dispose()
         raise ConfigError(file, f"YAML syntax error: {e}") from None
+
+
+def _unreadable(file: Path, text: str, e: yaml.reader.ReaderError) -> ConfigError:
+    """A character YAML refuses to read (a NUL, a control character): PyYAML names only its
+    offset in the string, so the line and column are counted here. `protect` keeps offsets."""
+    where = max(0, min(e.position, len(text)))
+    line = text.count("\n", 0, where) + 1
+    column = where - (text.rfind("\n", 0, where) + 1) + 1
+    char = f"U+{e.character:04X}" if isinstance(e.character, int) else repr(e.character)
+    return ConfigError(file, f"column {column}: the character {char} is not allowed in YAML ({e.reason}); "
+                             "remove it (is this a binary file, or a paste with control characters?)", line=line)

@@ -8,7 +8,6 @@ import difflib
 import hashlib
 import os
 import re
-import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import yaml
 from pipeline import bounded_read
 
 from console.core.checks.registry import KINDS, default_name, validate
+from console.core.config import commands
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
@@ -41,15 +41,23 @@ VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
 def _command(r, node: yaml.Node, key: str) -> list[str]:  # type: ignore[no-untyped-def]
-    """An argv list, or a string split like a shell would (never run through one); items as
-    written, so YAML 1.1 never turns `yes` or `0755` into something else."""
+    """An argv list, or a string split like a shell would (never run through one), each `${...}`
+    substituted inside its word after the split; items as written, so YAML 1.1 never turns `yes`
+    or `0755` into something else. A `${...}` inside a shell's `-c` script is refused (commands.py)."""
     if isinstance(node, yaml.SequenceNode):
-        argv = [r.string(n, f"{key}[{i}]", as_written=True) for i, n in enumerate(r.sequence(node, key))]
+        items = [(n, f"{key}[{i}]") for i, n in enumerate(r.sequence(node, key))]
+        words = [r.string(n, k, interpolate=False, allow_empty=True, as_written=True) for n, k in items]
     else:
         try:
-            argv = shlex.split(r.string(node, key, as_written=True))
+            words = commands.split_words(r.string(node, key, interpolate=False, as_written=True))
         except ValueError as e:
             raise r.error(node, key, f"cannot split the command like a shell would: {e}") from None
+        items = [(node, key)] * len(words)
+    code = commands.script_with_reference(words)
+    if code is not None:
+        raise r.error(items[code[0]][0], items[code[0]][1], code[1])
+    argv = [r.string(n, k, as_written=True) if isinstance(node, yaml.SequenceNode)
+            else r.interpolate(n, k, w) for (n, k), w in zip(items, words)]
     if not argv:
         raise r.error(node, key, "the command is empty")
     return argv
@@ -144,12 +152,15 @@ class _Reader:
             return []
         return [self.string(n, f"{key}[{i}]") for i, n in enumerate(self.sequence(node, key))]
 
-    def plain(self, node: yaml.Node, key: str) -> Any:
-        """Any YAML value as Python, strings interpolated (check arguments)."""
+    def plain(self, node: yaml.Node, key: str, command_at: Callable[[str], bool] = lambda key: False) -> Any:
+        """Any YAML value as Python, strings interpolated (check arguments); a value at a key
+        `command_at` names is a command, read as `_command` reads one."""
+        if command_at(key) and not isinstance(node, yaml.MappingNode):
+            return _command(self, node, key)
         if isinstance(node, yaml.MappingNode):
-            return {k: self.plain(v, f"{key}.{k}") for k, _, v in self.mapping(node, key)}
+            return {k: self.plain(v, f"{key}.{k}", command_at) for k, _, v in self.mapping(node, key)}
         if isinstance(node, yaml.SequenceNode):
-            return [self.plain(v, f"{key}[{i}]") for i, v in enumerate(node.value)]
+            return [self.plain(v, f"{key}[{i}]", command_at) for i, v in enumerate(node.value)]
         value = self.scalar(node, key)
         if isinstance(value, str):
             return self.interpolate(node, key, value)
@@ -476,7 +487,9 @@ def _check(r: _Reader, node: yaml.Node, key: str, validate_check: Callable[[str,
     kind, kn, vn = kinds[0]
     if kind not in KINDS:
         raise r.error(kn, f"{key}.{kind}", f"unknown check kind '{kind}'" + _did_you_mean(kind, KINDS))
-    arg = r.plain(vn, f"{key}.{kind}")
+    base = re.escape(f"{key}.{kind}")
+    command_at = re.compile(base + (r"(\.argv)?" if kind == "command" else r"\.values\.[^.]+\.command")).fullmatch
+    arg = r.plain(vn, f"{key}.{kind}", lambda k: command_at(k) is not None)
     problem = validate_check(kind, arg)
     if problem:
         raise r.error(vn, f"{key}.{kind}", problem)

@@ -17,6 +17,7 @@ import fcntl
 import os
 import re
 import secrets
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -134,10 +135,13 @@ def render(config_path: str | os.PathLike[str], values: dict[str, str]) -> str:
 
 
 def write_saved(config_path: str | os.PathLike[str], values: dict[str, str]) -> Path:
-    """Replace the overlay atomically (temp, fsync, rename, fsync the folder; owner-only,
-    as values may be private); remove it when nothing is left. Validated before it is written, so it always reads back."""
+    """Replace the overlay atomically (temp, fsync, rename, fsync the folder); remove it when
+    nothing is left. Validated before it is written, so it always reads back. A new overlay is
+    owner-only, as values may be private; an existing one keeps its mode, and a symlink stays a
+    link (the file it names is replaced); a read-only overlay or a dangling link is refused."""
     file = overlay_path(config_path)
-    if not values:
+    target, mode = _destination(file)
+    if not values and target == file:
         try:
             file.unlink()
             fsync_dir(file.parent)
@@ -149,5 +153,39 @@ def write_saved(config_path: str | os.PathLike[str], values: dict[str, str]) -> 
         raise ConfigError(file, f"would exceed {MAX_BYTES} bytes or {MAX_NAMES} variables")
     if parse(file, text) != values:
         raise ConfigError(file, "a value does not survive a round trip through YAML")
-    write_bytes_atomic(file, text.encode(), tag=f".{os.getpid()}.{secrets.token_hex(3)}", mode=0o600)
+    try:
+        write_bytes_atomic(target, text.encode(), tag=f".{os.getpid()}.{secrets.token_hex(3)}", mode=mode)
+        if stat.S_IMODE(os.stat(target).st_mode) != mode:
+            os.chmod(target, mode)  # the umask narrowed it at creation
+    except OSError as e:
+        raise ConfigError(file, f"cannot write the saved overrides: {e.strerror or e}"
+                                + (f" (to {target}, the file the link names)" if target != file else "")) from None
     return file
+
+
+def _destination(file: Path) -> tuple[Path, int]:
+    """(the file to replace, the mode to give it): the overlay itself, or the file its symlink
+    names so the link survives, with the mode it has (0600 when new). A read-only overlay, a
+    dangling link or a link to something not a file is refused: replacing it would undo a choice
+    someone made on purpose, or write where no overlay was."""
+    try:
+        st = os.lstat(file)
+    except FileNotFoundError:
+        return file, 0o600
+    target = file
+    if stat.S_ISLNK(st.st_mode):
+        target = Path(os.path.realpath(file))
+        try:
+            st = os.stat(target)
+        except FileNotFoundError:
+            raise ConfigError(file, f"is a symbolic link to {target}, which does not exist; create that file "
+                                    "or remove the link, then save again") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(file, f"is a symbolic link to {target}, which is not a regular file; "
+                                    "point it at a file or remove it") from None
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & stat.S_IWUSR or not os.access(target, os.W_OK):
+        raise ConfigError(file, f"{'the file it links to, ' + str(target) + ', ' if target != file else ''}is "
+                                f"read-only (mode {mode:04o}); it is left as it is: make it writable "
+                                f"(chmod u+w {target}) to save overrides, or pass --set on each command")
+    return target, mode
