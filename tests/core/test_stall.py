@@ -90,7 +90,8 @@ phases:
   - id: idle
     stall_after: 1s
     run: [python3, -c, "import os, time\\nwhile not os.path.exists('work/stop'): time.sleep(0.05)"]  # wait-ok: the phase's own work
-  - id: counted
+""" + "".join(f"""\
+  - id: {pid}
     stall_after: 1s
     run:
       - python3
@@ -98,9 +99,10 @@ phases:
       - |
         import json, os, time
         with open(os.environ['EAGLE3_EVENTS'], 'a') as f:
-            f.write(json.dumps({'t': time.time(), 'kind': 'progress', 'done': 1, 'total': 9}) + '\\n')
-        while not os.path.exists('work/stop'): sum(range(10000))
-"""
+            f.write(json.dumps({{'t': {t}, 'kind': 'progress', 'done': 1, 'total': 9}}) + '\\n')
+        while not os.path.exists('work/stop'): {work}
+""" for pid, t, work in (("counted", "time.time()", "sum(range(10000))"),
+                        ("ahead", "time.time() + 86400", "time.sleep(0.05)  # wait-ok: the phase's own work")))
 
 
 def _views_until(project, phase_id: str, silent_for: float) -> list:  # type: ignore[no-untyped-def]
@@ -149,3 +151,35 @@ def test_a_phase_busy_before_its_first_unit_is_not_called_stalled(tmp_path: Path
         (tmp_path / "work" / "stop").touch()
         for pid in ("busy", "idle", "counted"):
             project.stop(pid, grace=2)
+
+
+
+def test_a_future_stamped_event_is_a_stall_for_status_as_it_is_for_the_console(
+        tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A phase whose clock runs a day ahead reports once, then falls silent. The console (which
+    has watched since the start) flags the stall; a one-shot `eagle3 status --json` read the
+    event for the first time and called it a moment old: not stalled."""
+    import json
+
+    from console.cli import main
+    from console.core.lifecycle.project import Project
+
+    (tmp_path / "work").mkdir()
+    cfg = tmp_path / "first.yaml"
+    cfg.write_text(FIRST_UNIT_CFG)
+    monkeypatch.chdir(tmp_path)
+    project = Project.load(cfg)
+    try:
+        project.start("ahead")
+        console = _views_until(project, "ahead", 2.0)
+        assert console[-1].stalled and console[-1].live.done == 1
+        capsys.readouterr()
+        main(["status", str(cfg), "--json"])
+        view = next(p for p in json.loads(capsys.readouterr().out)["phases"] if p["phase"] == "ahead")
+        assert view["state"] == "running" and view["stalled"] is True, view
+        assert view["silent_s"] >= 2.0 and view["progress"]["last_progress_t"] <= time.time()
+        main(["status", str(cfg)])
+        assert "⚠ stalled" in capsys.readouterr().out
+    finally:
+        (tmp_path / "work" / "stop").touch()
+        project.stop("ahead", grace=2)

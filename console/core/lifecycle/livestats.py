@@ -352,7 +352,7 @@ class EventTail:
     path) is read again from the start into a fresh `stats`. Thread-safe for one poller.
     Reads use `pipeline.events.read_events`: at most about 1 MiB parsed a poll, over-long
     lines skipped once (never re-read), a hostile line ignored, an event's `t` clamped to
-    the time it was read.
+    the file's last write (`clamp_times`).
     """
 
     def __init__(self, path: str | os.PathLike[str], stats: LiveStats | None = None, window_s: float = 30.0) -> None:
@@ -376,15 +376,19 @@ class EventTail:
                 self.stats = LiveStats(self.window_s)
             try:
                 events, self.offset = read_events(self.path, self.offset)
+                written = os.stat(self.path).st_mtime  # after the read: no line read was written later
             except Exception:  # noqa: BLE001 - unreadable now; try again next poll
                 return []
-            events = clamp_times(events, time.time())
+            events = clamp_times(events, min(time.time(), written))
             self.stats.feed(events)
             return events
 
 
 def clamp_times(events: list[Event], now: float) -> list[Event]:
-    """Each event's `t` no later than `now`, the time it was read: a phase that stamps its
-    events in milliseconds (or from a clock set ahead) would otherwise seem to have spoken
-    in the future, and silence the stall alert for the rest of the run."""
+    """Each event's `t` no later than `now`: the file's last write (its mtime, read after the
+    events were), or the time they were read when that is earlier (an mtime ahead of the clock).
+    A phase that stamps its events in milliseconds (or from a clock set ahead) would otherwise
+    seem to have spoken in the future and silence the stall alert for the rest of the run; and
+    the file's mtime, unlike the time a reader came by, is the same for every reader, so a
+    one-shot `eagle3 status` sees the silence a console watching since the start sees."""
     return [e if math.isfinite(e.t) and e.t <= now else replace(e, t=now) for e in events]
