@@ -12,16 +12,32 @@ batch size or concurrency, gets the same seeds.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .errors import Failure
 
 MAX_RECORD_CHARS = 1_000_000  # text in one record; longer ones are skipped as too_large
 
 
+@dataclass(frozen=True)
+class Generated:
+    """One finished generation of the hf backend: the tokens kept (no end token; a loop cut
+    after its first periods), how many were generated, whether it stopped on an end token,
+    and how many tokens the loop cut removed."""
+
+    tokens: list[int]
+    generated: int
+    ended: bool
+    cut: int = 0
+
+
 @dataclass
 class Chat:
     """A record being regenerated: `messages` grows as answers arrive."""
+
+    limit: ClassVar[int] = 0  # the next generation's bound in tokens (0: --max-new-tokens)
 
     index: int  # position among the records to regenerate (input order)
     id: str
@@ -63,6 +79,10 @@ class Chat:
         self.turn += 1
         if not self.done:
             self._copy_until_due()
+
+    def take(self, gen: Generated, decode: Callable[[list[int]], str]) -> None:
+        """The hf backend's answer to the chat so far; Failure when merge could not use it."""
+        self.answer(*checked(decode(gen.tokens), gen.generated), cut=gen.cut)
 
     def record(self) -> dict:
         return {"id": self.id, "conversations": self.messages}

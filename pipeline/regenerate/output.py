@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.atomic_io import write_all
@@ -49,8 +50,9 @@ def repair_tail(fd: int) -> int:
     return size - keep
 
 
-def done_ids(fd: int, path: Path) -> tuple[set[str], int]:
-    """(the ids already in the file open on `fd`, its line count), read line by line; `path` names it."""
+def done_ids(fd: int, path: Path, each: Callable[[int, dict], None] | None = None) -> tuple[set[str], int]:
+    """(the ids already in the file open on `fd`, its line count), read line by line; `path` names it.
+    `each(line, record)` sees every record read."""
     ids: set[str] = set()
     lines = 0
     with os.fdopen(os.dup(fd), "rb") as f:
@@ -60,7 +62,8 @@ def done_ids(fd: int, path: Path) -> tuple[set[str], int]:
                 raise BadInput(f"{path}:{n}: a line of {len(raw)} bytes; this is not a regenerate output "
                                "(choose another --out)")
             try:
-                rid = json.loads(raw)["id"]
+                rec = json.loads(raw)
+                rid = rec["id"]
             except (ValueError, KeyError, TypeError):
                 raise BadInput(f"{path}:{n}: not a regenerate record (no JSON object with an 'id'); "
                                "choose another --out or delete this file") from None
@@ -71,6 +74,8 @@ def done_ids(fd: int, path: Path) -> tuple[set[str], int]:
                                "regenerate run; choose another --out")
             ids.add(rid)
             lines = n
+            if each is not None:
+                each(n, rec)
     return ids, lines
 
 

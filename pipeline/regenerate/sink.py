@@ -46,24 +46,28 @@ class Sink:
         while self.next in self.held:
             r = self.held.pop(self.next)
             self.next += 1
-            self.done += 1
-            if not isinstance(r, tuple):
-                try:
-                    self.out.add(r.record())
-                except Failure as f:
-                    r = (r, f)
-            if isinstance(r, tuple):
-                chat, failure = r
-                self.failed += 1
-                self.stats.fail(failure.reason, f"{chat.id}: {failure.detail}")
-                self.events.message(f"record {chat.id}: {failure.reason}: {failure.detail}"[:500], level="warning")
-            else:
-                self.tokens += r.tokens
-                self.stats.generated_tokens += r.tokens
-                self.stats.loops_cut += r.cut_answers
-                self.stats.loop_tokens_cut += r.cut
-                self.stats.answers += r.turn
+            self._commit(r)
         self.tick()
+
+    def _commit(self, r: Chat | tuple[Chat, Failure]) -> None:
+        """One record's result, in input order: written, or counted as failed."""
+        self.done += 1
+        if not isinstance(r, tuple):
+            try:
+                self.out.add(r.record())
+            except Failure as f:
+                r = (r, f)
+        if isinstance(r, tuple):
+            chat, failure = r
+            self.failed += 1
+            self.stats.fail(failure.reason, f"{chat.id}: {failure.detail}")
+            self.events.message(f"record {chat.id}: {failure.reason}: {failure.detail}"[:500], level="warning")
+        else:
+            self.tokens += r.tokens
+            self.stats.generated_tokens += r.tokens
+            self.stats.loops_cut += r.cut_answers
+            self.stats.loop_tokens_cut += r.cut
+            self.stats.answers += r.turn
 
     def answered(self, tokens: int) -> None:
         """One turn answered (its record may still have turns to go)."""

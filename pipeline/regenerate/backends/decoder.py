@@ -42,6 +42,7 @@ class Admit:
     tokens: list[int]
     start: int
     seed: int
+    limit: int = 0  # the answer's bound in tokens (0, or more than the decoder's: its max_new)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Decoder:
         z = dict(device=device, dtype=torch.int64)
         self.ids, self.pos, self.seeds, self.gen = (torch.zeros(slots, **z) for _ in range(4))
         self.done = torch.ones(slots, dtype=torch.bool, device=device)
+        self.limit = torch.full((slots,), max_new, **z)
         self.out = torch.zeros(slots, max_new, **z)
         self.eos = torch.tensor(sorted(eos), **z)
         self.eos_set = set(eos)
@@ -133,6 +135,7 @@ class Decoder:
         pos_t = torch.tensor(pos, device=self.device)
         rows = torch.tensor([a.slot for a in group], device=self.device)
         seeds = torch.tensor([a.seed for a in group], device=self.device, dtype=torch.int64)
+        limits = torch.tensor([min(a.limit or self.max_new, self.max_new) for a in group], device=self.device)
         with active(self.kv):
             self.kv.set_prefill(rows, pos_t, width)
             logits = self._forward(ids_t, pos_t.clamp(min=0))
@@ -142,7 +145,8 @@ class Decoder:
         self.seeds[rows] = seeds
         self.gen[rows] = 1
         self.out[rows, 0] = first
-        self.done[rows] = torch.isin(first, self.eos) | (self.max_new <= 1)
+        self.limit[rows] = limits
+        self.done[rows] = torch.isin(first, self.eos) | (limits <= 1)
         if self.loops is not None:
             self.loops.run[rows] = 0
 
@@ -157,7 +161,7 @@ class Decoder:
         self.gen.add_(live.long())
         self.pos.add_(live.long())
         self.ids.copy_(torch.where(live, nxt, self.ids))
-        self.done.logical_or_(live & (torch.isin(nxt, self.eos) | (self.gen >= self.max_new) | looped))
+        self.done.logical_or_(live & (torch.isin(nxt, self.eos) | (self.gen >= self.limit) | looped))
 
     def steps(self, n: int, widths: list[int]) -> None:
         """`n` decode steps of every slot, each lane attending over its first `widths[i]` positions."""

@@ -96,7 +96,10 @@ class HFBackend:
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt's tokens, or the Failure of a prompt past today's bounds."""
-        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.bounded_ids(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    def bounded_ids(self, text: str) -> list[int]:
+        """A rendered prompt's tokens, or the Failure of a prompt past today's bounds."""
         seq = self.tok(text, add_special_tokens=False)["input_ids"]
         if self.max_positions and len(seq) + self.max_new_tokens > self.max_positions:
             raise Failure("prompt_too_long", f"the prompt is {len(seq)} tokens; with --max-new-tokens "

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from ..conversation import Chat, checked
+from ..conversation import Chat, Generated
 from ..errors import Failure
 from ..loops import trim
 from ..sink import Sink
@@ -175,7 +175,8 @@ class Scheduler:
         start = min(len(os.path.commonprefix([held, tokens])), len(tokens) - 1)
         self.dec.reserve(len(tokens) + self.dec.max_new)
         self.slots.prompt[slot], self.slots.since[slot] = tokens, self.step
-        return Admit(slot, tokens, start, self.seed_of(self.slots.chat[slot]))
+        chat = self.slots.chat[slot]
+        return Admit(slot, tokens, start, self.seed_of(chat), chat.limit)
 
     def _collect(self) -> list[int]:
         """Finished answers into their chats; the slots that have a next turn to feed."""
@@ -187,9 +188,8 @@ class Scheduler:
             self.slots.held[slot] = self.slots.prompt[slot] + answer[:-1]
             kept = answer[:-1] if ended else trim(answer) if self.dec.loops is not None else answer
             cut = 0 if ended else len(answer) - len(kept)
-            text = self.decode(kept)
             try:
-                chat.answer(*checked(text, len(answer)), cut=cut)
+                chat.take(Generated(kept, len(answer), ended, cut), self.decode)
             except Failure as f:
                 self._fail(slot, f, release=False)
                 idle.append(slot)
