@@ -9,7 +9,8 @@ Runs `python -m pipeline.evaluate` in-process four times on the same prompts, ch
 and checks that runs 1-3 report identical figures. With --old-code DIR, run 1 is instead
 `python -m pipeline.evaluate` from another checkout of the project (an older commit's tree,
 e.g. `git archive a6110b2 pipeline`), with its own flags: the before of a change, measured
-on the same machine, prompts and drafter. Without --model it builds a random
+on the same machine, prompts and drafter; its report is read as the evaluate report's record
+(pipeline/records/evaluate_report.py), so that checkout's report must hold every field of it. Without --model it builds a random
 Llama of SmolLM2-135M-Instruct's shape (--shape 135m) or a tiny one (--shape tiny) and scores
 the untrained baseline drafter built from it (--baseline); with --model DIR [--drafter DIR]
 it scores the real ones.
@@ -39,6 +40,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import torch  # noqa: E402
 
+from pipeline.records.evaluate_report import LocalReport, read_report  # noqa: E402
+
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=2048)
 
@@ -62,7 +65,7 @@ def write_prompts(path: Path, n: int, vocab: int) -> Path:
     return path
 
 
-def evaluate(argv: list[str]) -> tuple[float, dict]:
+def evaluate(argv: list[str]) -> tuple[float, LocalReport]:
     from pipeline.evaluate.__main__ import main
 
     t0 = time.perf_counter()
@@ -71,10 +74,10 @@ def evaluate(argv: list[str]) -> tuple[float, dict]:
     seconds = time.perf_counter() - t0
     if rc != 0:
         raise SystemExit(f"evaluate exited {rc} for {' '.join(argv)}")
-    return seconds, json.loads(Path(argv[argv.index("--report") + 1]).read_text())
+    return seconds, read_report(argv[argv.index("--report") + 1])
 
 
-def evaluate_old(code: Path, argv: list[str]) -> tuple[float, dict]:
+def evaluate_old(code: Path, argv: list[str]) -> tuple[float, LocalReport]:
     """`pipeline.evaluate` as another checkout has it, in its own interpreter (its modules
     would clash with ours in this one); the time counts the interpreter's start too."""
     env = {**os.environ, "PYTHONPATH": str(code)}
@@ -84,7 +87,7 @@ def evaluate_old(code: Path, argv: list[str]) -> tuple[float, dict]:
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{code}: evaluate exited {done.returncode}: {done.stderr[-2000:]}")
-    return seconds, json.loads(Path(argv[argv.index("--report") + 1]).read_text())
+    return seconds, read_report(argv[argv.index("--report") + 1])
 
 
 def header(a: argparse.Namespace) -> list[str]:
@@ -138,7 +141,7 @@ def main() -> int:
             before = evaluate([*chain, "--batch", "1", "--report", str(tmp / "before.json")])
         first = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "first.json")])
         again = evaluate([*chain, "--batch", str(a.batch), *refs, "--report", str(tmp / "again.json")])
-        same = all(r[1][k] == before[1][k] for r in (first, again) for k in FIGURES)
+        same = all(getattr(r[1], k) == getattr(before[1], k) for r in (first, again) for k in FIGURES)
         lines += timing_lines(a, before, first, again, same)
         emit(lines, a.out)  # what a call cut short at the sweep still brings back
         swept = [*common[: common.index("--limit") + 1], str(a.sweep_prompts or a.prompts),
@@ -166,25 +169,25 @@ def timing_lines(a: argparse.Namespace, before, first, again, same: bool) -> lis
     for label, secs, r in [(first_label, before_s, b),
                            (f"after, first run: --batch {a.batch}, references decoded in a batch", first_s, f),
                            (f"after, next run: --batch {a.batch}, references kept", again_s, g)]:
-        lines.append(f"  {label:<58} {secs:8.1f} s (decode {r['decode_seconds']:.1f} s; "
-                     f"acceptance length {r['acceptance_length']}; rounds {r['verify_rounds']}; redecoded one by one "
-                     f"{r.get('redecoded_one_by_one', 'n/a')})")
+        lines.append(f"  {label:<58} {secs:8.1f} s (decode {r.decode_seconds:.1f} s; "
+                     f"acceptance length {r.acceptance_length}; rounds {r.verify_rounds}; redecoded one by one "
+                     f"{r.redecoded_one_by_one})")
     lines.append(f"  whole run {before_s / first_s:.2f}x / {before_s / again_s:.2f}x faster, decode "
-                 f"{b['decode_seconds'] / max(f['decode_seconds'], 1e-9):.2f}x / "
-                 f"{b['decode_seconds'] / max(g['decode_seconds'], 1e-9):.2f}x; "
+                 f"{b.decode_seconds / max(f.decode_seconds, 1e-9):.2f}x / "
+                 f"{b.decode_seconds / max(g.decode_seconds, 1e-9):.2f}x; "
                  f"identical figures: {'yes' if same else 'NO'}")
     return lines
 
 
-def sweep_lines(a: argparse.Namespace, sweep_s: float, sweep: dict) -> list[str]:
+def sweep_lines(a: argparse.Namespace, sweep_s: float, sweep: LocalReport) -> list[str]:
     lines = [f"  sweep {a.sweep} on {a.sweep_prompts or a.prompts} prompts (trees one prompt at a time) with "
              f"kept references: {sweep_s:.1f} s"]
-    for r in sweep["settings"]:
-        est = "n/a" if r["speedup_estimate"] is None else f"~{r['speedup_estimate']:.2f}x"
-        lines.append(f"    {r['setting']:<8} acceptance length {r['acceptance_length']:.3f}  rates "
-                     f"{' '.join(f'{x:.2f}' for x in r['accept_rate'])}  forwards saved {r['target_forwards_saved']}  "
+    for r in sweep.settings:
+        est = "n/a" if r.speedup_estimate is None else f"~{r.speedup_estimate:.2f}x"
+        lines.append(f"    {r.setting:<8} acceptance length {r.acceptance_length:.3f}  rates "
+                     f"{' '.join(f'{x:.2f}' for x in r.accept_rate)}  forwards saved {r.target_forwards_saved}  "
                      f"estimate {est}")
-    lines.append(f"  best: {sweep['best']['flags']}")
+    lines.append(f"  best: {sweep.best.flags}")
     return lines
 
 

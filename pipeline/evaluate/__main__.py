@@ -55,15 +55,16 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pipeline.atomic_io import write_json_atomic
 from pipeline.events import EventWriter
 from pipeline.program_edge import SigtermGuard, Terminated, on_sigterm, run_program
+from pipeline.records.evaluate_report import (Baseline, Best, ForwardTimes, LocalReport, PromptFigures, ServerReport,
+                                              SettingRow, write_report)
 
 from . import fingerprint, server
-from .errors import BadInput, EvalError
+from .errors import BadInput
 from .prompts import check_ids, demo_prompts, read_file, select, training_prompts
 from .references import References
 from .report import describe
@@ -244,12 +245,12 @@ def _batch_size(args: EvalOptions, settings, device: str) -> int:
 
 
 def _decode(args: EvalOptions, target, prompts: list, arms: list, baseline: list, refs, batch: int,
-            events: EventWriter, progress: Progress) -> tuple[list[dict], int, int]:
+            events: EventWriter, progress: Progress) -> tuple[list[PromptFigures], int, int]:
     """Score every prompt, `batch` at a time: the per-prompt figures, the greedy reference's
     target forwards, and how many batched answers were decoded again one by one."""
     from . import sweep
 
-    per_prompt: list[dict] = []
+    per_prompt: list[PromptFigures] = []
     greedy_fw = redecoded = 0
     n = len(prompts)
     for start in range(0, n, batch):
@@ -262,11 +263,10 @@ def _decode(args: EvalOptions, target, prompts: list, arms: list, baseline: list
             redecoded += again
         for p, ref in zip(chunk, refs_used):
             greedy_fw += ref.forwards
-            entry = {"id": p.id, "prompt_tokens": len(p.input_ids), "new_tokens": len(ref.tokens),
-                     "acceptance_length": arms[0].lengths[p.id]}
-            if baseline:
-                entry["baseline_acceptance_length"] = baseline[0].lengths[p.id]
-            per_prompt.append(entry)
+            per_prompt.append(PromptFigures(
+                id=p.id, prompt_tokens=len(p.input_ids), new_tokens=len(ref.tokens),
+                acceptance_length=arms[0].lengths[p.id],
+                baseline_acceptance_length=baseline[0].lengths[p.id] if baseline else None))
         done = start + len(chunk)
         progress.scored, progress.current = done, None
         progress.so_far = (f"acceptance length so far "
@@ -275,7 +275,7 @@ def _decode(args: EvalOptions, target, prompts: list, arms: list, baseline: list
     return per_prompt, greedy_fw, redecoded
 
 
-def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dict:
+def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> LocalReport:
     import torch
 
     from . import estimate, sweep
@@ -310,42 +310,40 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> dic
         _refuse_if_changed(args, before)
     summaries = [a.summary(a.setting.num_steps, n, greedy_fw) for a in arms]
     s, k = summaries[0], settings[0].num_steps
-    _say(events, describe(s))
     rows = sweep.table(settings, summaries, times)
-    if baseline:
-        b = baseline[0].summary(k, n, greedy_fw)
+    b = baseline[0].summary(k, n, greedy_fw) if baseline else None
+    _tell(events, s, b, k, rows)
+    baseline_label = f"untrained (train's initial drafter: seed {BASELINE_SEED}, lm_head from the target)"
+    top = sweep.best(rows)
+    _say_best(events, rows, top)
+    return LocalReport(
+        drafter=str(args.drafter) if args.drafter is not None else baseline_label, target=str(args.target),
+        prompts_source=str(args.prompts) if args.prompts else f"demo seed {args.demo_seed}",
+        excluded_as_training=chosen.excluded, too_long=chosen.too_long, max_new_tokens=args.max_new_tokens,
+        output_equals_greedy=True, kv_cache=not args.no_kv_cache, target_positions_run=target.positions_run,
+        greedy_references_kept=refs.hits if refs is not None else 0, batch=batch, redecoded_one_by_one=redecoded,
+        decode_seconds=round(decode_seconds, 3), **s.record_fields(),
+        drafter_files=fingerprint.summary(before) if before is not None else None,
+        baseline=None if b is None else Baseline(
+            drafter=baseline_label, **b.record_fields(),
+            settings=sweep.table(settings, [a.summary(a.setting.num_steps, n, greedy_fw) for a in baseline], times)),
+        forward_ms=ForwardTimes(target_by_tokens={str(d): round(t * 1e3, 3) for d, t in times["target"].items()},
+                                drafter_by_rows={str(r): round(t * 1e3, 3) for r, t in times["drafter"].items()}),
+        settings=rows, best=Best(setting=top.setting, flags=top.flags), per_prompt=tuple(per_prompt))
+
+
+def _tell(events: EventWriter, s, b, k: int, rows: tuple[SettingRow, ...]) -> None:
+    """The figures as log lines and metric events: the trained drafter's, the baseline's, the sweep's."""
+    _say(events, describe(s))
+    if b is not None:
         _say(events, f"trained {s.acceptance_length:.3f} vs untrained {b.acceptance_length:.3f} acceptance length "
                      f"at {k} draft steps (untrained per-position accept rate "
                      f"{' '.join(f'{r:.2f}' for r in b.accept_rate)})")
     emit_metrics(events, s, k)
-    if baseline:
+    if b is not None:
         emit_metrics(events, b, k, prefix="baseline_")
     for j, row in enumerate(rows):
-        events.metric("sweep_acceptance_length", row["acceptance_length"], step=j, setting=row["setting"])
-    baseline_label = f"untrained (train's initial drafter: seed {BASELINE_SEED}, lm_head from the target)"
-    report = {"mode": "local", "drafter": str(args.drafter) if args.drafter is not None else baseline_label,
-              "target": str(args.target),
-              "prompts_source": str(args.prompts) if args.prompts else f"demo seed {args.demo_seed}",
-              "excluded_as_training": chosen.excluded, "too_long": chosen.too_long,
-              "max_new_tokens": args.max_new_tokens, "output_equals_greedy": True,
-              "kv_cache": not args.no_kv_cache, "target_positions_run": target.positions_run,
-              "greedy_references_kept": refs.hits if refs is not None else 0, "batch": batch,
-              "redecoded_one_by_one": redecoded,
-              "decode_seconds": round(decode_seconds, 3), **s.to_json()}
-    if before is not None:
-        report["drafter_files"] = fingerprint.summary(before)
-    if baseline:
-        report["baseline"] = {"drafter": baseline_label, **b.to_json(),
-                              "settings": sweep.table(settings, [a.summary(a.setting.num_steps, n, greedy_fw)
-                                                                 for a in baseline], times)}
-    report["forward_ms"] = {"target_by_tokens": {str(d): round(t * 1e3, 3) for d, t in times["target"].items()},
-                            "drafter_by_rows": {str(r): round(t * 1e3, 3) for r, t in times["drafter"].items()}}
-    report["settings"] = rows
-    top = sweep.best(rows)
-    report["best"] = {"setting": top["setting"], "flags": top["flags"]}
-    report["per_prompt"] = per_prompt
-    _say_best(events, rows, top)
-    return report
+        events.metric("sweep_acceptance_length", row.acceptance_length, step=j, setting=row.setting)
 
 
 def _refuse_if_changed(args: EvalOptions, before) -> None:
@@ -358,31 +356,29 @@ def _refuse_if_changed(args: EvalOptions, before) -> None:
                        "rerun the evaluation once the folder stays put (is an export running?)")
 
 
-def _say_best(events: EventWriter, rows: list[dict], top: dict) -> None:
+def _say_best(events: EventWriter, rows: tuple[SettingRow, ...], top: SettingRow) -> None:
     """The sweep's table (when there is more than one setting) and the setting to serve."""
     from . import sweep
 
     if len(rows) > 1:
         for line in sweep.lines(rows):
             _say(events, line)
-    est = f"estimated ~{top['speedup_estimate']:.2f}x wall clock here" if top["speedup_estimate"] else "no estimate"
-    _say(events, f"best setting {top['setting']} (acceptance length {top['acceptance_length']:.3f}, {est}); "
+    est = f"estimated ~{top.speedup_estimate:.2f}x wall clock here" if top.speedup_estimate else "no estimate"
+    _say(events, f"best setting {top.setting} (acceptance length {top.acceptance_length:.3f}, {est}); "
                  "serve it with the flags on the last line")
 
 
-def run_server(args: EvalOptions, events: EventWriter) -> dict:
+def run_server(args: EvalOptions, events: EventWriter) -> ServerReport:
 
     chosen = _prompts(args, 1 << 30)
     n = len(chosen.prompts)
     _say(events, f"{n} held-out prompts to {args.server}/generate, up to {args.max_new_tokens} new tokens each")
     results = server.query(args.server, chosen.prompts, args.max_new_tokens, args.timeout, args.concurrency,
                            on_done=lambda done: events.progress(done, n, unit="prompts"))
-    s = server.summarize(results)
-    _say(events, f"mean spec_accept_length {s['mean_spec_accept_length']:.3f} over {n} responses")
-    events.metric("acceptance_length", s["mean_spec_accept_length"])
-    return {"mode": "server", "server": args.server, "excluded_as_training": chosen.excluded, **s,
-            "per_prompt": [{"id": r.id, "spec_accept_length": r.accept_length, "spec_verify_ct": r.verify_ct,
-                            "completion_tokens": r.completion_tokens} for r in results]}
+    report = server.summarize(results, args.server, chosen.excluded)
+    _say(events, f"mean spec_accept_length {report.mean_spec_accept_length:.3f} over {n} responses")
+    events.metric("acceptance_length", report.mean_spec_accept_length)
+    return report
 
 
 def _stopped(progress: Progress, events: EventWriter | None) -> int:
@@ -399,17 +395,6 @@ def _stopped(progress: Progress, events: EventWriter | None) -> int:
     return 143
 
 
-def _refuse_non_finite(report: dict) -> None:
-    """A report is standard JSON with finite figures, or it is not written (exit 1)."""
-    import json
-
-    try:
-        json.dumps(report, allow_nan=False)
-    except ValueError:
-        raise EvalError("a figure of this evaluation is NaN or infinite; nothing is reported (a bug: "
-                        "please report it with the log)") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = EvalOptions(**vars(build_parser().parse_args(argv)))
     started = time.monotonic()
@@ -422,19 +407,18 @@ def main(argv: list[str] | None = None) -> int:
             with EventWriter.from_env() as events:
                 try:
                     report = run_server(opts, events) if opts.server else run_local(opts, events, progress)
-                    report["seconds"] = round(time.monotonic() - started, 2)
-                    _refuse_non_finite(report)
+                    report = replace(report, seconds=round(time.monotonic() - started, 2))
                     if opts.report is not None:
                         opts.report.parent.mkdir(parents=True, exist_ok=True)
                         # a stop lands before the write or after the report is counted, never between
                         with term.deferred():
-                            write_json_atomic(opts.report, report)
+                            write_report(opts.report, report)
                             progress.reported = True
                             events.artifact(str(opts.report), bytes=opts.report.stat().st_size)
                             print(f"evaluate: report -> {opts.report}", flush=True)
                     progress.reported = True
-                    if "best" in report:
-                        print(report["best"]["flags"], flush=True)  # the last line: the flags to paste
+                    if isinstance(report, LocalReport):
+                        print(report.best.flags, flush=True)  # the last line: the flags to paste
                 except Terminated:
                     return 0 if progress.reported else _stopped(progress, events)
         except Terminated:

@@ -14,6 +14,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from pipeline.records.evaluate_report import FileFingerprint
+
 from .errors import BadInput
 
 MAX_FILES = 256
@@ -63,6 +65,6 @@ def differences(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, 
     return said
 
 
-def summary(fp: dict[str, tuple[int, str]]) -> dict[str, dict]:
+def summary(fp: dict[str, tuple[int, str]]) -> dict[str, FileFingerprint]:
     """The fingerprint as the report records it."""
-    return {name: {"bytes": size, "sha256": digest} for name, (size, digest) in fp.items()}
+    return {name: FileFingerprint(bytes=size, sha256=digest) for name, (size, digest) in fp.items()}

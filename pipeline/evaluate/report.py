@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.records.evaluate_report import TargetForwards
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -30,16 +32,18 @@ class Summary:
     def speedup_forwards(self) -> float:
         return self.greedy_forwards / max(1, self.spec_forwards)
 
-    def to_json(self) -> dict:
+    def record_fields(self) -> dict:
+        """The evaluate report's `Figures` (pipeline/records/evaluate_report.py), rounded as a
+        report keeps them: a setting row, the report and its baseline each take them."""
         return {
             "num_steps": self.num_steps,
             "prompts": self.prompts,
             "tokens": self.tokens,
             "verify_rounds": self.rounds,
             "acceptance_length": round(self.acceptance_length, 4),
-            "accept_rate": [round(x, 4) for x in self.accept_rate],
-            "accept_prob": [round(x, 4) for x in self.accept_prob],
-            "target_forwards": {"speculative": self.spec_forwards, "greedy": self.greedy_forwards},
+            "accept_rate": tuple(round(x, 4) for x in self.accept_rate),
+            "accept_prob": tuple(round(x, 4) for x in self.accept_prob),
+            "target_forwards": TargetForwards(speculative=self.spec_forwards, greedy=self.greedy_forwards),
             "speedup_forwards": round(self.speedup_forwards, 4),
         }
 

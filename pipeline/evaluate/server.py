@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pipeline.http_client import TOO_LARGE, HttpFailure, post_json
+from pipeline.records.evaluate_report import ServerPrompt, ServerReport
 
 from .errors import BadInput, EvalError
 from .prompts import Prompt
@@ -105,11 +106,16 @@ def query(base_url: str, prompts: list[Prompt], max_new: int, timeout: float, co
     return results
 
 
-def summarize(results: list[ServerResult]) -> dict:
+def summarize(results: list[ServerResult], server: str, excluded: int) -> ServerReport:
     mean = sum(r.accept_length for r in results) / len(results)
-    out = {"prompts": len(results), "mean_spec_accept_length": round(mean, 4)}
+    weighted = {}
     if all(r.verify_ct and r.completion_tokens is not None for r in results):
         tokens = sum(r.completion_tokens or 0 for r in results)
         verifies = sum(r.verify_ct or 0 for r in results)
-        out.update(completion_tokens=tokens, verify_ct=verifies, token_weighted_accept_length=round(tokens / verifies, 4))
-    return out
+        weighted = {"completion_tokens": tokens, "verify_ct": verifies,
+                    "token_weighted_accept_length": round(tokens / verifies, 4)}
+    return ServerReport(server=server, excluded_as_training=excluded, prompts=len(results),
+                        mean_spec_accept_length=round(mean, 4), **weighted,
+                        per_prompt=tuple(ServerPrompt(id=r.id, spec_accept_length=r.accept_length,
+                                                      spec_verify_ct=r.verify_ct,
+                                                      completion_tokens=r.completion_tokens) for r in results))

@@ -11,6 +11,8 @@ acceptance length breaking ties, or acceptance length alone when no estimate was
 
 from __future__ import annotations
 
+from pipeline.records.evaluate_report import SettingRow
+
 from .batch import greedy_batch, speculate_batch
 from .drafter import ChainDrafter
 from .errors import Mismatch
@@ -58,30 +60,29 @@ def score_prompt(target, prompt, arms: list[Arm], max_new: int, refs):
     return ref
 
 
-def table(settings: list[Setting], summaries: list, times: dict | None) -> list[dict]:
+def table(settings: list[Setting], summaries: list, times: dict | None) -> tuple[SettingRow, ...]:
 
     rows = []
     for s, sm in zip(settings, summaries):
         est = speedup(s, sm.acceptance_length, times) if times else None
-        rows.append({"setting": s.label, "num_steps": s.num_steps, "topk": s.topk,
-                     "num_draft_tokens": s.num_draft_tokens, "flags": s.flags(), **sm.to_json(),
-                     "target_forwards_saved": sm.greedy_forwards - sm.spec_forwards,
-                     "speedup_estimate": None if est is None else round(est, 3)})
-    return rows
+        rows.append(SettingRow(setting=s.label, topk=s.topk, num_draft_tokens=s.num_draft_tokens, flags=s.flags(),
+                               **sm.record_fields(), target_forwards_saved=sm.greedy_forwards - sm.spec_forwards,
+                               speedup_estimate=None if est is None else round(est, 3)))
+    return tuple(rows)
 
 
-def best(rows: list[dict]) -> dict:
-    return max(rows, key=lambda r: (r["speedup_estimate"] or 0.0, r["acceptance_length"]))
+def best(rows: tuple[SettingRow, ...]) -> SettingRow:
+    return max(rows, key=lambda r: (r.speedup_estimate or 0.0, r.acceptance_length))
 
 
-def lines(rows: list[dict]) -> list[str]:
+def lines(rows: tuple[SettingRow, ...]) -> list[str]:
     out = ["setting (steps,topk,draft tokens)  acceptance length  per-position accept rate      "
            "forwards saved  speedup estimate"]
     for r in rows:
-        rates = " ".join(f"{x:.2f}" for x in r["accept_rate"])
-        est = "n/a" if r["speedup_estimate"] is None else f"~{r['speedup_estimate']:.2f}x"
-        out.append(f"  {r['setting']:<32} {r['acceptance_length']:>17.3f}  {rates:<28} "
-                   f"{r['target_forwards_saved']:>14}  {est:>16}")
+        rates = " ".join(f"{x:.2f}" for x in r.accept_rate)
+        est = "n/a" if r.speedup_estimate is None else f"~{r.speedup_estimate:.2f}x"
+        out.append(f"  {r.setting:<32} {r.acceptance_length:>17.3f}  {rates:<28} "
+                   f"{r.target_forwards_saved:>14}  {est:>16}")
     return out
 
 

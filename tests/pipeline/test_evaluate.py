@@ -17,6 +17,7 @@ from pipeline.evaluate.report import summarize
 from pipeline.evaluate.speculative import greedy, speculate
 from pipeline.evaluate.verifier import Target
 from pipeline.events import iter_events
+from pipeline.records.evaluate_report import read_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_export import make_checkpoint, make_drafter
@@ -113,12 +114,12 @@ def test_an_untrained_exported_drafter_accepts_about_nothing_and_output_stays_gr
                str(tiny["prompts"]), "--num-steps", "3", "--max-new-tokens", str(MAX_NEW), "--report", str(report),
                "--device", "cpu"])
     assert rc == 0, capsys.readouterr().err
-    r = json.loads(report.read_text())
-    print(f"untrained drafter: acceptance length {r['acceptance_length']}")
-    assert r["output_equals_greedy"] is True and r["prompts"] == 4 and r["tokens"] == 4 * MAX_NEW
-    assert 1.0 <= r["acceptance_length"] < 1.1
-    assert r["target_forwards"]["greedy"] == 4 * MAX_NEW
-    assert len(r["accept_rate"]) == 3
+    r = read_report(report)
+    print(f"untrained drafter: acceptance length {r.acceptance_length}")
+    assert r.output_equals_greedy is True and r.prompts == 4 and r.tokens == 4 * MAX_NEW
+    assert 1.0 <= r.acceptance_length < 1.1
+    assert r.target_forwards.greedy == 4 * MAX_NEW
+    assert len(r.accept_rate) == 3
     names = {e.get("name") for e in iter_events(events) if e.kind == "metric"}
     assert {"acceptance_length", "accept_rate_1", "accept_rate_2", "accept_rate_3", "speedup_forwards"} <= names
 
@@ -214,14 +215,15 @@ def test_server_mode_reports_the_mean_spec_accept_length_of_the_responses(tiny, 
     report = tmp_path / "server.json"
     assert main(["--server", url, "--prompts", str(tiny["prompts"]), "--max-new-tokens", "12",
                  "--report", str(report)]) == 0
-    r = json.loads(report.read_text())
+    r = read_report(report)
     prompts = [json.loads(line)["input_ids"][:-2] for line in tiny["prompts"].read_text().splitlines()]
     lengths = [12 / (4 + len(p) % 3) for p in prompts]
     sent = sorted(b["input_ids"] for b in _Sglang.seen)
     assert sent == sorted(prompts)
     assert all(b["sampling_params"]["temperature"] == 0.0 for b in _Sglang.seen)
-    assert r["mean_spec_accept_length"] == pytest.approx(sum(lengths) / len(lengths), abs=1e-3)
-    assert r["prompts"] == 4 and r["completion_tokens"] == 48
+    assert r.mode == "server"
+    assert r.mean_spec_accept_length == pytest.approx(sum(lengths) / len(lengths), abs=1e-3)
+    assert r.prompts == 4 and r.completion_tokens == 48 and len(r.per_prompt) == 4
 
 
 def test_server_mode_says_when_the_server_is_not_drafting(tiny, sglang_standin, capsys):

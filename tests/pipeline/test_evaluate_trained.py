@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import torch
 
 from pipeline.export import __main__ as export
 from pipeline.evaluate.__main__ import main as evaluate
+from pipeline.records.evaluate_report import read_report
 
 REPO = Path(__file__).resolve().parents[2]
 VOCAB = 48
@@ -100,29 +102,28 @@ def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one_with_or_wi
     assert evaluate(["--drafter", str(drafter), "--target", str(target), "--prompts", str(prompts), "--baseline",
                      "--num-steps", "3", "--max-new-tokens", "16", "--device", "cpu",
                      "--report", str(report)]) == 0, capsys.readouterr().err
-    trained = json.loads(report.read_text())
-    untrained = trained["baseline"]
-    print(f"acceptance length at 3 draft steps: untrained {untrained['acceptance_length']}, "
-          f"trained {trained['acceptance_length']} (accept rate {trained['accept_rate']})")
-    assert f"trained {trained['acceptance_length']:.3f} vs untrained {untrained['acceptance_length']:.3f}" \
+    trained = read_report(report)
+    untrained = trained.baseline
+    print(f"acceptance length at 3 draft steps: untrained {untrained.acceptance_length}, "
+          f"trained {trained.acceptance_length} (accept rate {trained.accept_rate})")
+    assert f"trained {trained.acceptance_length:.3f} vs untrained {untrained.acceptance_length:.3f}" \
         in capsys.readouterr().out
-    assert untrained["acceptance_length"] < 1.2
-    assert trained["acceptance_length"] > 2.5
-    assert trained["speedup_forwards"] > 2.0
+    assert untrained.acceptance_length < 1.2
+    assert trained.acceptance_length > 2.5
+    assert trained.speedup_forwards > 2.0
 
     full = tmp_path / "full.json"
     assert evaluate(["--drafter", str(drafter), "--target", str(target), "--prompts", str(prompts), "--no-kv-cache",
                      "--num-steps", "3", "--max-new-tokens", "16", "--device", "cpu", "--report", str(full)]) == 0
-    full = json.loads(full.read_text())
+    full = read_report(full)
     for key in ("acceptance_length", "accept_rate", "target_forwards", "tokens"):
-        assert full[key] == trained[key], key
-    assert full["per_prompt"] == [{k: v for k, v in p.items() if k != "baseline_acceptance_length"}
-                                  for p in trained["per_prompt"]]
+        assert getattr(full, key) == getattr(trained, key), key
+    assert full.per_prompt == tuple(replace(p, baseline_acceptance_length=None) for p in trained.per_prompt)
 
 
 
-def chain_figures(report: dict) -> dict:
-    return {k: report[k] for k in ("acceptance_length", "accept_rate", "target_forwards", "tokens", "verify_rounds")}
+def chain_figures(report) -> dict:
+    return {k: getattr(report, k) for k in ("acceptance_length", "accept_rate", "target_forwards", "tokens", "verify_rounds")}
 
 
 def test_batched_swept_and_tree_evaluations_keep_the_chain_figures_with_a_drafter_that_accepts(counting, tmp_path,
@@ -139,15 +140,15 @@ def test_batched_swept_and_tree_evaluations_keep_the_chain_figures_with_a_drafte
                        ("kept", ["--configs", "3,1,4", "3,2,6", "--batch", "2", *refs])]:
         out = tmp_path / f"{name}.json"
         assert evaluate([*common, *more, "--report", str(out)]) == 0, capsys.readouterr().err
-        runs[name] = json.loads(out.read_text())
-    assert runs["one"]["acceptance_length"] > 2.5
-    assert runs["batch"]["batch"] == 3 and runs["batch"]["redecoded_one_by_one"] == 0
+        runs[name] = read_report(out)
+    assert runs["one"].acceptance_length > 2.5
+    assert runs["batch"].batch == 3 and runs["batch"].redecoded_one_by_one == 0
     for name in ("batch", "sweep", "kept"):
         assert chain_figures(runs[name]) == chain_figures(runs["one"]), name
-        assert runs[name]["per_prompt"] == runs["one"]["per_prompt"], name
-    assert runs["sweep"]["batch"] == 1  # a tree in the sweep: one prompt at a time
-    assert runs["kept"]["greedy_references_kept"] == 3 and runs["sweep"]["greedy_references_kept"] == 0
-    chain, tree = runs["kept"]["settings"]
+        assert runs[name].per_prompt == runs["one"].per_prompt, name
+    assert runs["sweep"].batch == 1  # a tree in the sweep: one prompt at a time
+    assert runs["kept"].greedy_references_kept == 3 and runs["sweep"].greedy_references_kept == 0
+    chain, tree = runs["kept"].settings
     assert chain_figures(chain) == chain_figures(runs["one"])
-    assert tree["setting"] == "3,2,6" and tree["acceptance_length"] > 2.5
+    assert tree.setting == "3,2,6" and tree.acceptance_length > 2.5
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("--speculative-algorithm EAGLE3 --speculative-num-steps 3")

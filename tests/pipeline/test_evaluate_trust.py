@@ -20,6 +20,7 @@ from pipeline.evaluate.__main__ import main
 from pipeline.evaluate.speculative import greedy, speculate
 from pipeline.evaluate.verifier import Target
 from pipeline.events import iter_events
+from pipeline.records.evaluate_report import FileFingerprint, read_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_evaluate import VOCAB
@@ -101,13 +102,13 @@ def test_a_real_drafter_scores_the_same_with_and_without_the_cache(tiny, tmp_pat
         out = tmp_path / f"{name}.json"
         assert main(_args(tiny, "--drafter", str(tiny["drafter"]), "--report", str(out), *extra)) == 0, \
             capsys.readouterr().err
-        reports[name] = json.loads(out.read_text())
+        reports[name] = read_report(out)
     c, f = reports["cached"], reports["full"]
-    assert c["kv_cache"] is True and f["kv_cache"] is False
+    assert c.kv_cache is True and f.kv_cache is False
     for key in ("acceptance_length", "accept_rate", "tokens", "target_forwards", "verify_rounds"):
-        assert c[key] == f[key], key
-    assert [p["acceptance_length"] for p in c["per_prompt"]] == [p["acceptance_length"] for p in f["per_prompt"]]
-    assert c["target_positions_run"] * 3 < f["target_positions_run"]
+        assert getattr(c, key) == getattr(f, key), key
+    assert [p.acceptance_length for p in c.per_prompt] == [p.acceptance_length for p in f.per_prompt]
+    assert c.target_positions_run * 3 < f.target_positions_run
 
 
 def test_baseline_scores_the_untrained_drafter_beside_the_given_one(tiny, tmp_path, monkeypatch, capsys):
@@ -116,13 +117,13 @@ def test_baseline_scores_the_untrained_drafter_beside_the_given_one(tiny, tmp_pa
     out = tmp_path / "r.json"
     assert main(_args(tiny, "--drafter", str(tiny["drafter"]), "--baseline", "--report", str(out))) == 0
     said = capsys.readouterr().out
-    r = json.loads(out.read_text())
-    b = r["baseline"]
-    assert b["drafter"].startswith("untrained")
-    assert b["prompts"] == r["prompts"] == 4 and b["tokens"] == r["tokens"]
-    assert 1.0 <= b["acceptance_length"] < 1.1 and len(b["accept_rate"]) == 3
-    assert f"vs untrained {b['acceptance_length']:.3f}" in said
-    assert all("baseline_acceptance_length" in p for p in r["per_prompt"])
+    r = read_report(out)
+    b = r.baseline
+    assert b.drafter.startswith("untrained")
+    assert b.prompts == r.prompts == 4 and b.tokens == r.tokens
+    assert 1.0 <= b.acceptance_length < 1.1 and len(b.accept_rate) == 3
+    assert f"vs untrained {b.acceptance_length:.3f}" in said
+    assert all(p.baseline_acceptance_length is not None for p in r.per_prompt)
     names = {e.get("name") for e in iter_events(events) if e.kind == "metric"}
     assert {"acceptance_length", "baseline_acceptance_length", "baseline_accept_rate_3"} <= names
 
@@ -132,10 +133,10 @@ def test_baseline_without_a_drafter_is_built_from_the_target_and_is_the_same_eve
     for i in range(2):
         out = tmp_path / f"b{i}.json"
         assert main(_args(tiny, "--baseline", "--report", str(out))) == 0, capsys.readouterr().err
-        got.append(json.loads(out.read_text()))
-    assert got[0]["drafter"].startswith("untrained") and "baseline" not in got[0]
-    assert 1.0 <= got[0]["acceptance_length"] < 1.1
-    assert got[0]["per_prompt"] == got[1]["per_prompt"]
+        got.append(read_report(out))
+    assert got[0].drafter.startswith("untrained") and got[0].baseline is None
+    assert 1.0 <= got[0].acceptance_length < 1.1
+    assert got[0].per_prompt == got[1].per_prompt
 
 
 def test_evaluate_without_drafter_or_baseline_says_what_to_pass(tiny, capsys):
@@ -179,9 +180,9 @@ def test_the_report_names_the_files_it_scored(tiny, tmp_path, capsys):
 
     out = tmp_path / "r.json"
     assert main(_args(tiny, "--drafter", str(tiny["drafter"]), "--limit", "1", "--report", str(out))) == 0
-    files = json.loads(out.read_text())["drafter_files"]
+    files = read_report(out).drafter_files
     weights = (tiny["drafter"] / "model.safetensors").read_bytes()
-    assert files["model.safetensors"] == {"bytes": len(weights), "sha256": hashlib.sha256(weights).hexdigest()}
+    assert files["model.safetensors"] == FileFingerprint(bytes=len(weights), sha256=hashlib.sha256(weights).hexdigest())
 
 
 def test_a_drafter_with_nan_weights_is_refused(tiny, tmp_path, capsys):
@@ -290,7 +291,7 @@ def test_eagle3_stop_ends_an_evaluation_within_the_grace(tiny, tmp_path):
 def test_sigterm_once_the_report_is_written_keeps_it_and_exits_0(tiny, tmp_path, monkeypatch, capsys):
     from pipeline.evaluate import __main__ as program
 
-    real = program.write_json_atomic
+    real = program.write_report
 
     def then_stop(path, obj):
         real(path, obj)
@@ -298,8 +299,8 @@ def test_sigterm_once_the_report_is_written_keeps_it_and_exits_0(tiny, tmp_path,
         # right here when another thread took the SIGTERM: run it here, as that moment would
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
 
-    monkeypatch.setattr(program, "write_json_atomic", then_stop)
+    monkeypatch.setattr(program, "write_report", then_stop)
     report = tmp_path / "r.json"
     assert main(_args(tiny, "--drafter", str(tiny["drafter"]), "--limit", "1", "--report", str(report))) == 0
-    assert json.loads(report.read_text())["prompts"] == 1
+    assert read_report(report).prompts == 1
     assert "no report was written" not in capsys.readouterr().err

@@ -1,14 +1,18 @@
 """A project whose train and evaluate phases report what the real stages do, with fixed
 figures: train logs loss and acc_0 every 10 steps for 3,000 steps and validates every 300
-(val_loss, val_acc_0), as pipeline/train/loop.py does; evaluate writes a report with a
-sweep of five SGLang settings beside today's top-level figures and names it in an artifact
-event, as pipeline.evaluate --report does. Used by the chart tests and to drive the
-console by hand: `python tests/ui/charts_project.py DIR` writes DIR/cfg.yaml."""
+(val_loss, val_acc_0), as pipeline/train/loop.py does; evaluate writes a report (through its
+record) with a sweep of five SGLang settings and names it in an artifact event, as
+pipeline.evaluate --report does. Used by the chart tests and to drive the
+console by hand: `PYTHONPATH=tests .venv/bin/python tests/ui/charts_project.py DIR` writes DIR/cfg.yaml."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from record_samples import local_report
+
+from pipeline.records.evaluate_report import KIND
 
 T0 = 1_750_000_000.0
 
@@ -58,16 +62,8 @@ EVALUATE = """\
 import json, os, sys
 path = sys.argv[1]
 os.makedirs(os.path.dirname(path), exist_ok=True)
-settings = [(3, 1, 4, 2.412, [0.78, 0.55, 0.31], 1.62), (5, 1, 6, 2.71, [0.78, 0.55, 0.31, 0.22, 0.15], 1.71),
-            (5, 4, 8, 3.05, [0.86, 0.64, 0.42, 0.3, 0.21], 1.93), (7, 4, 8, 3.11, [0.86, 0.64, 0.42, 0.3, 0.21, 0.14, 0.1], 1.88),
-            (7, 8, 32, 3.32, [0.9, 0.7, 0.5, 0.36, 0.25, 0.17, 0.12], 1.41)]
-report = {"mode": "local", "num_steps": 3, "prompts": 16, "tokens": 768, "verify_rounds": 318,
-          "acceptance_length": 2.412, "accept_rate": [0.78, 0.55, 0.31], "accept_prob": [0.78, 0.43, 0.13],
-          "settings": [{"num_steps": s, "topk": k, "num_draft_tokens": d, "acceptance_length": a,
-                        "accept_rate": r, "speedup_estimate": x} for s, k, d, a, r, x in settings],
-          "sglang_flags": "--speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8"}
 with open(path + ".tmp", "w") as f:
-    json.dump(report, f)
+    f.write(%r)
 os.replace(path + ".tmp", path)
 with open(os.environ["EAGLE3_EVENTS"], "a") as ev:
     ev.write(json.dumps({"t": %r, "kind": "artifact", "path": path, "bytes": os.path.getsize(path)}) + "\\n")
@@ -79,7 +75,7 @@ print(f"evaluate: report -> {path}", flush=True)
 def write_charts_project(root: Path) -> Path:
     (root / "work").mkdir(parents=True, exist_ok=True)
     (root / "train.py").write_text(TRAIN % T0)
-    (root / "evaluate.py").write_text(EVALUATE % (T0 + 400))
+    (root / "evaluate.py").write_text(EVALUATE % (KIND.dumps(local_report()), T0 + 400))
     path = root / "cfg.yaml"
     path.write_text(CONFIG)
     return path

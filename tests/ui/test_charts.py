@@ -103,7 +103,7 @@ async def test_the_evaluate_detail_shows_acceptance_bars_once_its_report_exists(
 def _view(n_settings: int = 5) -> AcceptanceView:
     lengths = [2.41, 2.71, 3.05, 3.11, 3.32, 2.2, 2.9][:n_settings]
     settings = tuple(Setting(f"{i},1,{i + 1}", a, (0.8, 0.5), 1.0 + a / 10) for i, a in enumerate(lengths, 3))
-    return AcceptanceView("r.json", 0.0, 2.41, 3, 16, (0.78, 0.55, 0.31), None, settings, settings[2].label, None)
+    return AcceptanceView("r.json", 0.0, 2.41, 3, 16, (0.78, 0.55, 0.31), settings, settings[2].label, None)
 
 
 def test_setting_bars_are_one_width_so_their_lengths_compare() -> None:
@@ -125,7 +125,7 @@ def test_a_short_terminal_folds_what_does_not_fit_but_keeps_the_best_setting() -
     assert "+4 more settings" in lines[-1]
     assert any("5,1,6" in ln and "best" in ln for ln in lines)
     positions = [ln.plain for ln in acceptance_lines(
-        AcceptanceView("r.json", 0.0, 3.0, 7, 8, (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.1), None, (), None, None), 78, 4)]
+        AcceptanceView("r.json", 0.0, 3.0, 7, 8, (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.1), (), None, None), 78, 4)]
     assert positions[-1].strip() == "pos 4-7  0.40 0.30 0.20 0.10"
 
 
@@ -202,3 +202,11 @@ def test_evaluate_bars_snapshot(snap_compare, charts_project, size: tuple[int, i
     _finish(charts_project, "evaluate")
     app = make_app(charts_project, intervals=FROZEN, clock=lambda: T0 + 3600)
     assert snap_compare(app, terminal_size=size, run_before=_settle_on("evaluate"))
+
+
+def test_a_report_the_console_cannot_read_is_one_line_of_reason() -> None:
+    refused = AcceptanceView("r.json", 0.0, None, None, None, (), (), None, None,
+                             refused="evaluate report of version 999: this console reads version 1; rerun the "
+                                     "evaluation or update eagle3-console")
+    lines = [ln.plain for ln in acceptance_lines(refused, 60, 8)]
+    assert len(lines) == 1 and lines[0].startswith("evaluate report of version 999")

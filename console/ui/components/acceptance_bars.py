@@ -1,7 +1,8 @@
 """The evaluate detail's bars: the share of drafts accepted at each position, and, for a
 sweep, each setting's acceptance length, so the setting to serve with is seen, not read.
 
-A view of a frozen `AcceptanceView` (console/core/acceptance.py): assigning `view` redraws.
+A view of a frozen `AcceptanceView` (console/core/leaves/acceptance.py): assigning `view` redraws;
+a report the console cannot read is its one line of reason.
 The panel gives the bars as many rows as the terminal's height allows (`charts.chart_rows`);
 what does not fit folds into a last row that still names it."""
 
@@ -92,15 +93,14 @@ def acceptance_lines(v: AcceptanceView | None, width: int, rows: int, stale: boo
     width allows, else the settings under the positions."""
     if v is None or width <= 0:
         return []
+    if v.refused:
+        return [Content.styled(fit(v.refused, width).rstrip(), "$warning")]
     out = [_title(v, stale, width)]
     if v.settings and width >= SPLIT_MIN_WIDTH:
         left_w = (width - 2) * 2 // 5
         right_w = width - 2 - left_w
         left = position_rows(v.accept_rate, rows, left_w)
         right = setting_rows(v, rows, right_w)
-        if v.rates_of and left:
-            left = [Content.styled(fit(f"per position, {v.rates_of}", left_w), "$text-muted")] + \
-                position_rows(v.accept_rate, rows - 1, left_w)
         for i in range(max(len(left), len(right))):
             a = left[i] if i < len(left) else Content("")
             b = right[i] if i < len(right) else Content("")
