@@ -25,7 +25,7 @@ from typing import Any
 
 from console.core.runs import procs
 from console.core.runs.launcher_output import journal, log, redactor_of
-from console.core.runs.rundir import RUN_DIR_ENV, ExitInfo, PidInfo, RunDir
+from console.core.runs.rundir import RUN_DIR_ENV, STOPPING, ExitInfo, PidInfo, RunDir
 from pipeline.events import ENV_VAR as EVENTS_ENV
 
 
@@ -54,6 +54,7 @@ class Launcher:
         self.rd = rd
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_requested = False
+        self.deadline: float | None = None  # the project deadline that stopped the phase
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop_requested = True
@@ -66,6 +67,26 @@ class Launcher:
 
     def stopping(self) -> bool:
         return self.stop_requested or self.rd.stopping_file.exists()
+
+    def stop_at_deadline(self, deadline: Any) -> None:
+        """The deadline's stop, the one `eagle3 stop` and the console's `s` send: SIGTERM to
+        the phase's group and its strays, SIGKILL after the grace, journaled with the deadline.
+        Our child is left unreaped: the main thread's wait records how it ended."""
+        child, rd = self.child, self.rd
+        if child is None or child.returncode is not None or self.stopping():
+            return  # ended, or an operator's stop came first
+        argv = rd.read_argv() or {}
+        self.deadline = deadline.at
+        rd.mark(STOPPING, deadline=deadline.at)
+        self.stop_requested = True
+        log(f"the deadline ({deadline.clock()}) has come: stopping the phase "
+            f"(SIGTERM, SIGKILL after {deadline.grace:g}s)")
+        journal(rd, "stop", redactor_of(argv), phase=argv.get("phase", rd.phase_id), run_id=rd.run_id,
+                pid=child.pid, grace=deadline.grace, deadline=deadline.at,
+                reason=f"stopped at the deadline ({deadline.clock()})")
+        me = os.getpid()
+        procs.kill_group(child.pid, deadline.grace, sid=me, spare={me},
+                         extra=procs.with_env(RUN_DIR_ENV, str(rd.path)), reap=False)
 
     def run(self) -> int:
         """Handlers (not SIG_IGN) so that the phase, after exec, gets default dispositions."""
@@ -100,10 +121,12 @@ class Launcher:
             code, sig, error = self._run_child(argv, mine, started)
         ended = time.time()
         stopped = self.stopping()
-        exit_info = ExitInfo(code=code, signal=sig, ended_at=ended, stopped=stopped, error=error)
+        exit_info = ExitInfo(code=code, signal=sig, ended_at=ended, stopped=stopped, error=error,
+                             deadline=self.deadline)
         rd.write_exit(exit_info)
         how = f"code {code}" if code is not None else (f"signal {sig}" if sig else "no code")
-        log(f"phase {phase_id} ended ({how}) after {ended - started:.1f}s" + (", stopped" if stopped else ""))
+        said = ", stopped at the deadline" if self.deadline is not None else ", stopped"
+        log(f"phase {phase_id} ended ({how}) after {ended - started:.1f}s" + (said if stopped else ""))
 
         outcome = "none"
         if code == 0 and not stopped:
@@ -113,7 +136,8 @@ class Launcher:
                 rd.write_exit(ExitInfo(code=code, signal=sig, ended_at=ended, stopped=True))
         journal(rd, "run_ended", redactor_of(argv), phase=phase_id, run_id=rd.run_id, code=code, signal=sig,
                  stopped=stopped, duration_s=round(ended - started, 3), verify=outcome,
-                 **({"error": error} if error else {}))
+                 **({"error": error} if error else {}),
+                 **({"deadline": self.deadline} if self.deadline is not None else {}))
         supervision().notify_end(rd, argv)
         return 0
 
@@ -146,13 +170,8 @@ class Launcher:
         if self.stop_requested:
             self._forward(signal.SIGTERM)
         watching = threading.Event()
-        try:
-            watch: threading.Thread | None = threading.Thread(
-                target=supervision().watch_stalls, args=(rd, argv, started, watching), name="stall-watch", daemon=True)
-            watch.start()
-        except Exception as e:  # noqa: BLE001 - no thread to be had, or no supervision: the run goes on unwatched
-            log(f"stall watch not started: {type(e).__name__}: {e}")
-            watch = None
+        watch = self._watch("stall-watch", "watch_stalls", (rd, argv, started, watching))
+        self._watch("deadline-watch", "watch_deadline", (rd, started, watching, self.stop_at_deadline))
         try:
             rc = child.wait()
         finally:
@@ -160,6 +179,18 @@ class Launcher:
             if watch is not None:
                 watch.join(STALL_JOIN_S)
         return (rc, None, None) if rc >= 0 else (None, -rc, None)
+
+    @staticmethod
+    def _watch(name: str, duty: str, args: tuple[Any, ...]) -> threading.Thread | None:
+        """A thread that looks at the run while it runs (supervision's `duty`); the run goes on
+        without it when none can be had (no thread, or no supervision to load)."""
+        try:
+            thread = threading.Thread(target=getattr(supervision(), duty), args=args, name=name, daemon=True)
+            thread.start()
+        except Exception as e:  # noqa: BLE001 - no thread to be had: the run goes on unwatched
+            log(f"{name.replace('-', ' ')} not started: {type(e).__name__}: {e}")
+            return None
+        return thread
 
 
 def main(args: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -23,6 +24,7 @@ from console.core.records.journal import Journal
 from console.core.lifecycle.notify import Notifier, ended_notice
 from console.core.records.provenance import record_phase
 from console.core.runs.launcher_output import journal, log, redactor_of
+from console.core.runs import deadline as deadlines
 from console.core.runs.manager import run_status
 from console.core.runs.rundir import VERIFYING, PidInfo, RunDir
 from console.core.lifecycle.snapshot import SnapshotBuilder
@@ -134,6 +136,38 @@ def watch_stalls(rd: RunDir, argv: dict[str, Any], started: float, done: threadi
             watch.update(snap.phases, now=snap.t)
     except Exception as e:  # noqa: BLE001 - the watch is advisory; the run goes on without it
         log(redactor.text(f"stall watch ended: {type(e).__name__}: {e}"))
+
+
+DEADLINE_POLL = 1.0  # seconds between looks at the project's deadline file
+
+
+def watch_deadline(rd: RunDir, started: float, done: threading.Event,
+                   stop: Callable[[deadlines.Deadline], None]) -> None:
+    """Until `done`: the project's deadline, read again each second (one set, moved or cleared
+    after the run began counts); when one that covers this run comes, `stop(deadline)`, once.
+    An unreadable deadline file is logged once and looked at again; nothing else ends the watch."""
+    said = None
+    while True:
+        try:
+            due = deadlines.read(rd.state_dir)
+        except deadlines.DeadlineError as e:
+            if str(e) != said:
+                log(f"deadline not read: {e}")
+                said = str(e)
+            due = None
+        now = time.time()
+        if due is not None and due.covers(started):
+            if due.passed(now):
+                try:
+                    stop(due)
+                except Exception as e:  # noqa: BLE001 - the run goes on; its log says why it was not stopped
+                    log(f"the deadline's stop failed: {type(e).__name__}: {e}")
+                return
+            wait = min(DEADLINE_POLL, due.left(now))
+        else:
+            wait = DEADLINE_POLL
+        if done.wait(wait):
+            return
 
 
 class _Ended(RunDir):

@@ -9,6 +9,9 @@ from console.core.checks.subproc import kill_live
 from console.core.leaves.errors import Eagle3Error
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+# `run` stopped at its deadline (--until): nothing failed, the stopped phases keep their
+# checkpoints and the next `run --all` resumes them (a stage's 3 means the same: stopped short).
+EXIT_DEADLINE = 3
 
 
 class UsageError(Eagle3Error):

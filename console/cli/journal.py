@@ -4,6 +4,7 @@ each or as JSON."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from typing import Any, TextIO
@@ -46,6 +47,10 @@ def format_journal_record(r: dict[str, Any]) -> str:
     return one_line(f"{t}  {r.get('user', '?'):<10} {ev:<12} {phase:<14} {_detail(ev, r)}".rstrip())
 
 
+def _clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
 def _detail(ev: str, r: dict[str, Any]) -> str:
     if ev == "override":
         return f"check {r.get('check')} overridden: {r.get('reason')}"
@@ -53,6 +58,9 @@ def _detail(ev: str, r: dict[str, Any]) -> str:
         return f"run {r.get('run_id')}"
     if ev == "run_ended":
         took = fmt_duration(r.get("duration_s"))
+        if r.get("stopped") and isinstance(r.get("deadline"), (int, float)):
+            how = "killed" if r.get("signal") == signal.SIGKILL else "stopped"
+            return f"run {r.get('run_id')} {how} at the deadline ({_clock(r['deadline'])}) after {took}"
         if r.get("stopped"):
             return f"run {r.get('run_id')} stopped after {took}"
         if r.get("code") is None:
@@ -64,7 +72,11 @@ def _detail(ev: str, r: dict[str, Any]) -> str:
         bad = [x["name"] for x in res if x.get("status") == "fail" and not x.get("overridden")]
         return "pass" if not bad else "fail: " + ", ".join(bad)
     if ev == "stop":
-        return f"run {r.get('run_id', '')}"
+        return f"run {r.get('run_id', '')}" + (f": {r['reason']}" if r.get("reason") else "")
+    if ev == "deadline" and isinstance(r.get("at"), (int, float)):
+        return f"deadline {_clock(r['at'])}, grace {r.get('grace')}s ({r.get('how')})"
+    if ev == "deadline_cleared":
+        return "deadline cleared"
     if ev == "confirm":
         return "confirmed by typing the phase id"
     if ev == "overrides_saved":

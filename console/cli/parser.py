@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="eagle3", description="Operator console for EAGLE-3 drafter pipelines.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module in COMMANDS.items():
-        c = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        c = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=getattr(module, "EPILOG", None),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         c.add_argument("config", help="pipeline YAML (e.g. configs/demo.yaml)")
         c.add_argument("--set", action="append", metavar="VAR=VALUE", default=[],
                        help="override a config variable (repeatable)")

@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TextIO
 
-from console.cli.edge import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
+from console.cli.edge import EXIT_DEADLINE, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
 from console.cli.printing import fmt_duration, print_results
 from console.core.config.model import Phase
-from console.core.flow.runall import AllDone, Attaching, Entering, Halted, Skipped, run_all, unknown_overrides
+from console.core.flow.runall import (
+    AllDone,
+    Attaching,
+    DeadlineReached,
+    Entering,
+    Halted,
+    Skipped,
+    run_all,
+    unknown_overrides,
+)
 from console.core.flow.startflow import (
     AlreadyLive,
     BlockedStart,
@@ -27,9 +37,22 @@ from console.core.flow.startflow import (
 from console.core.flow.waiting import Waited, wait
 from console.core.lifecycle.project import Project, override_hint
 from console.core.lifecycle.state import State
+from console.core.runs.deadline import MAX_GRACE, DeadlineError, parse_until
+from console.core.runs.procs import STOP_GRACE
 from console.core.runs.rundir import RunDir
 
 HELP = "start a phase (or --all, in order) after its checks pass"
+EPILOG = f"""\
+deadline (--until): every phase still running at it gets the stop `eagle3 stop` and the
+console's `s` send (SIGTERM to its process group, SIGKILL after --grace), from its own
+launcher, so the deadline holds with this command gone (an SSH drop). A stopped phase keeps
+its checkpoint, reads `stopped` (resumable, not failed) in `eagle3 status`, and the next
+`eagle3 run CONFIG --all` resumes it. No phase starts past the deadline. The deadline is kept
+in the state dir until --until off clears it or another --until replaces it.
+
+exit codes: {EXIT_OK} every phase asked for ended well; {EXIT_FAIL} a phase was blocked or
+failed (or a question went unanswered); {EXIT_USAGE} bad arguments or config; {EXIT_DEADLINE} stopped at the
+deadline (nothing failed; rerun to resume); 130 interrupted (the phases go on)."""
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
@@ -45,6 +68,11 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
                    help="confirm a `confirm: true` phase without a prompt (type its id)")
     c.add_argument("--timeout", type=float, default=600.0,
                    help="with --all: seconds to wait for a service to become ready (default 600)")
+    c.add_argument("--until", metavar="WHEN",
+                   help="a deadline: a duration from now (8m30s, 2h) or a time of day (14:05); "
+                        "`off` clears the one set before")
+    c.add_argument("--grace", type=float, default=STOP_GRACE, metavar="S",
+                   help=f"with --until: seconds from SIGTERM to SIGKILL at the deadline (default {STOP_GRACE:g})")
 
 
 class _Answers:
@@ -96,6 +124,7 @@ def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("run: --override needs --reason TEXT (it is recorded in the journal)")
     overrides = {name: args.reason for name in args.override}
     answers = _Answers(args)
+    _deadline(project, args, out)
     if args.all:
         return _run_all(project, args, overrides, answers, out)
     request = StartRequest(args.phase, overrides, confirmed=args.phase in args.confirm, rerun=args.rerun)
@@ -104,6 +133,29 @@ def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
     if code != EXIT_OK or not args.wait or not isinstance(result, Started):
         return code
     return _wait(project, project.config.phase(args.phase), result.run, out, args)
+
+
+def _deadline(project: Project, args: argparse.Namespace, out: TextIO) -> None:
+    """Set (or clear) the project's deadline as --until says, else name the one that holds."""
+    now = time.time()
+    if args.until is None:
+        due = project.deadline()
+        if due is not None and not due.passed(now):
+            print(f"deadline {due.clock()} (in {fmt_duration(due.left(now))}, set by {due.by}: {due.how}) "
+                  f"holds; --until off clears it", file=out)
+        return
+    if args.until.strip().lower() in ("off", "none"):
+        print("deadline cleared" if project.clear_deadline() else "no deadline was set", file=out)
+        return
+    if not 0 <= args.grace <= MAX_GRACE:
+        raise UsageError(f"run: --grace {args.grace:g}: seconds from 0 to {MAX_GRACE:g}")
+    try:
+        at = parse_until(args.until, now)
+    except DeadlineError as e:
+        raise UsageError(f"run: {e}") from None
+    due = project.set_deadline(at, f"eagle3 run --until {args.until}", grace=args.grace)
+    print(f"deadline {due.clock()} (in {fmt_duration(due.left(now))}): phases still running then are "
+          f"stopped (SIGTERM, SIGKILL after {due.grace:g}s) and keep their checkpoints", file=out)
 
 
 def _report_start(result: StartResult, answers: _Answers, out: TextIO) -> int:
@@ -134,6 +186,9 @@ def _report_wait(waited: Waited, args: argparse.Namespace, out: TextIO) -> int:
     if waited.outcome == "done":
         print(f"{State.DONE.glyph} {pid} done (exit {st.exit_code}, {fmt_duration(st.duration_s)})", file=out)
         return EXIT_OK
+    if st.deadline is not None:
+        print(f"{State.STOPPED.glyph} {pid} {st.reason} (after {fmt_duration(st.duration_s)})", file=out)
+        return EXIT_DEADLINE
     if waited.outcome == "not_ready":
         print(f"eagle3: service {pid} not ready after {args.timeout:.0f}s; it keeps running", file=sys.stderr)
     elif waited.phase.kind == "service":
@@ -143,6 +198,15 @@ def _report_wait(waited: Waited, args: argparse.Namespace, out: TextIO) -> int:
             print_results(f"{pid} verify", st.verify, sys.stderr)
         print(f"eagle3: {pid} {st.state}: {st.reason}", file=sys.stderr)
     return EXIT_FAIL
+
+
+def _report_deadline(step: DeadlineReached, args: argparse.Namespace) -> int:
+    when = time.strftime("%H:%M:%S", time.localtime(step.at))
+    stopped = f"stopped {', '.join(step.stopped)}, which keep their checkpoints; " if step.stopped else ""
+    left = f"not done: {', '.join(step.left)}. " if step.left else ""
+    print(f"eagle3: the deadline ({when}) has come: {stopped}{left}"
+          f"`eagle3 run {args.config} --all` resumes", file=sys.stderr)
+    return EXIT_DEADLINE
 
 
 def _stopped_waiting(phase: Phase, args: argparse.Namespace) -> None:
@@ -186,6 +250,8 @@ def _run_all(project: Project, args: argparse.Namespace, overrides: dict[str, st
             elif isinstance(step, AllDone):
                 print("all phases done", file=out)
                 return EXIT_OK
+            elif isinstance(step, DeadlineReached):
+                return _report_deadline(step, args)
             else:
                 code = _report_start(step, answers, out)
                 if isinstance(step, Started):

@@ -68,6 +68,12 @@ CASES = [
     ("check-timeout-zero", "name: x\nphases:\n  - id: a\n    run: [x]\n    verify:\n      - http_ok: {url: 'http://127.0.0.1:1/', timeout: 0}\n",
      "phases.a.verify[0]", "timeout must be seconds in (0, 21600]", 6),
     ("volumes-not-list", "name: x\nvolumes: /data\nphases:\n  - id: a\n    run: [x]\n", "volumes", "expected a list", 2),
+    ("parallel-zero", "name: x\nparallel: 0\nphases:\n  - id: a\n    run: [x]\n", "parallel",
+     "a whole number of phases from 1 to 64, got 0", 2),
+    ("parallel-not-a-number", "name: x\nparallel: all\nphases:\n  - id: a\n    run: [x]\n", "parallel",
+     "a whole number of phases from 1 to 64, got 'all'", 2),
+    ("parallel-a-list", "name: x\nparallel: [2]\nphases:\n  - id: a\n    run: [x]\n", "parallel",
+     "expected a single value", 2),
 ]
 
 

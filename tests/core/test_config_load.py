@@ -102,3 +102,13 @@ def test_phase_kinds_needs_confirm_defaults(tmp_path, monkeypatch):
     assert cfg.phase("cleanup").confirm is True
     assert cfg.phase("extract").title == "extract"
     assert cfg.phase("merge").checks[0].line == 16
+
+
+def test_parallel_defaults_to_one_and_takes_a_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE3_TEST_HOME", "/h")
+    p = write(tmp_path)
+    assert load_config(p).parallel == 1
+    p.write_text(CFG.replace("state_dir:", "vars2: x\nstate_dir:").replace("vars2: x\n", "parallel: ${jobs}\n")
+                 .replace("vars:\n", "vars:\n  jobs: '3'\n"))
+    assert load_config(p).parallel == 3
+    assert load_config(p, {"jobs": "8"}).parallel == 8

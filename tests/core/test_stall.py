@@ -19,12 +19,14 @@ from console.core.lifecycle.state import PhaseStatus
 
 
 @pytest.mark.parametrize("text,secs", [(90, 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400),
-                                       ("off", 0), ("0", 0), ("1.5m", 90)])
+                                       ("off", 0), ("0", 0), ("1.5m", 90),
+                                       ("8m30s", 510), ("2h03m", 7380), ("1d2h", 93600), ("1h 5s", 3605)])
 def test_durations(text, secs) -> None:  # type: ignore[no-untyped-def]
     assert parse_duration(text) == secs
 
 
-@pytest.mark.parametrize("bad", ["soon", "5 parsecs", "-1s", "40d", True])
+@pytest.mark.parametrize("bad", ["soon", "5 parsecs", "-1s", "40d", True, "30s8m", "1.5m30s",
+                                 "m", "8m30", "29d24h1m"])
 def test_bad_durations_say_what_was_expected(bad) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="duration"):
         parse_duration(bad)

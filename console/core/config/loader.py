@@ -19,13 +19,21 @@ from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config import commands
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
-from console.core.config.model import MAX_NOTIFY_TIMEOUT, NOTIFY_EVENTS, CheckSpec, Config, NotifySpec, Phase
+from console.core.config.model import (
+    MAX_NOTIFY_TIMEOUT,
+    MAX_PARALLEL,
+    NOTIFY_EVENTS,
+    CheckSpec,
+    Config,
+    NotifySpec,
+    Phase,
+)
 from console.core.config.overlay import overlay_path, read_saved
 from console.core.leaves.durations import parse_duration
 from console.core.leaves.errors import ConfigError
 from console.core.leaves.terminal_text import strip_controls
 
-TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "phases")
+TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "parallel", "phases")
 PHASE_KEYS = (
     "id", "title", "description", "run", "env", "needs", "checks", "verify", "ready",
     "inputs", "outputs", "deletes", "kind", "confirm", "python", "stall_after", "notify",
@@ -250,6 +258,7 @@ def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
         shm_dump=resolve(shm_dump) if shm_dump else None,
         python=python,
         notify=_notify(r, top["notify"][1], "notify") if "notify" in top else (),
+        parallel=_parallel(r, top["parallel"][1], "parallel") if "parallel" in top else 1,
         secret_env=tuple(sorted(r.used_env)),
     )
 
@@ -426,6 +435,17 @@ def _duration(r: _Reader, node: yaml.Node, key: str) -> float:
         return parse_duration(r.scalar(node, key))
     except ValueError as e:
         raise r.error(node, key, str(e)) from None
+
+
+def _parallel(r: _Reader, node: yaml.Node, key: str) -> int:
+    """How many ready phases `eagle3 run --all` runs at once (its `--parallel` wins)."""
+    value = r.scalar(node, key)
+    if isinstance(value, str):
+        value = r.interpolate(node, key, value).strip()
+        value = int(value) if value.isdigit() else value
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARALLEL:
+        raise r.error(node, key, f"expected a whole number of phases from 1 to {MAX_PARALLEL}, got {value!r}")
+    return value
 
 
 NOTIFY_KEYS = ("run", "on", "timeout")

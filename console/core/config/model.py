@@ -41,6 +41,7 @@ class CheckSpec:
 
 NOTIFY_EVENTS = ("ended", "failed", "stalled", "blocked")  # what a `notify:` entry's `on:` may name
 MAX_NOTIFY_TIMEOUT = 3600.0  # seconds: the longest a notify command may run
+MAX_PARALLEL = 64  # phases `run --all` may run at once: more is a typo, not a box
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Config:
     python: str | None = None  # the config's `python:`; None means the console's own
     secret_env: tuple[str, ...] = ()  # names of ${env:...} values used: redacted in records
     notify: tuple[NotifySpec, ...] = ()  # config-wide `notify:` (every phase)
+    parallel: int = 1  # ready phases `eagle3 run --all` runs at once (`--parallel` wins)
 
     def python_for(self, phase: Phase | None) -> str | None:
         """The `python:` setting a phase's commands run under (its own, else the config's)."""

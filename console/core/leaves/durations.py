@@ -12,6 +12,10 @@ MAX_DURATION = 30 * 86400.0
 MAX_SHOWN = 365 * 86400.0
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*$", re.IGNORECASE)
+# What format_duration prints, read back: 4m05s, 2h03m, 1d2h30m (each unit once, largest first).
+_PART = r"(?:(\d+)\s*{})?"
+_COMPOUND = re.compile(r"^\s*" + r"\s*".join(_PART.format(u) for u in ("d", "h", "(?:min|m)", "s")) + r"\s*$",
+                       re.IGNORECASE)
 
 
 def format_duration(s: float | None, unknown: str = "—") -> str:
@@ -35,7 +39,8 @@ def format_duration(s: float | None, unknown: str = "—") -> str:
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `90s`, `15m`, `2h`, `1d` (or `off`/`0`: 0). Raises ValueError
+    """Seconds from `90`, `90s`, `15m`, `2h`, `1d`, or a compound as `format_duration`
+    prints one (`8m30s`, `2h03m`, `1d2h`); `off`/`0`: 0. Raises ValueError
     with what was expected; bounded to 30 days."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 90s, 15m or 2h, got {value!r}")
@@ -46,9 +51,13 @@ def parse_duration(value: Any) -> float:
         if text in ("off", "none", "never"):
             return 0.0
         m = _DURATION.match(text)
-        if not m:
-            raise ValueError(f"expected a duration like 90s, 15m or 2h, got {value!r}")
-        secs = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+        parts = None if m else _COMPOUND.match(text)
+        if m:
+            secs = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+        elif parts and any(parts.groups()):
+            secs = float(sum(int(n) * u for n, u in zip(parts.groups(), (86400, 3600, 60, 1)) if n))
+        else:
+            raise ValueError(f"expected a duration like 90s, 15m, 8m30s or 2h, got {value!r}")
     if not 0 <= secs <= MAX_DURATION:
         raise ValueError(f"a duration between 0 and 30d, got {value!r}")
     return secs

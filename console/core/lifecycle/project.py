@@ -19,11 +19,14 @@ from console.core.leaves.redaction import redactor_for
 from console.core.config.model import Config, Phase
 from console.core.leaves.errors import Eagle3Error, PhaseError
 from console.core.leaves.interpreter import locate, missing_message, path_with_interpreter
-from console.core.records.journal import Journal, private_dir
+from console.core.records.journal import Journal, private_dir, user_name
 from console.core.lifecycle.notify import Notifier
 from console.core.lifecycle.reread import ConfigChanged, ConfigSource
+from console.core.runs import deadline as deadlines
 from console.core.runs import manager
+from console.core.runs.deadline import Deadline
 from console.core.runs.locks import start_lock
+from console.core.runs.procs import STOP_GRACE
 from console.core.runs.rundir import RunDir
 from pipeline.sizes import format_bytes
 from console.core.lifecycle.state import LIVE, PhaseStatus, derive_states
@@ -324,9 +327,29 @@ class Project:
         rs = manager.run_status(rd)
         return rs if rs.state in LIVE else None
 
-    def stop(self, phase_id: str, grace: float = 10.0, run_id: str | None = None) -> bool:
+    def stop(self, phase_id: str, grace: float = STOP_GRACE, run_id: str | None = None) -> bool:
         self.config.phase(phase_id)
         return manager.stop_run(self.config, phase_id, grace=grace, run_id=run_id)
+
+    # -- the deadline ------------------------------------------------------------------
+    def deadline(self) -> Deadline | None:
+        """The project's deadline, passed or not; raises DeadlineError for a file that is not one."""
+        return deadlines.read(self.config.state_dir)
+
+    def set_deadline(self, at: float, how: str, grace: float = STOP_GRACE) -> Deadline:
+        """Every phase live at `at` gets the stop `s` sends, from its own launcher (so with no
+        console or CLI alive); journaled. Replaces the deadline there was."""
+        due = Deadline(at=at, grace=grace, set_at=time.time(), by=user_name(), how=how)
+        deadlines.write(private_dir(Path(self.config.state_dir).absolute()), due)
+        self.journal.append("deadline", at=at, grace=grace, how=how)
+        return due
+
+    def clear_deadline(self) -> bool:
+        """No deadline any more (journaled); False when there was none."""
+        gone = deadlines.clear(self.config.state_dir)
+        if gone:
+            self.journal.append("deadline_cleared")
+        return gone
 
     def confirmation_summary(self, phase_id: str) -> str:
         """What a destructive phase will touch, in numbers, so the operator reads before typing."""

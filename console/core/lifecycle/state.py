@@ -6,6 +6,7 @@ stopped would see."""
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -65,6 +66,8 @@ class PhaseStatus(Elapsed):
     checks: list[CheckResult] | None = None
     verify: list[CheckResult] | None = None
     service_ready: bool | None = None
+    deadline: float | None = None  # stopped at the project's deadline (`run --until`), set for this time
+    signal: int | None = None
 
     @property
     def satisfies_needs(self) -> bool:
@@ -88,6 +91,7 @@ class PhaseStatus(Elapsed):
             "duration_s": None if self.duration_s is None else round(self.duration_s, 3),
             "pid": self.pid,
             "service_ready": self.service_ready,
+            "deadline": self.deadline,
             "checks": None if self.checks is None else [c.to_json() for c in self.checks],
             "verify": None if self.verify is None else [c.to_json() for c in self.verify],
         }
@@ -116,6 +120,8 @@ def derive_states(
             st.ended_at = rs.ended_at
             st.pid = rs.pid
             st.verify = rs.verify
+            st.deadline = getattr(rs, "deadline", None)
+            st.signal = getattr(rs, "signal", None)
         deps = [by_id[d] for d in phase.needs if d in by_id]
         run_state = rs.state if rs is not None else None
 
@@ -145,7 +151,7 @@ def derive_states(
             st.reason = "the run vanished without recording an exit (killed with -9 or the machine restarted)"
         elif run_state == "stopped":
             st.state = State.STOPPED
-            st.reason = "stopped by the operator"
+            st.reason = _stop_reason(st)
 
         if run_state is None:
             missing = [d for d in deps if not d.satisfies_needs]
@@ -166,6 +172,17 @@ def signal_name(number: Any) -> str:
         return signal.Signals(int(number)).name
     except (TypeError, ValueError):
         return f"signal {number}"
+
+
+def _stop_reason(st: PhaseStatus) -> str:
+    """Who stopped it; at a deadline, when, whether it went in its grace, and that a walk
+    picks it up again (it is resumable, not failed)."""
+    if st.deadline is None:
+        return "stopped by the operator"
+    when = time.strftime("%H:%M:%S", time.localtime(st.deadline))
+    if st.exit_code is None and st.signal == signal.SIGKILL:
+        return f"killed at the deadline ({when}): it did not stop within its grace; run --all starts it again"
+    return f"stopped at the deadline ({when}); run --all resumes it"
 
 
 def _failure_reason(rs: Any) -> str:

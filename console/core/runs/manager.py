@@ -57,6 +57,7 @@ class RunStatus(Elapsed):
     launcher_pid: int | None = None
     error: str | None = None
     reasons: list[str] = field(default_factory=list)
+    deadline: float | None = None  # stopped at the project's deadline, set for this time
 
 
 def _runs_root(state_dir: str | os.PathLike[str], phase_id: str) -> Path:
@@ -104,7 +105,7 @@ def run_status(rd: RunDir) -> RunStatus:
                    exit_code=ex.code if ex else None, started_at=started,
                    ended_at=ex.ended_at if ex else None, verify=verify,
                    signal=ex.signal if ex else None, launcher_pid=pid.pid if pid else None,
-                   error=ex.error if ex else None)
+                   error=ex.error if ex else None, deadline=ex.deadline if ex else None)
 
     if ex is None:
         if launcher_alive or child_alive:
@@ -275,7 +276,7 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
     return rd
 
 
-def stop_run(config: Config, phase_id: str, grace: float = 10.0, journal: Journal | None = None,
+def stop_run(config: Config, phase_id: str, grace: float = procs.STOP_GRACE, journal: Journal | None = None,
              run_id: str | None = None) -> bool:
     """Stop the phase's current run and everything it spawned: SIGTERM, SIGKILL after
     `grace`. Returns False when nothing of it runs. The launcher records the end (as

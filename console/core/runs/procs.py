@@ -155,37 +155,43 @@ def _ended(p: psutil.Process) -> bool:
         return True
 
 
-def _wait_gone(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Wait until each process has exited (reaping our own children); return the rest."""
+def _wait_gone(procs: Iterable[psutil.Process], timeout: float, reap: bool = True) -> list[psutil.Process]:
+    """Wait until each process has exited (reaping our own children unless `reap` is off);
+    return the rest."""
     procs = list(procs)
     deadline = time.monotonic() + timeout
     while True:
-        _, procs = psutil.wait_procs(procs, timeout=0)
+        if reap:
+            _, procs = psutil.wait_procs(procs, timeout=0)
         procs = [p for p in procs if not _ended(p)]
         if not procs or time.monotonic() >= deadline:
             return procs
         time.sleep(0.05)
 
 
-def kill_group(pgid: int, grace: float = 10.0, *, sid: int | None = None,
-               spare: Collection[int] = (), extra: Iterable[psutil.Process] = ()) -> None:
+STOP_GRACE = 10.0  # seconds a stop waits between SIGTERM and SIGKILL (the console's `s`, `eagle3 stop`)
+
+
+def kill_group(pgid: int, grace: float = STOP_GRACE, *, sid: int | None = None,
+               spare: Collection[int] = (), extra: Iterable[psutil.Process] = (), reap: bool = True) -> None:
     """Stop a process group and everything it spawned: SIGTERM, then SIGKILL after `grace`.
 
     Descendants are snapshotted before any signal, so one that moved to its own group or
     session (setsid) is still found after its parent died and it was reparented. `sid`
     adds every member of that session; `extra` adds processes found some other way;
     `spare` names pids never signalled (the launcher that must live to record the end).
-    Processes spawned during the grace period are caught by a second snapshot."""
+    Processes spawned during the grace period are caught by a second snapshot. `reap` off:
+    our own children are left to their `wait()` (the launcher's, which records the code)."""
     spare = set(spare)
     procs = _snapshot(pgid, sid, spare, extra)
     _group_signal(pgid, signal.SIGTERM, procs, spare)
     # One SIGTERM each: many programs take a second one as "quit now, skip the cleanup".
     _signal_all((p for p in procs.values() if _safe_pgid(p.pid) != pgid), signal.SIGTERM)
-    left = _wait_gone(procs.values(), grace)
+    left = _wait_gone(procs.values(), grace, reap)
     late = _snapshot(pgid, sid, spare, left)
     if not left and not late:
         return
     procs = {**{p.pid: p for p in left}, **late}
     _group_signal(pgid, signal.SIGKILL, procs, spare)
     _signal_all(procs.values(), signal.SIGKILL)
-    _wait_gone(procs.values(), 5.0)
+    _wait_gone(procs.values(), 5.0, reap)

@@ -69,18 +69,23 @@ class ExitInfo:
     ended_at: float
     stopped: bool = False
     error: str | None = None  # the launcher's own failure, when it had one
+    deadline: float | None = None  # the stop was the project's deadline, set for this time
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"code": self.code, "signal": self.signal,
                              "ended_at": self.ended_at, "stopped": self.stopped}
         if self.error:
             d["error"] = self.error
+        if self.deadline is not None:
+            d["deadline"] = self.deadline
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ExitInfo":
+        deadline = d.get("deadline")
         return cls(code=d.get("code"), signal=d.get("signal"), ended_at=float(d.get("ended_at") or 0.0),
-                   stopped=bool(d.get("stopped")), error=d.get("error"))
+                   stopped=bool(d.get("stopped")), error=d.get("error"),
+                   deadline=float(deadline) if isinstance(deadline, (int, float)) else None)
 
 
 def _read_json(path: Path) -> Any | None:
@@ -192,6 +197,12 @@ class RunDir:
     def write_verify(self, results: list[CheckResult]) -> None:
         atomic_write_json(self.verify_json, [r.to_json() for r in results])
 
-    def mark(self, name: str) -> None:
-        """Create an empty marker file (`stopping`, `verifying`) durably."""
-        atomic_write_json(self.path / name, {"at": time.time()})
+    def mark(self, name: str, **facts: Any) -> None:
+        """Create a marker file (`stopping`, `verifying`) durably; `facts` say more (the
+        deadline a stop is for)."""
+        atomic_write_json(self.path / name, {"at": time.time(), **facts})
+
+    def read_stopping(self) -> dict[str, Any] | None:
+        """The `stopping` marker: when the stop was asked, and the deadline it was for, if any."""
+        d = _read_json(self.stopping_file)
+        return d if isinstance(d, dict) else None
