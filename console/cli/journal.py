@@ -10,10 +10,11 @@ import time
 from typing import Any, TextIO
 
 from console.cli.edge import EXIT_OK
-from console.cli.printing import fmt_duration, print_json
+from console.cli.printing import fmt_duration, print_json_array
 from console.core.leaves.terminal_text import one_line
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.state import signal_name
+from console.core.records.journal import Scan
 
 HELP = "the append-only record of runs, checks, overrides and stops"
 
@@ -25,18 +26,19 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
 
 
 def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
+    """Printed as it is read: a journal of any size costs a block and a line of memory."""
     if args.phase:
         project.config.phase(args.phase)
-    scan = project.journal.scan(phase=args.phase, limit=args.limit, max_bytes=None)
-    records = scan.records
-    if scan.skipped:
-        print(f"eagle3: skipped {scan.skipped} line(s) of {project.journal.path} that are not journal records "
-              "(torn, or fields of the wrong type)", file=sys.stderr)
+    counts = Scan()
+    records = project.journal.stream(phase=args.phase, limit=args.limit, counts=counts)
     if args.json:
-        print_json(records, out)
-        return EXIT_OK
-    for r in records:
-        print(format_journal_record(r), file=out)
+        print_json_array(records, out)
+    else:
+        for r in records:
+            print(format_journal_record(r), file=out)
+    if counts.skipped:
+        print(f"eagle3: skipped {counts.skipped} line(s) of {project.journal.path} that are not journal records "
+              "(torn, or fields of the wrong type)", file=sys.stderr)
     return EXIT_OK
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,6 +28,19 @@ def print_json(obj: Any, out: TextIO) -> None:
     """The whole document or nothing: rendered first (anything not JSON by its str()), then
     written, so a script never reads half a report."""
     out.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def print_json_array(items: Iterable[Any], out: TextIO) -> None:
+    """A JSON array written item by item as `items` yields them, the same text `print_json`
+    gives the whole list: a long listing is never held in memory. A listing cut short (a
+    closed pipe) is invalid JSON, never a shorter valid one."""
+    encode = json.JSONEncoder(indent=2, default=str).encode
+    out.write("[")
+    sep = "\n  "
+    for item in items:
+        out.write(sep + encode(item).replace("\n", "\n  "))
+        sep = ",\n  "
+    out.write("]\n" if sep == "\n  " else "\n]\n")
 
 
 def fmt_duration(s: float | None) -> str:

@@ -23,6 +23,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -132,25 +133,40 @@ class Journal:
         try:
             size = os.fstat(fd).st_size
             budget = size if max_bytes is None else min(size, max_bytes)
-            keys = [phase.encode()] if phase is not None else []
-            wanted = [e.encode() for e in events] if events is not None else None
-            for line in _lines_backward(fd, size, budget, out):
-                if not line.strip() or any(k not in line for k in keys) \
-                        or (wanted is not None and not any(w in line for w in wanted)):
-                    continue
-                rec = _record(line)
-                if rec is None:
-                    out.skipped += 1
-                    continue
-                if (phase is not None and rec.get("phase") != phase) or (events is not None and rec["event"] not in events):
-                    continue
-                out.records.append(rec)
-                if limit is not None and len(out.records) >= limit:
-                    break
+            match = _matcher(phase, events, out)
+            for _, line in _lines_backward(fd, size, budget, out):
+                rec = match(line)
+                if rec is not None:
+                    out.records.append(rec)
+                    if limit is not None and len(out.records) >= limit:
+                        break
         finally:
             os.close(fd)
         out.records.reverse()
         return out
+
+    def stream(self, phase: str | None = None, limit: int | None = None, events: set[str] | None = None,
+               counts: Scan | None = None) -> Iterator[dict[str, Any]]:
+        """Every record (or the last `limit`) oldest first, one at a time, up to the size the file
+        had when reading began: memory is a block and a line whatever the journal weighs, so
+        `eagle3 journal` prints a 1 GB journal as it reads it. With `limit`, a backward pass
+        that only counts finds where the last `limit` matches begin. `counts.skipped` counts
+        the lines that are not records."""
+        counts = counts if counts is not None else Scan()
+        if limit is not None and limit <= 0:
+            return
+        try:
+            fd = open_regular(self.path)
+        except FileNotFoundError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            start = 0
+            if limit is not None:
+                start = _start_of_last(fd, size, limit, _matcher(phase, events, Scan()))
+            yield from filter(None, map(_matcher(phase, events, counts), _lines_forward(fd, start, size, counts)))
+        finally:
+            os.close(fd)
 
 
 @dataclass
@@ -160,9 +176,68 @@ class Scan:
     cut: bool = False  # the read stopped at its byte budget before the start of the file
 
 
-def _lines_backward(fd: int, size: int, budget: int, scan: Scan) -> Iterator[bytes]:
-    """The complete lines of the last `budget` bytes, newest first; a last line still being
-    written (no newline yet) is left out, and a line over MAX_LINE is skipped and counted."""
+def _matcher(phase: str | None, events: set[str] | None, scan: Scan) -> Callable[[bytes], dict[str, Any] | None]:
+    """The record a line holds when it is one of `phase`'s and `events`' (None otherwise); a
+    line that could match but is not a record counts in `scan.skipped`. Byte tests first, so
+    most lines of other phases are never parsed."""
+    keys = [phase.encode()] if phase is not None else []
+    wanted = [e.encode() for e in events] if events is not None else None
+
+    def match(line: bytes) -> dict[str, Any] | None:
+        if not line.strip() or any(k not in line for k in keys) \
+                or (wanted is not None and not any(w in line for w in wanted)):
+            return None
+        rec = _record(line)
+        if rec is None:
+            scan.skipped += 1
+            return None
+        if (phase is not None and rec.get("phase") != phase) or (events is not None and rec["event"] not in events):
+            return None
+        return rec
+
+    return match
+
+
+def _start_of_last(fd: int, size: int, limit: int, match: Callable[[bytes], dict[str, Any] | None]) -> int:
+    """The offset of the first of the last `limit` lines `match` accepts (0 when there are fewer)."""
+    found = 0
+    for offset, line in _lines_backward(fd, size, size, Scan()):
+        if match(line) is not None:
+            found += 1
+            if found == limit:
+                return offset
+    return 0
+
+
+def _lines_forward(fd: int, start: int, end: int, scan: Scan) -> Iterator[bytes]:
+    """The complete lines between `start` (a line start) and `end`, oldest first; a last line
+    still being written is left out, and a line over MAX_LINE is skipped and counted."""
+    pos, head, skipping = start, b"", False
+    while pos < end:
+        block = os.pread(fd, min(_BLOCK, end - pos), pos)
+        if not block:
+            return  # cut short under us
+        pos += len(block)
+        parts = block.split(b"\n")
+        for part in parts[:-1]:
+            if not skipping:
+                line = head + part
+                if len(line) <= MAX_LINE:
+                    yield line
+                else:
+                    scan.skipped += 1
+            head, skipping = b"", False
+        if not skipping:
+            head += parts[-1]
+            if len(head) > MAX_LINE:
+                scan.skipped += 1
+                head, skipping = b"", True
+
+
+def _lines_backward(fd: int, size: int, budget: int, scan: Scan) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) for the complete lines of the last `budget` bytes, newest first; a last
+    line still being written (no newline yet) is left out, and a line over MAX_LINE is skipped
+    and counted."""
     pos, tail, skipping = size, b"", False
     if size and os.pread(fd, 1, size - 1) != b"\n":
         skipping = True  # the line in flight: not a record yet
@@ -171,10 +246,11 @@ def _lines_backward(fd: int, size: int, budget: int, scan: Scan) -> Iterator[byt
         pos -= n
         parts = os.pread(fd, n, pos).split(b"\n")
         if len(parts) > 1:
+            starts = list(accumulate((len(p) + 1 for p in parts[:-1]), initial=pos))
             if not skipping:
-                yield parts[-1] + tail
+                yield starts[-1], parts[-1] + tail
             skipping = False
-            yield from reversed(parts[1:-1])
+            yield from zip(reversed(starts[1:-1]), reversed(parts[1:-1]))
             tail = parts[0]
         elif not skipping:
             tail = parts[0] + tail
@@ -182,7 +258,7 @@ def _lines_backward(fd: int, size: int, budget: int, scan: Scan) -> Iterator[byt
             scan.skipped += 1
             tail, skipping = b"", True
     if pos == 0 and not skipping:
-        yield tail
+        yield 0, tail
     scan.cut = pos > 0
 
 
@@ -192,8 +268,8 @@ def _record(line: bytes) -> dict[str, Any] | None:
         rec = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if not isinstance(rec, dict) or not all(ok(rec[k]) for k, ok in _FIELDS.items() if k in rec) \
-            or "t" not in rec or "event" not in rec:
+    if not isinstance(rec, dict) or "t" not in rec or "event" not in rec \
+            or not all(_FIELDS[k](v) for k, v in rec.items() if k in _FIELDS):
         return None
     # Only a line with non-ASCII bytes or a \u escape can hold a format character.
     return rec if line.isascii() and b"\\u" not in line else _readable(rec)
