@@ -53,6 +53,18 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield n, line
 
 
+def _json(line: bytes, where: str, hint: str = "") -> Any:
+    """One line's JSON value; BadInput naming the line when it is not JSON, or nested past what
+    the decoder's recursion takes (`[[[[...` a million deep), never a RecursionError."""
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        raise BadInput(f"{where}: not valid JSON ({e}){hint}") from None
+    except RecursionError:
+        raise BadInput(f"{where}: JSON nested too deeply to read (a record is a few levels of objects and "
+                       f"lists){hint}") from None
+
+
 def merged_prompt(obj: dict, where: str) -> list[int]:
     """The tokens before the first loss-masked one of a merged record."""
     ids, mask = obj.get("input_ids"), obj.get("loss_mask")
@@ -88,10 +100,7 @@ def read_file(path: Path, load_tokenizer: Callable[[], Any | None], max_tokens: 
     tokenizer = None
     for n, line in _lines(path):
         where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise BadInput(f"{where}: not valid JSON ({e})") from None
+        obj = _json(line, where)
         if isinstance(obj, dict) and "input_ids" in obj:
             yield Prompt(str(obj.get("id", f"{path.name}:{n}")), merged_prompt(obj, where))
             continue
@@ -122,10 +131,7 @@ def training_prompts(path: Path) -> set[bytes]:
     """Digests of the prompts of a merged training set (bounded memory: 12 bytes each)."""
     seen: set[bytes] = set()
     for n, line in _lines(path):
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise BadInput(f"{path}:{n}: not valid JSON ({e}); --exclude takes a merged dataset") from None
+        obj = _json(line, f"{path}:{n}", "; --exclude takes a merged dataset")
         if not isinstance(obj, dict):
             raise BadInput(f"{path}:{n}: expected a JSON object; --exclude takes a merged dataset")
         seen.add(_digest(merged_prompt(obj, f"{path}:{n}")))

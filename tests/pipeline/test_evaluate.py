@@ -151,6 +151,20 @@ def test_exclude_drops_prompts_seen_in_training(tiny, tmp_path, capsys):
     assert "4 also in --exclude" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--exclude", "--prompts"])
+def test_json_nested_past_the_decoder_is_exit_2_naming_the_line(flag, tiny, tmp_path, capsys):
+    """A line of `[[[[...` 100,000 deep: the decoder's RecursionError was exit 1 with a
+    traceback's name; it is bad input, named by file and line."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(tiny["prompts"].read_text().splitlines()[0] + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    files = {"--prompts": tiny["prompts"], "--exclude": tiny["prompts"], flag: deep}
+    rc = main(["--drafter", str(tiny["drafter"]), "--target", str(tiny["target"]), "--prompts", str(files["--prompts"]),
+               "--exclude", str(files["--exclude"]), "--limit", "4", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"{deep}:2: JSON nested too deeply" in err and "RecursionError" not in err
+
+
 def test_a_drafter_exported_for_another_capture_is_refused(tiny, tmp_path, capsys):
     import shutil
 
