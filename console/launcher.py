@@ -121,6 +121,9 @@ class Launcher:
             code, sig, error = self._run_child(argv, mine, started)
         ended = time.time()
         stopped = self.stopping()
+        if stopped and self.deadline is None:  # a walk's stop for the deadline, sent from outside
+            marked = (rd.read_stopping() or {}).get("deadline")
+            self.deadline = float(marked) if isinstance(marked, (int, float)) else None
         exit_info = ExitInfo(code=code, signal=sig, ended_at=ended, stopped=stopped, error=error,
                              deadline=self.deadline)
         rd.write_exit(exit_info)

@@ -12,7 +12,7 @@ from typing import TextIO
 
 from console.cli.edge import EXIT_DEADLINE, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
 from console.cli.printing import fmt_duration, print_results
-from console.core.config.model import Phase
+from console.core.config.model import MAX_PARALLEL, Phase
 from console.core.flow.runall import (
     AllDone,
     Attaching,
@@ -68,6 +68,9 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
                    help="confirm a `confirm: true` phase without a prompt (type its id)")
     c.add_argument("--timeout", type=float, default=600.0,
                    help="with --all: seconds to wait for a service to become ready (default 600)")
+    c.add_argument("--parallel", type=int, metavar="N",
+                   help=f"with --all: run up to N ready phases at once (1 to {MAX_PARALLEL}; default the "
+                        "config's `parallel:`, else 1)")
     c.add_argument("--until", metavar="WHEN",
                    help="a deadline: a duration from now (8m30s, 2h) or a time of day (14:05); "
                         "`off` clears the one set before")
@@ -122,6 +125,8 @@ def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("run: name one PHASE or give --all")
     if args.override and not args.reason:
         raise UsageError("run: --override needs --reason TEXT (it is recorded in the journal)")
+    if args.parallel is not None and not (args.all and 1 <= args.parallel <= MAX_PARALLEL):
+        raise UsageError(f"run: --parallel N is for --all, N from 1 to {MAX_PARALLEL}")
     overrides = {name: args.reason for name in args.override}
     answers = _Answers(args)
     _deadline(project, args, out)
@@ -229,35 +234,41 @@ def _run_all(project: Project, args: argparse.Namespace, overrides: dict[str, st
     unknown = unknown_overrides(project.config, overrides)
     if unknown:
         raise UsageError(f"run --all: --override {unknown[0]}: no phase has a check of that name")
-    code = EXIT_OK
-    waiting: Phase | None = None  # the phase whose run the walk is waiting on
+    parallel = args.parallel or project.config.parallel
+    if parallel > 1:
+        print(f"up to {parallel} phases at once", file=out)
+    failure = EXIT_OK  # the first failure's code: it wins over the deadline's
+    live: dict[str, Phase] = {}  # the phases whose runs the walk waits on
     try:
-        for step in run_all(project, overrides, answers, out, args.timeout, frozenset(args.confirm)):
+        for step in run_all(project, overrides, answers, out, args.timeout, frozenset(args.confirm), parallel):
             if isinstance(step, Skipped):
                 print(f"{State.DONE.glyph} {step.status.phase.id}: {step.status.state}, skipped", file=out)
             elif isinstance(step, Attaching):
                 print(f"{step.phase.id} is already running; waiting for it", file=out)
-                waiting = step.phase
+                live[step.phase.id] = step.phase
             elif isinstance(step, Entering):
                 print(f"── {step.phase.id}: {step.phase.title}", file=out)
             elif isinstance(step, Waited):
-                waiting = None
+                live.pop(step.phase.id, None)
                 code = _report_wait(step, args, out)
+                failure = failure or (code if code != EXIT_DEADLINE else EXIT_OK)
             elif isinstance(step, Halted):
+                failure = failure or EXIT_FAIL
+                going = f"; starting nothing more while {', '.join(live)} run{'s' if len(live) == 1 else ''} on" if live else ""
                 print(f"eagle3: stopped at {step.phase.id}; fix it and rerun `eagle3 run {args.config} --all` "
-                      f"to resume from there", file=sys.stderr)
-                return code
+                      f"to resume from there{going}", file=sys.stderr)
             elif isinstance(step, AllDone):
                 print("all phases done", file=out)
                 return EXIT_OK
             elif isinstance(step, DeadlineReached):
-                return _report_deadline(step, args)
+                return failure or _report_deadline(step, args)
             else:
                 code = _report_start(step, answers, out)
+                failure = failure or code
                 if isinstance(step, Started):
-                    waiting = project.config.phase(step.request.phase_id)
+                    live[step.request.phase_id] = project.config.phase(step.request.phase_id)
     except KeyboardInterrupt:
-        if waiting is not None:
-            _stopped_waiting(waiting, args)
+        for phase in live.values():
+            _stopped_waiting(phase, args)
         raise
-    return code
+    return failure

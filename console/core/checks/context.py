@@ -1,6 +1,7 @@
 """What a check may look at besides its argument: the config (to resolve relative
-paths against its folder and find the phase that produces a file) and one GPU reading
-shared by every GPU check of a run."""
+paths against its folder and find the phase that produces a file), one GPU reading
+shared by every GPU check of a run, and what phases starting beside this one (or running)
+will take of the disks and GPUs (`sharing`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from console.core.checks.sharing import Sharing
 from console.core.leaves.interpreter import path_with_interpreter, python_argv
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.samples import GpuReading
@@ -36,9 +38,10 @@ def _nvml_reading() -> GpuReading:
 
 class CheckContext:
     def __init__(self, config: Config, phase: Phase | None = None,
-                 gpu_reader: Callable[[], GpuReading] | None = None) -> None:
+                 gpu_reader: Callable[[], GpuReading] | None = None, sharing: Sharing | None = None) -> None:
         self.config = config
         self.phase = phase
+        self.sharing = sharing or Sharing()
         self._gpu_reader = gpu_reader or _nvml_reading
         self._gpu_lock = threading.Lock()
         self._gpus: GpuReading | None = None

@@ -11,6 +11,7 @@ from typing import Any
 from console.core.checks.context import CheckContext
 from console.core.checks.fs import nearest_existing
 from console.core.checks.kind import Field, Kind, Outcome, names_check, short_path
+from console.core.checks.sharing import device_of, others_line
 from console.core.checks.values import ValueSourceError, named_values, values_budget
 from console.core.leaves.expr import ExprError, need_traced
 from pipeline.sizes import format_bytes
@@ -57,10 +58,17 @@ def _space(args: dict[str, Any], ctx: CheckContext, where: Path, walk_up: bool) 
     except OSError as e:
         return Outcome(False, f"cannot read free space of {checked}: {e.strerror or e}", ev)
     ev.update(free_bytes=free, total_bytes=total)
+    device = device_of(checked)
+    others = ctx.sharing.space_on(device) if device is not None else []
+    if others:
+        ev["shared"] = [{"phase": c.phase, "bytes": c.bytes, "running": c.running} for c in others]
+        need_all = need + sum(c.bytes for c in others)
+    else:
+        need_all = need
     on = f"{where}" if checked == where else f"{where} (on {checked})"
-    shown = f"need {format_bytes(need)} on {on}"
-    if free < need:
-        return Outcome(False, f"{shown}, only {format_bytes(free)} free (short by {format_bytes(need - free)})", ev)
+    shown = f"need {format_bytes(need)} on {on}{others_line(others, need)}"
+    if free < need_all:
+        return Outcome(False, f"{shown}, only {format_bytes(free)} free (short by {format_bytes(need_all - free)})", ev)
     return Outcome(True, f"{shown}, {format_bytes(free)} free", ev)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, names_check
+from console.core.checks.sharing import whose
 from console.core.checks.values import ValueSourceError, named_values, values_budget
 from console.core.leaves.expr import ExprError, need_traced
 from pipeline.sizes import format_bytes
@@ -66,16 +67,25 @@ def run_gpu_free_memory(args: dict[str, Any], ctx: CheckContext) -> Outcome:
     free: dict[str, int | None] = {}
     short: list[str] = []
     unknown: list[int] = []
+    shared: dict[str, list[dict[str, Any]]] = {}
     for g in gpus:
         if g.memory_total is None or g.memory_used is None:
             free[str(g.index)] = None
             unknown.append(g.index)
             continue
-        f = g.memory_total - g.memory_used
+        others = ctx.sharing.starting_on(g.index)
+        taken = sum(c.bytes_of(g.memory_total) for c in others)
+        f = g.memory_total - g.memory_used - taken
         free[str(g.index)] = f
+        if others:
+            shared[str(g.index)] = [{"phase": c.phase, "bytes": c.bytes_of(g.memory_total), "running": c.running}
+                                    for c in others]
         if f < need:
-            short.append(f"GPU {g.index} has {format_bytes(f)} free")
+            held = f" once {format_bytes(taken)} goes to {whose(others)}" if others else ""
+            short.append(f"GPU {g.index} has {format_bytes(f)} free{held}")
     ev["free_bytes"] = free
+    if shared:
+        ev["shared"] = shared
     if short or unknown:
         parts = short + [f"GPU {i} memory N/A" for i in unknown]
         return Outcome(False, f"need {format_bytes(need)} per GPU: {'; '.join(parts)}", ev)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from console.core.checks.result import CheckResult
+from console.core.checks.sharing import Sharing
 from console.core.config.model import Phase
 from console.core.leaves.errors import Eagle3Error
 from console.core.lifecycle.project import Blocked, NeedsConfirmation, Project
@@ -28,12 +29,14 @@ from console.core.lifecycle.state import LIVE, PhaseStatus, State
 @dataclass(frozen=True)
 class StartRequest:
     """A start and the answers given so far: the overrides (check name -> reason), whether
-    the operator typed the id of a destructive phase, and whether a done phase runs again."""
+    the operator typed the id of a destructive phase, and whether a done phase runs again.
+    `sharing`: what phases starting beside it take of the disks and GPUs (a parallel walk)."""
 
     phase_id: str
     overrides: Mapping[str, str] = field(default_factory=dict)
     confirmed: bool = False
     rerun: bool = False
+    sharing: Sharing | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def ask(project: Project, request: StartRequest, status: PhaseStatus | None = No
     if phase.confirm and not request.confirmed:
         # Typing the id of a phase that cannot start anyway is a question with no point:
         # its checks say so first (not journaled here: the start that follows journals them).
-        results = project.check(phase.id, overrides=request.overrides, journal=False)
+        results = project.check(phase.id, overrides=request.overrides, journal=False, sharing=request.sharing)
         if any(r.blocking for r in results):
             return BlockedStart(request, results)
         return ConfirmationNeeded(request, phase, project.confirmation_summary(phase.id))
@@ -137,7 +140,7 @@ def attempt(project: Project, request: StartRequest) -> Started | BlockedStart |
         return refused
     try:
         run = project.start(request.phase_id, overrides=dict(request.overrides) or None,
-                            confirmed=request.confirmed)
+                            confirmed=request.confirmed, sharing=request.sharing)
     except Blocked as exc:
         return BlockedStart(request, exc.results)
     except NeedsConfirmation as exc:  # a request that skipped `ask`: the question comes after its checks

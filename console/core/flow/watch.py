@@ -18,6 +18,7 @@ from console.core.records.journal import Journal
 from console.core.lifecycle.notify import Notifier, ended_notice
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.reread import ConfigChanged
+from console.core.runs.deadline import Deadline, DeadlineError
 from console.core.runs.manager import run_status
 from console.core.lifecycle.snapshot import Snapshot, SnapshotBuilder, SpaceNeed
 from console.core.lifecycle.stall import StallAlert, StallWatch
@@ -39,6 +40,7 @@ class Look:
     attach_checks: dict[str, list[CheckResult]] = field(default_factory=dict)
     reread: bool = False  # the config's files changed and this look is under the new config
     config_error: str | None = None  # they changed and do not load (said once per change)
+    deadline: Deadline | None = None  # the project's deadline, passed or not (none when unreadable)
 
 
 def checks_from_journal(journal: Journal, phase_id: str, started_at: float | None) -> list[CheckResult] | None:
@@ -78,7 +80,11 @@ class PhaseWatch:
         # Journals and sends each silence once, whether this console or the run's launcher
         # (or another console) sees it first; what this console shows is its own (below).
         self.stall_watch.update(snap.phases, now=snap.t)
-        look = Look(snap, reread=reread, config_error=config_error)
+        try:
+            deadline = self.project.deadline()
+        except DeadlineError:
+            deadline = None  # a file that is not one: `eagle3 run` names it; the launchers log it
+        look = Look(snap, reread=reread, config_error=config_error, deadline=deadline)
         if self._prev_states is None:
             for pv in snap.phases:
                 if pv.status.state in LIVE and pv.id not in checks:

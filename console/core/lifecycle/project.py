@@ -15,6 +15,7 @@ from console.core.records import provenance
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult, redact_results
+from console.core.checks.sharing import Sharing, share_of, shares_fit, visible_gpus
 from console.core.leaves.redaction import redactor_for
 from console.core.config.model import Config, Phase
 from console.core.leaves.errors import Eagle3Error, PhaseError
@@ -63,6 +64,7 @@ class NeedsConfirmation(Eagle3Error):
 
 NEEDS_CHECK = "needs-done"
 PYTHON_CHECK = "interpreter"
+SHARES_CHECK = "gpu-memory-shares"  # a start beside others whose commands carry --gpu-memory-share
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,8 @@ class Project:
         self.last_checks = {}
 
     # -- reading -----------------------------------------------------------------
-    def context(self, phase: Phase | None = None) -> CheckContext:
-        return CheckContext(self.config, phase, gpu_reader=self.gpu_reader)
+    def context(self, phase: Phase | None = None, sharing: Sharing | None = None) -> CheckContext:
+        return CheckContext(self.config, phase, gpu_reader=self.gpu_reader, sharing=sharing)
 
     def run_dir(self, phase_id: str) -> RunDir | None:
         return manager.latest_run(self.config.state_dir, phase_id)
@@ -201,14 +203,15 @@ class Project:
 
     # -- checks --------------------------------------------------------------------
     def check(self, phase_id: str, overrides: Mapping[str, str] | None = None,
-              journal: bool = True) -> list[CheckResult]:
-        """Pre-flight checks of a phase, plus a synthetic one for its `needs`."""
+              journal: bool = True, sharing: Sharing | None = None) -> list[CheckResult]:
+        """Pre-flight checks of a phase, plus a synthetic one for its `needs`. `sharing`: what
+        the phases starting beside it (and those running) will take of the disks and GPUs."""
         phase = self.config.phase(phase_id)
         results = [self._needs_result(phase)]
-        python = self._python_result(phase)
-        if python is not None:
-            results.append(python)
-        results += run_checks(phase.checks, self.context(phase), overrides=dict(overrides or {}))
+        for extra in (self._python_result(phase), _shares_result(phase, sharing, overrides or {})):
+            if extra is not None:
+                results.append(extra)
+        results += run_checks(phase.checks, self.context(phase, sharing), overrides=dict(overrides or {}))
         results = redact_results(results, self.redactor)
         for r in results:
             if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
@@ -276,11 +279,12 @@ class Project:
 
     # -- acting ----------------------------------------------------------------------
     def start(self, phase_id: str, overrides: Mapping[str, str] | None = None,
-              confirmed: bool = False, run_env: Mapping[str, str] | None = None) -> RunDir:
+              confirmed: bool = False, run_env: Mapping[str, str] | None = None,
+              sharing: Sharing | None = None) -> RunDir:
         """Checks, confirmation, then a detached run. Raises Blocked, NeedsConfirmation or PhaseError."""
         phase = self.config.phase(phase_id)
         overrides = dict(overrides or {})
-        known = {NEEDS_CHECK} | {c.name for c in phase.checks}
+        known = {NEEDS_CHECK, SHARES_CHECK} | {c.name for c in phase.checks}
         for name in overrides:
             if name not in known:
                 raise PhaseError(f"--override {name}: phase {phase.id} has no check named '{name}' "
@@ -289,10 +293,10 @@ class Project:
             if not reason or not reason.strip():
                 raise PhaseError(f"--override {name} needs a reason (--reason TEXT); it is recorded in the journal")
         with start_lock(private_dir(Path(self.config.state_dir).absolute())):
-            return self._start_locked(phase, overrides, confirmed, run_env)
+            return self._start_locked(phase, overrides, confirmed, run_env, sharing)
 
     def _start_locked(self, phase: Phase, overrides: dict[str, str], confirmed: bool,
-                      run_env: Mapping[str, str] | None) -> RunDir:
+                      run_env: Mapping[str, str] | None, sharing: Sharing | None) -> RunDir:
         """The start itself, under the project's start lock: what the needs check saw (a
         needed phase done, no phase that needs this one running) still holds when the run
         begins, whoever else is starting a phase of this project at the same moment."""
@@ -303,7 +307,7 @@ class Project:
         if users:
             raise PhaseError(f"phase {', '.join(users)} needs {phase.id} and is running: running {phase.id} now "
                              f"would change what it reads; stop it first or wait")
-        results = self.check(phase.id, overrides=overrides, journal=False)
+        results = self.check(phase.id, overrides=overrides, journal=False, sharing=sharing)
         self._journal_checks(phase, results, create=True)
         if any(r.blocking for r in results):
             bad = ", ".join(r.name for r in results if r.blocking)
@@ -327,9 +331,10 @@ class Project:
         rs = manager.run_status(rd)
         return rs if rs.state in LIVE else None
 
-    def stop(self, phase_id: str, grace: float = STOP_GRACE, run_id: str | None = None) -> bool:
+    def stop(self, phase_id: str, grace: float = STOP_GRACE, run_id: str | None = None,
+             deadline: float | None = None) -> bool:
         self.config.phase(phase_id)
-        return manager.stop_run(self.config, phase_id, grace=grace, run_id=run_id)
+        return manager.stop_run(self.config, phase_id, grace=grace, run_id=run_id, deadline=deadline)
 
     # -- the deadline ------------------------------------------------------------------
     def deadline(self) -> Deadline | None:
@@ -362,6 +367,19 @@ class Project:
         for p in phase.outputs:
             lines.append(f"writes: {p} ({_describe_path(p)})")
         return self.redactor.text("\n".join(lines))
+
+
+def _shares_result(phase: Phase, sharing: Sharing | None, overrides: Mapping[str, str]) -> CheckResult | None:
+    """A start beside phases whose commands carry `--gpu-memory-share` as this one's does: their
+    shares of a GPU they both see must add up to one at most. None when there is nothing to add."""
+    share = share_of(phase.argv)
+    fit = shares_fit(share, visible_gpus(phase.env), sharing) if sharing is not None and share is not None else None
+    if fit is None:
+        return None
+    ok, message, evidence = fit
+    reason = overrides.get(SHARES_CHECK)
+    return CheckResult(SHARES_CHECK, "gpu_memory_shares", "error", "pass" if ok else "fail", message, evidence,
+                       overridden=not ok and bool(reason), reason=reason if not ok else None)
 
 
 def _uncreatable(path: Path) -> str | None:

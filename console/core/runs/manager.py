@@ -277,12 +277,13 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
 
 
 def stop_run(config: Config, phase_id: str, grace: float = procs.STOP_GRACE, journal: Journal | None = None,
-             run_id: str | None = None) -> bool:
+             run_id: str | None = None, deadline: float | None = None) -> bool:
     """Stop the phase's current run and everything it spawned: SIGTERM, SIGKILL after
     `grace`. Returns False when nothing of it runs. The launcher records the end (as
     stopped); when the launcher itself is gone, the end is recorded here. With `run_id`,
     only that run is stopped: an operator who confirmed a stop of one run never stops the
-    run that replaced it meanwhile (PhaseError)."""
+    run that replaced it meanwhile (PhaseError). `deadline`: the stop is that deadline's
+    (a walk's, for a run whose launcher did not stop it), and the run's end says so."""
     state_dir = Path(config.state_dir).absolute()
     rd = latest_run(state_dir, phase_id)
     if rd is None:
@@ -303,8 +304,10 @@ def stop_run(config: Config, phase_id: str, grace: float = procs.STOP_GRACE, jou
         return False
 
     journal = journal or Journal(state_dir, redactor_for(config))
-    rd.mark(STOPPING)
-    journal.append("stop", phase=phase_id, run_id=rd.run_id, pid=pid.child_pid or pid.pid, grace=grace)
+    at = {} if deadline is None else {"deadline": deadline}
+    rd.mark(STOPPING, **at)
+    journal.append("stop", phase=phase_id, run_id=rd.run_id, pid=pid.child_pid or pid.pid, grace=grace, **at,
+                   **({} if deadline is None else {"reason": "stopped at the deadline"}))
     if launcher_alive and not child_alive:
         # Not started yet, or verifying: the launcher handles SIGTERM itself.
         try:
@@ -323,10 +326,10 @@ def stop_run(config: Config, phase_id: str, grace: float = procs.STOP_GRACE, jou
     if rd.read_exit() is None:
         why = "stopped; the launcher was gone, so the phase's exit code is unknown"
         ended = time.time()
-        rd.write_exit(ExitInfo(code=None, signal=None, ended_at=ended, stopped=True, error=why))
+        rd.write_exit(ExitInfo(code=None, signal=None, ended_at=ended, stopped=True, error=why, deadline=deadline))
         started = pid.started_at or ended
         journal.append("run_ended", phase=phase_id, run_id=rd.run_id, code=None, signal=None,
-                       stopped=True, duration_s=round(ended - started, 3), verify="none", error=why)
+                       stopped=True, duration_s=round(ended - started, 3), verify="none", error=why, **at)
     return True
 
 
