@@ -6,14 +6,18 @@ batches round differently, so a few may part ways after a near-tie).
 
     .venv/bin/python bench/regenerate.py --model TARGET_DIR --prompts SHAREGPT.json --device cuda
         [--limit 1024] [--batch-size 256] [--max-new-tokens 512] [--temperature 0]
-        [--baseline-limit N] [--no-graphs] [--multi-turn N] [--max-prompt-tokens N] [--profile FILE] --result FILE
+        [--baseline-limit N] [--no-graphs] [--multi-turn N] [--max-prompt-tokens N] [--profile FILE]
+        [--synthesize N [--max-question-tokens 256]] --result FILE
     .venv/bin/python bench/regenerate.py --small --result FILE   # a tiny random target on the CPU
 
 --prompts reads what regenerate and merge read (ShareGPT, OpenAI messages, our chat JSONL, a
 merged dataset). --baseline-limit runs the baseline on the first N of the same prompts only
 (it is the slow one), and the ratio compares rates. --multi-turn N also times the fast
 backend on the first N whole chats, every user turn answered in order, the way regenerate
-runs; there is no baseline for it. --batch-size takes several values: the first is the
+runs; there is no baseline for it. --synthesize N also times `regenerate --synthesize`'s work
+on the same slots: N records whose questions the target writes (at temperature 1, bounded by
+--max-question-tokens) and then answers as above, compared with the first turns' rate (the
+questions are filtered as the stage filters them, but no duplicate is dropped). --batch-size takes several values: the first is the
 baseline's batch, and the fast backend is timed at each. --profile FILE writes torch.profiler's
 table of one more fast run (the device kernels by time), to see where a step goes. Each
 timed run of the fast backend follows an untimed one on the same prompts and slots, which
@@ -121,6 +125,29 @@ def run_fast(backend, chats: list[tuple[str, list[dict[str, str]]]], slots: int,
     return sum(c.tokens for c in work), took, answers, failed
 
 
+def run_synth(model_dir, a, device: str, dtype: str, max_new: int, slots: int, graphs: bool):
+    """(records answered, question tokens, all tokens generated, seconds) of a synthesis of
+    --synthesize records, after an untimed run that captures the graphs."""
+    import torch
+
+    from pipeline.regenerate.synthesis.backend import SynthBackend
+    from pipeline.regenerate.synthesis.chat import Questions, SynthChat
+    from pipeline.regenerate.synthesis.dedup import Seen
+
+    backend = SynthBackend(model_dir, device, dtype, max(max_new, a.max_question_tokens), a.temperature, 1.0,
+                           a.max_prompt_tokens, False, ())
+    for timed in (False, True):
+        judge = Questions(backend.controls, 8, a.max_question_tokens, 1.0, Seen(0))
+        work = [SynthChat.start(i, i, a.seed, (), 1, max_new, judge) for i in range(a.synthesize)]
+        sink = Counting()
+        t0 = time.perf_counter()
+        backend.run(iter(work), sink, lambda c: seed_for(a.seed, c.id, c.turn), slots, graphs=graphs)
+        if backend.device.type == "cuda":
+            torch.cuda.synchronize()
+    took = time.perf_counter() - t0
+    return sum(c.answered for c in work), sum(c.question_tokens for c in work), sum(c.tokens for c in work), took
+
+
 def steps_kind(backend) -> str:
     """How the last run's decode steps ran: graphs can fall back to eager steps with a warning."""
     return "CUDA graphs" if backend.graphs_used else "eager steps"
@@ -206,6 +233,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="default bf16 on cuda")
     p.add_argument("--no-graphs", action="store_true", help="decode without CUDA graphs")
     p.add_argument("--multi-turn", type=int, default=0, metavar="N", help="also time N whole chats, every turn")
+    p.add_argument("--synthesize", type=int, default=0, metavar="N", help="also time the synthesis of N records")
+    p.add_argument("--max-question-tokens", type=int, default=256, help="synthesis: longest question (default 256)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit", help="the commit named at the top, where the tree has no .git")
     p.add_argument("--result", type=Path, required=True, help="write the figures here too")
@@ -281,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"fast hf backend, whole chats: {len(chats[: a.multi_turn])} records, {turns} answers, "
                          f"{mtok} tokens in {msec:.2f} s = {mtok / msec:,.0f} generated tokens/s ({mfail} failed)")
             lines.append(lanes_line(fast, msec))
+        if a.synthesize:
+            kept, qtok, stok, ssec = run_synth(model_dir, a, device, dtype, max_new, batch, graphs)
+            lines.append(f"synthesis: {a.synthesize} records asked, {kept} answered; {qtok} question and "
+                         f"{stok - qtok} answer tokens in {ssec:.2f} s = {stok / ssec:,.0f} generated tokens/s; "
+                         f"ratio synthesis / first turns above: {stok / ssec / frate:.2f}x")
     text = "\n".join(lines) + "\n"
     print(text, end="", flush=True)
     a.result.parent.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ class Chat:
     """A record being regenerated: `messages` grows as answers arrive."""
 
     limit: ClassVar[int] = 0  # the next generation's bound in tokens (0: --max-new-tokens)
+    temperature: ClassVar[float | None] = None  # the next generation's (None: --temperature)
 
     index: int  # position among the records to regenerate (input order)
     id: str

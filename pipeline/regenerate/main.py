@@ -8,6 +8,8 @@
         [--limit N]
         [--role-map a=b,...] [--max-invalid SHARE] [--strict]
     python -m pipeline.regenerate --estimate SOURCE ... [--limit N] [--max-new-tokens N] [--json]
+    python -m pipeline.regenerate --synthesize N --out OUT.jsonl --model TARGET_DIR ...   (synthesis/main.py:
+        records whose questions the target writes too)
 
 Exit codes: 0 done (a record that failed is counted in the stats, not fatal), 1 a bug,
 2 bad input, 3 the disk filled, 4 a server died (after --max-consecutive-failures failed
@@ -34,9 +36,10 @@ from .backends.server import Sampling, check_server
 from .conversation import Chat, seed_for
 from .errors import BadInput, PeerDead
 from .estimate import run as estimate
-from .output import Appender, done_ids, repair_tail
-from .sink import Sink
+from .output import done_ids, open_appender, repair_tail
+from .sink import Sink, drive
 from .stats import Stats, previous
+from .synthesis.main import body as synthesize
 
 NAME = "regenerate"
 RESUME = "the records written so far are kept; rerun the same command to resume"
@@ -83,6 +86,8 @@ def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
 
 def body(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--synthesize" in args or any(a.startswith("--synthesize=") for a in args):
+        return synthesize(args)
     if "--estimate" in args:
 
         return estimate(args)
@@ -145,37 +150,20 @@ def _run(o: opts_mod.Options, fd: int | None) -> int:
           + (f"; {o.samples_per_prompt} samples each" if o.samples_per_prompt > 1 else ""), flush=True)
     # the target loads before anything is written: a target refused leaves no output behind
     backend = _hf_backend(o) if o.backend == "hf" else None
+    out = open_appender(o.out, o.stats, fd, STATS_KEYS, NAME)
     events = EventWriter.from_env()
-    o.out.parent.mkdir(parents=True, exist_ok=True)
-    o.stats.parent.mkdir(parents=True, exist_ok=True)
-    if fd is None:
-        fd = output_guard.open_output(o.out, create=True)
-    output_guard.refuse_replaced(fd, o.out)
-    output_guard.refuse_foreign_stats(o.stats, STATS_KEYS, NAME)  # again: the target may take minutes to load
-    out = Appender(o.out, fd)
     sink = Sink(out, stats, o.stats, events, wanted)
     stats.write(o.stats)
     started = time.monotonic()
-    failed_run = None
-    try:
+
+    def work() -> None:
         chats = _todo(o, pol, done)
         if o.backend == "hf":
             _run_hf(o, backend, chats, sink)
         else:
             _run_server(o, chats, sink)
-        sink.flush()
-        stats.records_out = stats.resumed + out.records
-        failed_run = _verdict(o, stats, sink.next)
-        stats.status = "failed" if failed_run else "done"
-    except BaseException:
-        stats.status = "stopped"
-        raise
-    finally:
-        try:
-            sink.tick(force=True)
-        finally:
-            out.close()
-            events.close()
+
+    failed_run = drive(sink, work, lambda: _verdict(o, stats, sink.next))
     took = time.monotonic() - started
     fails = ", ".join(f"{n} {k}" for k, n in sorted(stats.failures.items()))
     print(f"{NAME}: wrote {out.records} records ({stats.records_out} in {o.out}), {stats.generated_tokens} tokens "

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.atomic_io import write_all
-from pipeline.output_guard import open_output
+from pipeline.output_guard import open_output, refuse_foreign_stats, refuse_replaced
 
 from .errors import BadInput, Failure, StoppedShort
 
@@ -137,3 +137,16 @@ class Appender:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def open_appender(out: Path, stats: Path, fd: int | None, stats_keys: tuple[str, ...], writer: str) -> Appender:
+    """The output ready to append to, once the target has loaded: created (with its and the
+    stats' folders) if it was absent, refused if its path was swapped meanwhile or the stats
+    file is no longer the writer's own (the target may take minutes to load)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stats.parent.mkdir(parents=True, exist_ok=True)
+    if fd is None:
+        fd = open_output(out, create=True)
+    refuse_replaced(fd, out)
+    refuse_foreign_stats(stats, stats_keys, writer)
+    return Appender(out, fd)

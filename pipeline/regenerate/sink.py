@@ -13,6 +13,7 @@ works is never silent until its first record.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from pipeline.events import EventWriter
 
@@ -80,6 +81,10 @@ class Sink:
         self.in_flight = tokens
         self.tick()
 
+    def counts(self) -> tuple[int, int]:
+        """(done, total) of the progress events: records finished, of those to do."""
+        return self.done, self.total
+
     @property
     def holding(self) -> int:
         return len(self.held)
@@ -92,7 +97,7 @@ class Sink:
             self._progress_at = now
             generated = max(self.tokens, self.answered_tokens + self.in_flight)
             rate = generated / max(now - self._t0, 1e-9)
-            self.events.progress(self.done, self.total, unit="records", tokens=self.stats.generated_tokens,
+            self.events.progress(*self.counts(), unit="records", tokens=self.stats.generated_tokens,
                                  tokens_per_s=round(rate, 1), failed=self.failed, answers=self.answers,
                                  generated=generated)
         if force or now - self._stats_at >= STATS_S:
@@ -103,3 +108,27 @@ class Sink:
     def flush(self) -> None:
         self.out.flush()
         self._flushed = time.monotonic()
+
+
+def drive(sink: Sink, work: Callable[[], None], verdict: Callable[[], str | None]) -> str | None:
+    """Run `work`, which hands its records to `sink`, and settle the stats' status: "done", or
+    "failed" with the reason `verdict` gives (returned), or "stopped" when anything escapes
+    (a stop, a full disk, a bug). The last flush, stats and progress are written and the
+    output and events closed whatever happens."""
+    stats = sink.stats
+    try:
+        work()
+        sink.flush()
+        stats.records_out = stats.resumed + sink.out.records
+        failed = verdict()
+        stats.status = "failed" if failed else "done"
+    except BaseException:
+        stats.status = "stopped"
+        raise
+    finally:
+        try:
+            sink.tick(force=True)
+        finally:
+            sink.out.close()
+            sink.events.close()
+    return failed

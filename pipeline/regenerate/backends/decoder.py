@@ -43,6 +43,7 @@ class Admit:
     start: int
     seed: int
     limit: int = 0  # the answer's bound in tokens (0, or more than the decoder's: its max_new)
+    temperature: float | None = None  # its sampling temperature (None: the sampler's); needs a per_row sampler
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Decoder:
         self.ids, self.pos, self.seeds, self.gen = (torch.zeros(slots, **z) for _ in range(4))
         self.done = torch.ones(slots, dtype=torch.bool, device=device)
         self.limit = torch.full((slots,), max_new, **z)
+        self.temps = torch.full((slots,), float(sampler.temperature), dtype=torch.float32, device=device)
         self.out = torch.zeros(slots, max_new, **z)
         self.eos = torch.tensor(sorted(eos), **z)
         self.eos_set = set(eos)
@@ -139,7 +141,10 @@ class Decoder:
         with active(self.kv):
             self.kv.set_prefill(rows, pos_t, width)
             logits = self._forward(ids_t, pos_t.clamp(min=0))
-        first = self.sampler(logits, seeds, torch.zeros_like(seeds))
+        temps = torch.tensor([self.sampler.temperature if a.temperature is None else a.temperature for a in group],
+                             dtype=torch.float32, device=self.device)
+        first = self.sampler(logits, seeds, torch.zeros_like(seeds), temps if self.sampler.per_row else None)
+        self.temps[rows] = temps
         self.ids[rows] = first
         self.pos[rows] = torch.tensor([len(a.tokens) for a in group], device=self.device)
         self.seeds[rows] = seeds
@@ -154,7 +159,7 @@ class Decoder:
         live = ~self.done
         self.kv.set_decode(self.pos, [(lane.start, lane.stop, w) for lane, w in zip(self.lanes, widths)])
         logits = self._forward(self.ids[:, None], self.pos[:, None])
-        nxt = self.sampler(logits, self.seeds, self.gen)
+        nxt = self.sampler(logits, self.seeds, self.gen, self.temps if self.sampler.per_row else None)
         at = self.gen.clamp(max=self.max_new - 1)
         looped = self.loops.see(self.out, self.gen, nxt, live) if self.loops is not None else False
         self.out[self.rows, at] = torch.where(live, nxt, self.out[self.rows, at])

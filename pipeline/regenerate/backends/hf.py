@@ -64,6 +64,7 @@ class HFBackend:
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_prompt_tokens = max_prompt_tokens
         self.trim_loops = trim_loops
+        self.per_row_temperature = False  # whether a chat may set its own (Chat.temperature)
         eos = self.model.generation_config.eos_token_id
         eos = eos if eos is not None else self.tok.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos]) - {None}
@@ -126,7 +127,7 @@ class HFBackend:
         if self._kept is None or self._kept[0] != key or not self._kept[1].idle():
             self._kept = None  # the old cache goes before the new one is allocated
             vocab = self.model.get_output_embeddings().weight.shape[0]
-            sampler = Sampler(vocab, self.device, self.temperature, self.top_p)
+            sampler = Sampler(vocab, self.device, self.temperature, self.top_p, self.per_row_temperature)
             self._kept = (key, Decoder(self.model, slots, self.max_new_tokens, self.eos, sampler, self.device,
                                        graphs, self._slot_positions(), lane_slots, self.trim_loops))
         decoder = self._kept[1]

@@ -176,7 +176,7 @@ class Scheduler:
         self.dec.reserve(len(tokens) + self.dec.max_new)
         self.slots.prompt[slot], self.slots.since[slot] = tokens, self.step
         chat = self.slots.chat[slot]
-        return Admit(slot, tokens, start, self.seed_of(chat), chat.limit)
+        return Admit(slot, tokens, start, self.seed_of(chat), chat.limit, chat.temperature)
 
     def _collect(self) -> list[int]:
         """Finished answers into their chats; the slots that have a next turn to feed."""

@@ -53,16 +53,27 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class Sampler:
-    """The next token of each row: greedy at temperature 0, else seeded Gumbel-max."""
+    """The next token of each row: greedy at temperature 0, else seeded Gumbel-max. With
+    `per_row` each row may have its own temperature (a call passes `temps`); a row at the
+    sampler's own temperature draws exactly what it would draw without."""
 
-    def __init__(self, vocab: int, device: torch.device, temperature: float, top_p: float) -> None:
-        self.temperature, self.top_p = temperature, top_p
+    def __init__(self, vocab: int, device: torch.device, temperature: float, top_p: float,
+                 per_row: bool = False) -> None:
+        self.temperature, self.top_p, self.per_row = temperature, top_p, per_row
         self.vocab_hash = mix32(torch.arange(vocab, device=device, dtype=torch.int64))
 
-    def __call__(self, logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    def __call__(self, logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
+                 temps: torch.Tensor | None = None) -> torch.Tensor:
+        if temps is not None:
+            drawn = self._draw(logits, seeds, steps, temps.clamp(min=1e-6)[:, None])
+            return torch.where(temps > 0, drawn, logits.argmax(dim=-1))
         if self.temperature == 0:
             return logits.argmax(dim=-1)
-        scaled = logits.float() / self.temperature
+        return self._draw(logits, seeds, steps, self.temperature)
+
+    def _draw(self, logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
+              temperature: float | torch.Tensor) -> torch.Tensor:
+        scaled = logits.float() / temperature
         if self.top_p < 1:
             scaled = top_p_filter(scaled, self.top_p)
         noise = gumbel(seeds, steps, self.vocab_hash[: scaled.shape[-1]])

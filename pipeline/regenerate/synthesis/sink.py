@@ -1,0 +1,55 @@
+"""Where synthesised records go: regenerate's sink (the output in input order, flushes, stats,
+progress), with the decisions that need the records before them taken as each is committed in
+input order: a first question that repeats a kept one is dropped (dedup.py), and once the
+output holds --synthesize records the ones still finishing are surplus, neither written nor
+counted. So the output is the first records, in index order, that every filter let through:
+the same for any batch size, timing or resume.
+"""
+
+from __future__ import annotations
+
+from pipeline.events import EventWriter
+
+from ..errors import Failure
+from ..output import Appender
+from ..sink import Sink
+from .chat import SynthChat, duplicate
+from .dedup import Seen
+from .stats import SynthStats
+
+
+class SynthSink(Sink):
+    def __init__(self, out: Appender, stats: SynthStats, stats_path, events: EventWriter, seen: Seen) -> None:
+        super().__init__(out, stats, stats_path, events, stats.wanted)
+        self.seen = seen
+        self.kept = stats.resumed
+
+    @property
+    def full(self) -> bool:
+        return self.kept >= self.total
+
+    def counts(self) -> tuple[int, int]:
+        return self.kept, self.total
+
+    def _commit(self, r: SynthChat | tuple[SynthChat, Failure]) -> None:
+        if self.full:
+            self.stats.surplus += 1
+            return
+        self.done += 1
+        if not isinstance(r, tuple):
+            match = self.seen.match(r.key, r.number)
+            try:
+                if match is not None:
+                    raise duplicate(match, r.question)
+                self.out.add(r.record())
+            except Failure as f:
+                r = (r, f)
+        if isinstance(r, tuple):
+            chat, failure = r
+            self.failed += 1
+            self.stats.drop(chat, failure.reason, failure.detail)
+            return
+        self.seen.add(r.key, r.number, r.id)
+        self.kept += 1
+        self.tokens += r.tokens
+        self.stats.kept(r)
