@@ -213,6 +213,28 @@ def test_a_phase_reporting_minutes_apart_gets_a_rate_and_eta_from_its_own_cadenc
     assert not st.snapshot().estimating
 
 
+def test_the_eta_comes_from_the_first_interval_between_two_progress_events():
+    """A train reporting every 10 steps of 40, its first event at step 10 after loading: at
+    20 of 40 the console said "ETA estimating…" (the first event was only the starting
+    count, so a rate needed three events)."""
+    st = LiveStats()
+    st.feed([Event(1000.0, "progress", {"done": 10, "total": 40, "unit": "steps"})])
+    assert st.rate is None and st.snapshot().estimating
+    st.feed([Event(1090.0, "progress", {"done": 20, "total": 40, "unit": "steps"})])
+    assert st.rate == pytest.approx(10 / 90)
+    assert st.eta_s == pytest.approx(180.0)
+    st.feed([Event(1150.0, "progress", {"done": 30, "total": 40, "unit": "steps"})])
+    assert st.rate == pytest.approx(10 / 60)  # from two points of work on, the starting count is left out
+
+
+def test_a_first_interval_shorter_than_a_burst_gives_no_rate():
+    """A resumed run announces its count and its first batch a millisecond later: no rate of
+    thousands a second."""
+    st = LiveStats()
+    st.feed([Event(5.0, "progress", {"done": 500, "total": 1000}), Event(5.001, "progress", {"done": 510, "total": 1000})])
+    assert st.rate is None and st.snapshot().estimating
+
+
 def test_failed_records_are_kept_beside_the_done_ones():
     st = LiveStats()
     st.feed([Event(1.0, "progress", {"done": 16, "total": 16, "unit": "records", "failed": 8})])

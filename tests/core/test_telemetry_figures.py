@@ -62,13 +62,14 @@ def test_the_rate_starts_at_the_first_unit_of_work_not_at_model_loading() -> Non
     assert st.eta_s == pytest.approx(90.0)
 
 
-def test_one_batch_reported_at_once_is_estimating_not_eta_1s() -> None:
-    """evaluate reports 5 of 16 prompts a millisecond apart after a 4 s batch: no rate yet."""
+def test_one_batch_reported_at_once_is_one_point_not_eta_1s() -> None:
+    """evaluate reports 5 of 16 prompts a millisecond apart after a 4 s batch: the rate is the
+    first interval's (5 in 4 s), not 5 in the batch's few milliseconds."""
     st = LiveStats()
     st.feed([Event(0.0, "progress", {"done": 0, "total": 16, "unit": "prompts"})])
     st.feed([Event(4.0 + k / 1000, "progress", {"done": 1 + k, "total": 16, "unit": "prompts"}) for k in range(5)])
     snap = st.snapshot()
-    assert snap.rate is None and snap.eta_s is None and snap.estimating
+    assert snap.rate == pytest.approx(5 / 4, rel=0.01) and snap.eta_s == pytest.approx(11 / (5 / 4), rel=0.01)
     st.feed([Event(8.0 + k / 1000, "progress", {"done": 6 + k, "total": 16, "unit": "prompts"}) for k in range(5)])
     assert st.rate == pytest.approx(5 / 4, rel=0.01)  # one batch of 5 every 4 s
     assert st.eta_s == pytest.approx(6 / (5 / 4), rel=0.01)

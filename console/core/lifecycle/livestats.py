@@ -91,13 +91,16 @@ class LiveStats:
       that reports every few minutes gets its ETA from its own cadence), from the first unit of work on: points still at the first `done` seen
       (model loading, a resumed run's starting count) are left out, and events within
       `BURST_S` of a point's first event are one point (its latest count), so a batch that
-      reports its items a millisecond apart is not thousands a second. None until two such
-      points; `eta_s`: (total - done) / rate when rate > 0, else None (the view says
-      "estimating…").
+      reports its items a millisecond apart is not thousands a second. Until a second such
+      point comes, the rate is the first interval's: from the last event still at the
+      starting count to the first point past it (a train reporting every 10 steps has its
+      rate at step 20, not 30); None before that. `eta_s`: (total - done) / rate when
+      rate > 0, else None (the view says "estimating…").
     - `bytes_written`: the latest progress extra `bytes_written` if the phase ever sent one,
       else the sum of artifact `bytes`.
     - `tokens_per_s`: the latest progress extra `tokens_per_s`, else the rate of the
-      cumulative progress extra `tokens` over the window.
+      cumulative progress extra `tokens` over the window (from its first interval on, as
+      the rate).
     - `remaining_bytes`: the latest progress extra `bytes_remaining`, else the bytes written
       per unit since the first progress event times the units left; None while no bytes
       were written alongside the units (a phase whose files came before its steps), so
@@ -122,6 +125,8 @@ class LiveStats:
         self._failed: float | None = None
         self._base: tuple[float, float] | None = None  # (done, bytes written) at the first progress
         self._base_tokens: float | None = None
+        self._start: tuple[float, float] | None = None  # (t, done): the last event at the starting count
+        self._start_tokens: tuple[float, float] | None = None
         self._burst_t0 = float("-inf")  # when the rate's newest point began
         self._last_progress_t: float | None = None
         self._reported_bytes: float | None = None
@@ -158,6 +163,7 @@ class LiveStats:
             self._tokens.clear()
             self._base = None
             self._base_tokens = None
+            self._start = self._start_tokens = None
             self._burst_t0 = float("-inf")
         self._done = done
         total = _num(ev.get("total"))
@@ -172,21 +178,23 @@ class LiveStats:
         if self._base is None:
             self._base = (done, float(self.bytes_written or 0))
         burst = ev.t - self._burst_t0 < BURST_S
-        if done > self._base[0]:
-            if burst:
-                self._progress.replace_last(ev.t, done)
-            else:
-                self._progress.append(ev.t, done)
+        if done <= self._base[0]:
+            self._start = (ev.t, done)
+        elif burst:
+            self._progress.replace_last(ev.t, done)
+        else:
+            self._progress.append(ev.t, done)
         if (tps := _num(ev.get("tokens_per_s"))) is not None:
             self._tokens_per_s = tps
         if (tok := _num(ev.get("tokens"))) is not None:
             if self._base_tokens is None:
                 self._base_tokens = tok
-            elif tok > self._base_tokens:
-                if burst:
-                    self._tokens.replace_last(ev.t, tok)
-                else:
-                    self._tokens.append(ev.t, tok)
+            if tok <= self._base_tokens:
+                self._start_tokens = (ev.t, tok)
+            elif burst:
+                self._tokens.replace_last(ev.t, tok)
+            else:
+                self._tokens.append(ev.t, tok)
         if not burst:
             self._burst_t0 = ev.t
         rem = _num(ev.get("bytes_remaining"))
@@ -239,7 +247,7 @@ class LiveStats:
 
     @property
     def rate(self) -> float | None:
-        return cadence_rate(self._progress, self.window_s)
+        return cadence_rate(self._progress, self.window_s, self._start)
 
     @property
     def eta_s(self) -> float | None:
@@ -261,7 +269,7 @@ class LiveStats:
         with self._lock:
             if self._tokens_per_s is not None:
                 return self._tokens_per_s
-            return cadence_rate(self._tokens, self.window_s)
+            return cadence_rate(self._tokens, self.window_s, self._start_tokens)
 
     @property
     def remaining_bytes(self) -> int | None:
@@ -307,14 +315,19 @@ class LiveStats:
             )
 
 
-def cadence_rate(series: Series, window_s: float) -> float | None:
+def cadence_rate(series: Series, window_s: float, start: tuple[float, float] | None = None) -> float | None:
     """The slope over the last `window_s` seconds, or over the last `MIN_POINTS` points
-    when fewer fall in that window."""
+    when fewer fall in that window; with one point only, the slope from `start` (the last
+    event at the starting count) to it: the first interval, once it spans a burst's `BURST_S`."""
     pts = series.points()
-    recent = [p for p in pts if p[0] >= pts[-1][0] - window_s] if pts else []
-    if len(recent) < MIN_POINTS:
-        recent = pts[-MIN_POINTS:]
-    return slope(recent)
+    if len(pts) == 1 and start is not None:
+        rate = slope([start, pts[0]]) if pts[0][0] - start[0] >= BURST_S else None
+    else:
+        recent = [p for p in pts if p[0] >= pts[-1][0] - window_s] if pts else []
+        if len(recent) < MIN_POINTS:
+            recent = pts[-MIN_POINTS:]
+        rate = slope(recent)
+    return rate if rate is not None and math.isfinite(rate) else None
 
 
 @dataclass(frozen=True)
