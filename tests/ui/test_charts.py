@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from charts_project import T0, write_charts_project
-from ui_harness import FAST, FROZEN, make_app, wait_for
+from ui_harness import FAST, FROZEN, finish, make_app, wait_for
 
 from console.core.leaves.acceptance import AcceptanceView, Setting
 from console.core.lifecycle.project import Project
@@ -23,16 +23,6 @@ from console.ui.components.journal_view import JournalView
 from console.ui.components.log_view import LogView
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
-
-
-def _finish(project: Project, *phases: str) -> None:
-    """Run each phase to its end before the console opens, as a finished pipeline would be."""
-    for pid in phases:
-        project.start(pid)
-        deadline = time.monotonic() + 60
-        while (state := next(s.state for s in project.statuses() if s.phase.id == pid)) != "done":
-            assert state in ("ready", "running", "verifying") and time.monotonic() < deadline, f"{pid}: {state}"
-            time.sleep(0.1)  # wait-ok: poll interval of a deadline loop
 
 
 @pytest.fixture
@@ -57,7 +47,7 @@ def _chart(app, index: int):  # type: ignore[no-untyped-def]
 
 
 async def test_the_train_detail_draws_loss_and_val_acc_0_over_the_whole_run(charts_project) -> None:  # type: ignore[no-untyped-def]
-    _finish(charts_project, "train")
+    finish(charts_project, "train")
     app = make_app(charts_project, intervals=FAST)
     async with app.run_test(size=(80, 24)) as pilot:
         await _select(pilot, "train")
@@ -192,14 +182,14 @@ def _settle_on(phase_id: str):  # type: ignore[no-untyped-def]
 
 @SIZES
 def test_train_charts_snapshot(snap_compare, charts_project, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
-    _finish(charts_project, "train")
+    finish(charts_project, "train")
     app = make_app(charts_project, intervals=FROZEN, clock=lambda: T0 + 3600)
     assert snap_compare(app, terminal_size=size, run_before=_settle_on("train"))
 
 
 @SIZES
 def test_evaluate_bars_snapshot(snap_compare, charts_project, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
-    _finish(charts_project, "evaluate")
+    finish(charts_project, "evaluate")
     app = make_app(charts_project, intervals=FROZEN, clock=lambda: T0 + 3600)
     assert snap_compare(app, terminal_size=size, run_before=_settle_on("evaluate"))
 

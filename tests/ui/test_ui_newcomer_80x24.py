@@ -17,7 +17,7 @@ from console.ui.messages import LogLines
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.help_screen import help_text
 from console.ui.screens.log_screen import LogScreen
-from console.ui.screens.main_screen import phases_title
+from console.ui.components.phases_title import phases_title
 
 TARGET = "/home/newcomer/eagle3-console/configs/examples/models/SmolLM2-135M-Instruct"
 

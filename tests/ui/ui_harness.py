@@ -11,6 +11,8 @@ from textual.message import Message
 from textual.notifications import Notify
 
 from console.core.lifecycle.project import Project
+from console.core.runs import procs
+from console.core.runs.rundir import RunDir
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource, FakeHostSource, FakeShmSource
 from console.ui.app import ConsoleApp
 from console.ui.screens.main_screen import Intervals
@@ -153,6 +155,23 @@ async def select(pilot, app: ConsoleApp, phase_id: str) -> None:  # type: ignore
     await wait_for(pilot, lambda: phase_id in main.by_id, what=f"{phase_id} listed")
     main.query_one("#phases").select_id(phase_id)
     await wait_for(pilot, lambda: main.selected == phase_id, what=f"{phase_id} selected")
+
+
+def finish(project: Project, *phases: str) -> None:
+    """Run each phase to its end, in turn, as a finished pipeline would have (a phase's
+    needs must be done first)."""
+    for pid in phases:
+        run = project.start(pid)
+        deadline = time.monotonic() + 60
+        while (state := next(s.state for s in project.statuses() if s.phase.id == pid)) != "done" or not gone(run):
+            assert state in ("ready", "running", "verifying", "done") and time.monotonic() < deadline, f"{pid}: {state}"
+            time.sleep(0.1)  # wait-ok: poll interval of a deadline loop
+
+
+def gone(run: RunDir) -> bool:
+    """The run's launcher has exited: nothing of the run is left to change its state."""
+    info = run.read_pid()
+    return info is not None and procs.gone(info.pid)
 
 
 def stop_all(project: Project) -> None:

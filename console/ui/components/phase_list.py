@@ -11,6 +11,7 @@ from typing import Any
 
 from textual.binding import Binding
 from textual.content import Content
+from textual.css.scalar import Unit
 from textual.reactive import var
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
@@ -61,6 +62,27 @@ def phase_rows(statuses: Sequence[Any], stalled: Collection[str], starting: Coll
     ) for s in statuses)
 
 
+def second_lines(rows: Sequence[PhaseRow], room: int) -> frozenset[int]:
+    """The rows whose reason (or stall) gets a line of its own in a narrow list: as many as
+    the list's room holds beside one line per phase, a stall or a failure before a stale
+    phase, then in list order. Every phase keeps its row; a reason left out is in the
+    detail header when the phase is selected."""
+    wanted = [i for i, r in enumerate(rows) if r.stalled or (r.reason and r.state in _EXPLAIN and not r.starting)]
+    wanted.sort(key=lambda i: (0 if rows[i].stalled or rows[i].state != State.STALE else 1, i))
+    return frozenset(wanted[: max(0, room - len(rows))])
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What one option shows: its row, at a width, selected or not, with its second line or
+    not. An option is drawn again only when this changes."""
+
+    row: PhaseRow
+    width: int
+    selected: bool
+    second: bool
+
+
 class PhaseList(OptionList):
     BINDINGS = [
         Binding("j", "cursor_down", "Down", show=False, id="phase-list.down", tooltip="Next phase"),
@@ -72,6 +94,7 @@ class PhaseList(OptionList):
     def __init__(self, clock: Callable[[], float] = time.time, **kw: Any) -> None:
         super().__init__(**kw)
         self.clock = clock
+        self._drawn: list[Drawn] = []
 
     @property
     def selected_id(self) -> str | None:
@@ -90,10 +113,8 @@ class PhaseList(OptionList):
     def watch_rows(self, old: tuple[PhaseRow, ...], rows: tuple[PhaseRow, ...]) -> None:
         if [r.id for r in rows] != [r.id for r in old]:
             self._rebuild(old, rows)
-            return
-        for i, (was, row) in enumerate(zip(old, rows)):
-            if was != row:
-                self._draw(i)
+        else:
+            self._sync()
 
     def _rebuild(self, old: tuple[PhaseRow, ...], rows: tuple[PhaseRow, ...]) -> None:
         """Other phases (the first poll, or a config read again): new options, the cursor
@@ -102,26 +123,56 @@ class PhaseList(OptionList):
         keep = old[at].id if at is not None and at < len(old) else None
         ids = [r.id for r in rows]
         cursor = ids.index(keep) if keep in ids else (0 if ids else None)
-        self.set_options([Option(self._prompt(r, i == cursor), id=r.id) for i, r in enumerate(rows)])
+        self._drawn = self._plan(cursor)
+        self.set_options([Option(self._prompt(d), id=d.row.id) for d in self._drawn])
         self.highlighted = cursor
         self.refresh(layout=True)  # new rows: the list's height changes
 
-    def _draw(self, index: int) -> None:
-        self.replace_option_prompt_at_index(index, self._prompt(self.rows[index], index == self.highlighted))
+    def _room(self) -> int:
+        """Lines the list may take before it scrolls: its max height less its border."""
+        most = self.styles.max_height
+        if most is None or most.unit != Unit.CELLS:
+            return 2 * len(self.rows)
+        return max(1, int(most.value) - self.styles.gutter.height)
+
+    def _plan(self, highlighted: int | None) -> list[Drawn]:
+        """Every row as it is to be drawn now. The width is the list's less the scrollbar
+        when the rows cannot all fit, decided here from the rows, never from whether a
+        scrollbar happens to show: a row drawn for one width and shown at another wraps."""
+        room, bar = self._room(), self.styles.scrollbar_size_vertical
+        unscrolled = self.scrollable_content_region.width + (bar if self.show_vertical_scrollbar else 0)
+        if unscrolled <= 0:
+            unscrolled = 40
+        wide = unscrolled - 1 >= 72
+        second = frozenset() if wide else second_lines(self.rows, room)
+        scrolls = len(self.rows) + len(second) > room
+        width = max(20, unscrolled - (bar if scrolls else 0) - 1)
+        return [Drawn(r, width, i == highlighted, i in second) for i, r in enumerate(self.rows)]
+
+    def _sync(self) -> None:
+        """Draw the options whose rows, selection, width or second line changed; a change of
+        height lays the list out again, so no line is left where a taller row stood."""
+        plan = self._plan(self.highlighted)
+        if len(plan) != self.option_count:
+            return
+        before = self._drawn
+        self._drawn = plan
+        for i, drawn in enumerate(plan):
+            if i >= len(before) or before[i] != drawn:
+                self.replace_option_prompt_at_index(i, self._prompt(drawn))
+        if sum(1 + d.second for d in plan) != sum(1 + d.second for d in before):
+            self.refresh(layout=True)
 
     def watch_highlighted(self, old: int | None, highlighted: int | None) -> None:
         """The marker leaves one row for another."""
         super().watch_highlighted(highlighted)
-        for i in {old, highlighted}:
-            if i is not None and i < min(len(self.rows), self.option_count):
-                self._draw(i)
+        self._sync()
 
     def on_resize(self) -> None:
-        for i in range(min(len(self.rows), self.option_count)):
-            self._draw(i)
+        self._sync()
 
-    def _prompt(self, row: PhaseRow, selected: bool = False) -> Content:
-        width = max(20, (self.scrollable_content_region.width or self.size.width or 40) - 1)
+    def _prompt(self, drawn: Drawn) -> Content:
+        row, width, selected = drawn.row, drawn.width, drawn.selected
         dur, reason, dur_w = row.duration, row.reason, 7
         glyph = Content.styled("⚠", "$warning") if row.stalled else state_glyph(row.state)
         if row.starting:
@@ -142,8 +193,8 @@ class PhaseList(OptionList):
         title_w = max(0, width - 3 - id_w - dur_w)
         line = Content.assemble(mark, glyph, " ", (fit(row.id, id_w), "bold" if selected else ""),
                                 (_title(row.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
+        if not drawn.second:
+            return line
         if row.stalled:
-            line = Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
-        elif reason and row.state in _EXPLAIN and not row.starting:
-            line = Content.assemble(line, "\n   ", (fit_words(reason, width - 3), state_style(row.state)))
-        return line
+            return Content.assemble(line, "\n   ", ("⚠ stalled: no events, no log", "bold $warning"))
+        return Content.assemble(line, "\n   ", (fit_words(reason, width - 3), state_style(row.state)))

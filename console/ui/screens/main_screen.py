@@ -47,6 +47,7 @@ from console.ui.components.host_panel import HostPanel
 from console.ui.components.journal_view import JournalView
 from console.ui.components.log_view import LogView
 from console.ui.components.phase_list import PhaseList
+from console.ui.components.phases_title import phases_title
 from console.ui.components.shm_panel import ShmPanel
 from console.ui.components.stats_panel import StatsPanel, is_empty
 from console.ui.logfeed import LogFeed
@@ -93,29 +94,6 @@ class Intervals:
         self.status, self.gpu, self.disk, self.shm = status, gpu, disk, shm
         self.host, self.log, self.journal = host, log, journal
         self.preflight = preflight  # re-check ready/blocked phases this often; 0 turns it off
-
-
-def _short(value: str, room: int = 24) -> str:
-    """A long path by its last part: a model folder is known by its name."""
-    if len(value) <= room or "/" not in value.rstrip("/"):
-        return value
-    return "…/" + value.rstrip("/").rsplit("/", 1)[-1]
-
-
-def phases_title(name: str, saved: dict[str, str], width: int = 60, target: str | None = None) -> str:
-    """The config's name, the target model in effect (a `target` variable, from the YAML
-    or saved), and the overrides `eagle3 set` saved, which every command applies: an
-    operator sees at a glance that the YAML is not the whole story. Short of room, the
-    target comes first: it is what a run is about."""
-    shown = ", ".join(f"{k}={_short(v)}" for k, v in sorted(saved.items()) if k != "target" or not target)
-    rest = f" · set {shown}" if shown else ""
-    if target:
-        who = f"target {_short(target, 0)}"
-        title = next((t for t in (f"phases · {name} · {who}{rest}", f"{who} · {name}{rest}")
-                      if len(t) <= width), f"{who} · {name}{rest}")
-    else:
-        title = f"phases · {name}{rest}"
-    return title if len(title) <= width else title[: width - 1] + "…"
 
 
 class MainScreen(WorkerNotices, Screen[None]):
