@@ -181,6 +181,8 @@ class ConsoleApp(App[int]):
             (f"History of {sel}", "Its past runs: who, when, exit, overrides; open any log (h)",
              main.action_history),
             ("Journal", "Runs, checks, overrides with reasons, stops (J)", main.action_journal),
+            ("Next running phase", "Its log, stats and checks in the detail (n)", main.action_next_live),
+            ("Deadline", "Set or clear it: running phases get the stop s sends at it (d)", main.action_deadline),
             ("Help", "Keys and state glyphs (?)", main.action_help),
             ("Next theme", "Cycle the console's themes (t)", self.action_next_theme),
             ("Quit", "Leave the console; running phases keep running (q)", self.action_request_quit),

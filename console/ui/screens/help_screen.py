@@ -23,6 +23,8 @@ KEYS = (
     ("l", "its log full screen: f follow/pause, / search, n N next/prev"),
     ("h", "its run history: who, when, exit, overrides; enter opens a run's log"),
     ("e", "show or fold the checks that pass"),
+    ("n", "the next running phase: its log, stats and checks"),
+    ("d", "set or clear the deadline: running phases get the stop s sends at it"),
     ("J", "the journal: runs, checks, overrides and their reasons"),
     ("t", "next theme"),
     ("ctrl+p", "command palette: every action, every phase"),
@@ -39,7 +41,7 @@ STATE_TEXT = {
     "done": "finished and verified",
     "failed": "non-zero exit or verify failed",
     "stale": "an input changed after it finished",
-    "stopped": "stopped by an operator",
+    "stopped": "stopped by an operator, or at the deadline: run again, it resumes",
 }
 
 

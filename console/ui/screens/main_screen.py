@@ -36,6 +36,7 @@ from console.core.lifecycle.snapshot import Snapshot
 from console.core.lifecycle.stall import StallAlert
 from console.core.flow.startflow import StartRequest
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
+from console.core.runs.deadline import Deadline
 from console.core.telemetry.history import DiskForecast
 from console.core.flow.watch import Look, PhaseWatch, PreflightSchedule, disk_outlook, gpu_owners
 from console.ui.components.charts import DetailCharts
@@ -45,6 +46,7 @@ from console.ui.components.disk_panel import DiskPanel
 from console.ui.components.gpu_panel import GpuPanel
 from console.ui.components.host_panel import HostPanel
 from console.ui.components.journal_view import JournalView
+from console.ui.components.live_bar import LiveBar, live_line
 from console.ui.components.log_view import LogView
 from console.ui.components.phase_list import PhaseList
 from console.ui.components.phases_title import phases_title
@@ -62,6 +64,7 @@ from console.ui.messages import (
 )
 from console.ui.pollers import Poller
 from console.ui.screens.ask_dialog import AskDialog
+from console.ui.screens.deadline_dialog import DeadlineDialog, DeadlineTyped
 from console.ui.screens.help_screen import HelpScreen
 from console.ui.screens.history_screen import HistoryScreen
 from console.ui.screens.journal_screen import JournalScreen
@@ -118,6 +121,10 @@ class MainScreen(WorkerNotices, Screen[None]):
         Binding("e", "expand_checks", "Passing checks", show=False, id="main.expand",
                 tooltip="Show or fold the checks that pass"),
         Binding("t", "app.next_theme", "Theme", show=False, id="main.theme", tooltip="Switch to the next theme"),
+        Binding("n", "next_live", "Next live", show=False, id="main.next-live",
+                tooltip="Select the next running phase: its log, stats and checks"),
+        Binding("d", "deadline", "Deadline", show=False, id="main.deadline",
+                tooltip="Set or clear the deadline: running phases then get the stop s sends"),
     ]
 
     def __init__(self, project: Project, *, gpu_source: Any, disk_source: Any, shm_source: Any,
@@ -132,6 +139,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.watch = PhaseWatch(project, clock=clock)
         self.flow = StartFlow(self, project)
         self.snapshot: Snapshot | None = None
+        self.deadline: Deadline | None = None  # the project's, as the last look read it
         self.snapshots_handled = 0
         self.preflights = PreflightSchedule(self.iv.preflight)
         self.statuses: list[PhaseStatus] = []
@@ -170,6 +178,7 @@ class MainScreen(WorkerNotices, Screen[None]):
             with Vertical(id="live"):
                 yield GpuPanel(id="gpu")
         with Vertical(id="detail"):
+            yield LiveBar(id="live-bar")
             yield DetailHeader(id="detail-header")
             yield StatsPanel(id="stats")
             yield DetailCharts(str(self.project.config.root), interval=self.iv.journal, id="charts")
@@ -184,6 +193,7 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.query_one("#storage").border_title = "disk · shm · host"
         self.query_one("#journal").border_title = "journal"
         self.query_one("#stats").display = False
+        self.query_one(LiveBar).display = False
         self.query_one(PhaseList).focus()
         self._layout_flags()
         # After the first layout: a read that lands before the widgets have a size leaves the
@@ -264,6 +274,8 @@ class MainScreen(WorkerNotices, Screen[None]):
         self.statuses = snap.statuses
         self.by_id = {s.phase.id: s for s in self.statuses}
         self.stats = snap.stats
+        self.deadline = look.deadline
+        self.query_one(LiveBar).view = live_line(snap, look.deadline, self.clock())
         self.stalled = {pv.id for pv in snap.phases if pv.stalled}
         self.first_unit = {pv.id for pv in snap.phases if pv.awaiting_first_unit}
         self._sessions = snap.sessions()
@@ -537,6 +549,37 @@ class MainScreen(WorkerNotices, Screen[None]):
             self.app.call_from_thread(self.pollers["status"].poke)
         except RuntimeError:
             pass
+
+    def action_next_live(self) -> None:
+        """The next running phase after the selected one (in config order, round again)."""
+        live = [s.phase.id for s in self.statuses if s.state in LIVE]
+        if not live:
+            self.notify("no phase is running", severity="warning", timeout=4)
+            return
+        ids = [s.phase.id for s in self.statuses]
+        here = ids.index(self.selected) if self.selected in ids else -1
+        pick = next((p for p in live if ids.index(p) > here), live[0])
+        self.query_one(PhaseList).select_id(pick)
+        self.selected = pick
+
+    def action_deadline(self) -> None:
+        if self._acting("a deadline"):
+            self.app.push_screen(DeadlineDialog(self.deadline, self.clock()), self._deadline_typed)
+
+    def _deadline_typed(self, answer: DeadlineTyped | None) -> None:
+        if answer is not None:
+            self.run_worker(partial(self._set_deadline, answer), name="deadline", group="deadline",
+                            thread=True, exit_on_error=False)
+
+    def _set_deadline(self, answer: DeadlineTyped) -> None:
+        """(A thread worker.) The project's deadline, which the runs' launchers keep."""
+        if answer.at is None:
+            said = "deadline cleared" if self.project.clear_deadline() else "no deadline was set"
+        else:
+            due = self.project.set_deadline(answer.at, f"console: {answer.typed}")
+            said = f"deadline {due.clock()}: running phases then get the stop s sends and keep their checkpoints"
+        self.app.call_from_thread(self.notify, said, title="deadline", timeout=8)
+        self.call_later_safe()
 
     def action_log(self) -> None:
         if (pid := self._phase_or_warn()) is not None:
