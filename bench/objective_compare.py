@@ -106,12 +106,11 @@ def ours_forward(model, batch: dict, vocab, ttt: int, device: torch.device):
                           "aux_hidden_state": batch["aux"]}, ttt, torch.float32)
     sums, correct = TTTObjective(model, ttt)(prep)
     b, t = batch["input_ids"].shape
-    ent = torch.stack([(prep.entropy[:, 1 + i:] * prep.loss_rows[i, :, :t - 1 - i]).sum() for i in range(ttt)])
-    ce = (sums + ent) / (b * t)
-    counts = prep.loss_rows.sum((1, 2)).float()
+    ce = (sums + prep.entropy_sums()) / (b * t)
+    counts = prep.loss_count
     w = DECAY ** torch.arange(ttt, dtype=torch.float32, device=device)
     trainer_loss = (w * sums / counts.clamp(min=1)).sum()
-    acc = correct.float() / prep.acc_rows.sum((1, 2)).float().clamp(min=1)
+    acc = correct.float() / prep.acc_count.clamp(min=1)
     return ce, trainer_loss, acc, counts
 
 

@@ -248,7 +248,7 @@ def role_ours_memory(a: argparse.Namespace) -> dict:
     def step(batch: dict) -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             prep = prepare(head, batch, TTT, amp)
-            counts = dist.all_reduce_sum(prep.loss_rows.sum((1, 2)).float())
+            counts = dist.all_reduce_sum(prep.loss_count)
             sums, _correct = objective(prep)
             loss = (w * sums / counts.clamp(min=1)).sum() * world
         opt.zero_grad(set_to_none=True)

@@ -1,54 +1,74 @@
-"""Where one drafter training step spends its GPU time, by kernel, at bench/train.py's shapes.
+"""Where one drafter training step spends its GPU time, by kernel; and the trainer's speed before/after.
 
-The step is pipeline.train's (prepare with the target head, the TTT objective, backward,
-clipping, fused AdamW) on random weights and a resident random batch, so no store or
-target folder is needed. It prints tokens/s, then the kernels that took the most GPU time
-over the profiled steps, grouped into matmuls, attention, and the rest:
+The step is pipeline.train's own (step.forward_backward: prepare with the target head, the
+TTT objective, backward; step.apply: clipping, the finiteness check, fused AdamW) on random
+weights and a resident random batch, so no store or target folder is needed. It prints
+ms/step and tokens/s, then the kernels that took the most GPU time over the profiled steps,
+grouped into matmuls, attention, and the rest:
 
     python bench/train_profile.py [--shape llama8b|small|smollm2] [--steps 6] [--attention flash|reference]
-                                  [--loss compiled|eager] [--top 25]
+                                  [--loss compiled|eager] [--top 25] [--answer-share 0.6] [--code DIR]
 
 `--shape smollm2` is the recipe's step (bench/recipe.py on SmolLM2-135M-Instruct: 8 rows of
-2,048 tokens, draft vocabulary 32,000), whose ~0.29 s a step on the H200 (8318748) was far
-above what its matmuls and logits should take: the objective's elementwise passes were most
-of it (bench/results/train-profile-h200.txt).
+2,048 tokens, draft vocabulary 32,000); each row is a prompt then an answer, the answer
+`--answer-share` of it (the recipe's data learns 61 % of its tokens). `--code DIR` imports
+`pipeline` from DIR instead (an older commit's tree: `git archive 46269d7 pipeline | tar x -C DIR`).
+`--attention reference` runs the written-out [T, T+i] softmax for TTT steps >= 1 instead of
+the flash merge; `--loss eager` the objective's vocabulary-wide passes uncompiled
+(pipeline.train's --no-compile-loss).
 
-`--attention reference` runs the written-out [T, T+i] softmax for TTT steps >= 1 instead
-of the flash merge (pipeline/drafter/ttt_attention.py), to measure what the merge saves.
-`--loss eager` runs the objective's passes over the [B,T,Vd] logits written out op by op
-(pipeline.train's --no-compile-loss) instead of one torch.compile'd kernel each
-(pipeline/train/vocab_kernels.py), to measure what the fused kernels save.
+Before/after, on one machine in one call (`--speed`): the profiled step of `--old-code DIR` and
+of this tree, then the real trainer of each (`python -m pipeline.train` online, the recipe's
+settings, a random SmolLM2-135M-shaped target and `--records` synthetic merged records whose
+prompt and answer lengths follow the recipe's data), its rate read from its progress events
+between steps `--rate-from` and `--rate-to` (start-up, compiles and the last save left out; a
+validation and a checkpoint at `--trainer-steps`/2 left in, as the recipe has one every 200
+steps), its GPU kernel time per step traced over 8 steps after that, its recompiles, and its
+logged losses against the other's (same seed, data and weights):
+
+    python bench/train_profile.py --speed --old-code .carry/old [--trainer-steps 240] [--records 5000]
+                                  [--result bench/results/train-speed-h100.txt] [--commit C]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
+import random
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import torch
+import torch  # noqa: E402
 
-from evaluate_kv import SMOLLM2_135M  # noqa: E402
+from evaluate_kv import SMOLLM2_135M, random_target  # noqa: E402
 from train import SHAPES, TTT  # noqa: E402
 
 # name: (target config, draft vocab, rows, tokens a row)
 PROFILE_SHAPES = {**{k: (cfg, dv, 1, t) for k, (cfg, dv, t) in SHAPES.items()},
                   "smollm2": (SMOLLM2_135M, 32000, 8, 2048)}
+RECIPE = ["--batch-tokens", "16384", "--max-len", "2048", "--lr", "1e-3", "--warmup-ratio", "0.02", "--ttt-length", "7",
+          "--draft-vocab", "32000", "--val-samples", "200", "--log-every", "10", "--device", "cuda"]
 
 
-def build(shape: str, device: torch.device, rows_asked: int, kernels):
+def build(a: argparse.Namespace, device: torch.device, kernels):
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
     from pipeline.drafter.model import Eagle3Drafter
     from pipeline.train.loss import TargetHead
 
-    cfg, dv, rows, tokens = PROFILE_SHAPES[shape]
-    rows = rows_asked or rows
+    cfg, dv, rows, tokens = PROFILE_SHAPES[a.shape]
+    rows = a.rows or rows
     dcfg = DrafterConfig.from_target(cfg, dv)
     torch.manual_seed(0)
     with torch.device(device):
@@ -62,12 +82,20 @@ def build(shape: str, device: torch.device, rows_asked: int, kernels):
     amp = torch.bfloat16 if device.type == "cuda" else torch.float32
     head = TargetHead(head_w, vocab.ids, vocab.t2d, device, amp, kernels)
     g = torch.Generator(device=device).manual_seed(1)
+    mask = torch.zeros(rows, tokens, dtype=torch.uint8, device=device)
+    mask[:, tokens - round(a.answer_share * tokens):] = 1
     batch = {
         "input_ids": torch.randint(0, v, (rows, tokens), device=device, generator=g),
-        "loss_mask": torch.ones(rows, tokens, dtype=torch.uint8, device=device),
+        "loss_mask": mask,
         "hidden_state": torch.randn(rows, tokens, h, device=device, generator=g).to(torch.bfloat16),
         "aux_hidden_state": torch.randn(rows, tokens, 3 * h, device=device, generator=g).to(torch.bfloat16),
     }
+    try:  # what the trainer's to_device adds on the host, where the tree has it
+        from pipeline.train.loss import scored_positions
+    except ImportError:
+        pass
+    else:
+        batch["scored"] = scored_positions(batch["loss_mask"])
     return drafter, head, batch, amp, rows * tokens
 
 
@@ -91,39 +119,50 @@ def parse_args() -> argparse.Namespace:
                    help="the objective's vocabulary-wide passes: torch.compile'd (the CUDA default) or eager")
     p.add_argument("--top", type=int, default=25, help="kernels listed")
     p.add_argument("--rows", type=int, default=0, help="rows of the batch (default the shape's; 1 to try smollm2 on a CPU)")
-    p.add_argument("--sync", action="store_true", help="wait for each step's finiteness check on the host, as "
-                   "pipeline.train does before its optimiser step (the CPU cannot queue the next step meanwhile)")
+    p.add_argument("--answer-share", type=float, default=0.6, help="share of each row under the loss mask")
     p.add_argument("--no-profile", action="store_true", help="only the tokens/s figure")
+    p.add_argument("--code", type=Path, default=REPO, help="the tree whose pipeline runs (default this one)")
+    p.add_argument("--speed", action="store_true", help="before/after: --old-code's step and trainer against ours")
+    p.add_argument("--old-code", type=Path, help="--speed: the older tree (a folder holding pipeline/)")
+    p.add_argument("--work", type=Path, help="--speed: folder for the target, data and runs (default a temporary one)")
+    p.add_argument("--records", type=int, default=5000, help="--speed: synthetic merged records")
+    p.add_argument("--trainer-steps", type=int, default=240)
+    p.add_argument("--rate-from", type=int, default=20)
+    p.add_argument("--rate-to", type=int, default=200)
+    p.add_argument("--result", type=Path, help="--speed: also write the report here")
+    p.add_argument("--commit", help="--speed: the commit named at the top, where the tree has no .git")
+    p.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)  # internal: run pipeline.train, traced
+    p.add_argument("--trace-from", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p.parse_args()
 
 
 def step_fn(a: argparse.Namespace, device: torch.device, kernels) -> tuple[Callable[[], None], int]:
     """(one training step as pipeline.train takes it, on a resident batch; the batch's tokens)."""
-    from pipeline.train.loss import TTTObjective, prepare, weights
+    from pipeline.train import step as steps
+    from pipeline.train.dist import Dist
+    from pipeline.train.loss import TTTObjective
 
-    drafter, head, batch, amp, tokens = build(a.shape, device, a.rows, kernels)
-    objective = TTTObjective(drafter, TTT, kernels)
+    drafter, head, batch, amp, tokens = build(a, device, kernels)
     params = [q for q in drafter.parameters() if q.requires_grad]
-    cuda = device.type == "cuda"
-    opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), fused=True if cuda else None)
-    w = weights(TTT, device)
+    opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), fused=True)
+    run = SimpleNamespace(opts=SimpleNamespace(ttt_length=TTT, max_grad_norm=0.5), dist=Dist(0, 1, 0, device),
+                          device=device, cuda=device.type == "cuda", head=head, amp_dtype=amp, params=params, opt=opt,
+                          objective=TTTObjective(drafter, TTT, kernels), stop=threading.Event(), total=1 << 30,
+                          sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), out=Path(tempfile.gettempdir()))
+    if hasattr(steps, "FiniteGuard"):
+        run.guard = steps.FiniteGuard(device)
+    done = [0]
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-            prep = prepare(head, batch, TTT, amp)
-            sums, _correct = objective(prep)
-            loss = (w * sums / prep.loss_rows.sum((1, 2)).float().clamp(min=1)).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, 0.5)
-        if a.sync and not bool(torch.isfinite(torch.stack([loss.detach().float(), norm.float()])).all()):
-            raise SystemExit("train_profile: the loss or gradient is not finite")
-        opt.step()
+        loss, *_ = steps.forward_backward(run, batch)
+        steps.apply(run, done[0], loss, batch)
+        done[0] += 1
 
     return step, tokens
 
 
-def print_kernels(prof, steps: int, top: int) -> None:
+def kernel_lines(prof, steps: int, top: int) -> list[str]:
     """GPU time per step by category, then the `top` kernels."""
     rows = []
     for e in prof.key_averages():
@@ -135,14 +174,12 @@ def print_kernels(prof, steps: int, top: int) -> None:
     by_cat: dict[str, float] = {}
     for ms, _n, key in rows:
         by_cat[category(key)] = by_cat.get(category(key), 0.0) + ms
-    print(f"GPU time per step {total:.1f} ms: " + ", ".join(f"{k} {v:.1f} ms ({v / total:.0%})"
-                                                          for k, v in sorted(by_cat.items(), key=lambda x: -x[1])))
-    for ms, n, key in rows[:top]:
-        print(f"  {ms:7.2f} ms  x{n:<4} {category(key):<9} {key[:110]}")
+    lines = [f"GPU time per step {total:.1f} ms: " + ", ".join(f"{k} {v:.1f} ms ({v / max(total, 1e-9):.0%})"
+                                                               for k, v in sorted(by_cat.items(), key=lambda x: -x[1]))]
+    return lines + [f"  {ms:7.2f} ms  x{n:<4} {category(key):<9} {key[:110]}" for ms, n, key in rows[:top]]
 
 
-def main() -> int:
-    a = parse_args()
+def profile_step(a: argparse.Namespace) -> int:
     if a.attention == "reference":
         import pipeline.drafter.model as model
 
@@ -172,9 +209,9 @@ def main() -> int:
     dt = (time.perf_counter() - t0) / a.steps
     peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if cuda else ""
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
-    print(f"train_profile: {a.shape} (H {PROFILE_SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, TTT {TTT}), "
-          f"attention {a.attention}, loss {'compiled' if kernels.compiled else 'eager'}, "
-          f"{'a host sync a step' if a.sync else 'no host sync'}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
+    print(f"train_profile: {a.shape} (H {PROFILE_SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, "
+          f"{a.answer_share:.0%} answer, TTT {TTT}), attention {a.attention}, loss "
+          f"{'compiled' if kernels.compiled else 'eager'}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
           f"{tokens / dt:,.0f} tok/s{peak}", flush=True)
     if a.no_profile or not cuda:
         return 0
@@ -184,8 +221,132 @@ def main() -> int:
         for _ in range(a.steps):
             step()
         sync()
-    print_kernels(prof, a.steps, a.top)
+    print("\n".join(kernel_lines(prof, a.steps, a.top)))
     return 0
+
+
+def trainer(a: argparse.Namespace) -> int:
+    """pipeline.train's main on `a.rest`, its GPU kernels traced over 8 steps from `a.trace_from`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from pipeline.train import step as steps
+    from pipeline.train.__main__ import main
+
+    apply, prof, began = steps.apply, profile(activities=[ProfilerActivity.CUDA]), [0.0]
+    first, last = (a.trace_from, a.trace_from + 7) if torch.cuda.is_available() else (-1, -1)
+
+    def traced(run, step: int, *args) -> None:
+        if step == first:
+            torch.cuda.synchronize()
+            prof.start()
+            began[0] = time.perf_counter()
+        apply(run, step, *args)
+        if step == last:
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - began[0]) / 8 * 1e3
+            prof.stop()
+            print(f"traced steps {first + 1}-{last + 1}: {wall:.1f} ms a step under the tracer; "
+                  + "\n".join(kernel_lines(prof, 8, a.top)), flush=True)
+
+    steps.apply = traced
+    return main([x for x in a.rest if x != "--"])
+
+
+def synthetic_records(path: Path, n: int, vocab: int, seed: int = 0) -> Path:
+    """Merged records shaped like the recipe's regenerated data (8.42M tokens over 19,839 records,
+    61 % learnt): a prompt of median 120 tokens, then an answer of median 230 cut at 384."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            prompt = min(1664, max(8, round(rng.lognormvariate(math.log(120), 1.0))))
+            answer = min(384, max(4, round(rng.lognormvariate(math.log(230), 0.6))))
+            ids = [rng.randrange(vocab) for _ in range(prompt + answer)]
+            f.write(json.dumps({"id": f"s{i}", "source": "synthetic", "input_ids": ids,
+                                "loss_mask": [0] * prompt + [1] * answer}) + "\n")
+    return path
+
+
+def child(code: Path, argv: list[str], log: Path, env: dict | None = None, timeout: float = 600) -> str:
+    """This script run in its own interpreter against `code`; its stdout (stderr to `log`)."""
+    with open(log, "w") as err:
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--code", str(code), *argv],
+                              env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=err, text=True,
+                              timeout=timeout, cwd=str(REPO))
+    if done.returncode != 0:
+        tail = log.read_text()[-1500:]
+        raise SystemExit(f"train_profile: {' '.join(argv[:3])} against {code} exited {done.returncode}:\n{tail}")
+    return done.stdout
+
+
+def trainer_figures(events: Path, summary: Path, err: Path, a: argparse.Namespace) -> dict:
+    rows = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    prog = [(r["done"], r["t"], r.get("tokens", 0)) for r in rows if r.get("kind") == "progress"]
+    lo = min((p for p in prog if p[0] >= a.rate_from), key=lambda p: p[0])
+    hi = max((p for p in prog if p[0] <= a.rate_to), key=lambda p: p[0])
+    loss = {r["step"]: r["value"] for r in rows if r.get("kind") == "metric" and r.get("name") == "loss"}
+    val = [r["value"] for r in rows if r.get("kind") == "metric" and r.get("name") == "val_loss"]
+    s = json.loads(summary.read_text())
+    rate = (hi[0] - lo[0]) / (hi[1] - lo[1])
+    return {"rate": rate, "ms": 1e3 / rate, "tok_s": (hi[2] - lo[2]) / (hi[1] - lo[1]), "loss": loss, "val": val,
+            "peak": (s.get("peak_gpu_bytes") or 0) / 2**30, "window": f"{lo[0]}-{hi[0]}",
+            "recompiles": sum("Recompiling function" in line for line in err.read_text().splitlines())}
+
+
+def speed(a: argparse.Namespace) -> int:
+    from fp8_store import commit
+    from quality import Log, utc_now
+
+    if not a.old_code or not (a.old_code / "pipeline").is_dir():
+        raise SystemExit("train_profile --speed: --old-code must be a folder holding the older tree's pipeline/")
+    if not a.rate_from < a.rate_to <= a.trainer_steps - 13:
+        raise SystemExit("train_profile --speed: need --rate-from < --rate-to <= --trainer-steps - 13 (8 traced steps after)")
+    log = Log(a.result)
+    work = a.work or Path(tempfile.mkdtemp(prefix="train-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log("# " + " ".join(["python", "bench/train_profile.py", *sys.argv[1:]]))
+    log(f"# commit {commit(a.commit, a.result)} (after) against {a.old_code} (before); {utc_now()}, "
+        f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'}, torch {torch.__version__}")
+    codes = (("before", a.old_code.resolve()), ("after", REPO))
+    log("\n## the profiled step (bench/train_profile.py --shape smollm2, loss compiled, step.forward_backward + apply)")
+    ms = {}
+    for label, code in codes:
+        out = child(code, ["--shape", "smollm2", "--steps", str(a.steps), "--top", str(a.top),
+                           "--answer-share", str(a.answer_share)], work / f"profile-{label}.log")
+        lines = [x for x in out.splitlines() if x.strip()]
+        ms[label] = float(lines[0].split(": ")[-1].split(" ms/step")[0])
+        log(f"{label}: " + "\n".join(lines))
+    log(f"after/before: {ms['before'] / ms['after']:.2f}x the steps a second")
+    target = random_target(work / "target")
+    data = synthetic_records(work / "train.jsonl", a.records, SMOLLM2_135M["vocab_size"])
+    log(f"\n## the real trainer: python -m pipeline.train --data ({a.records} synthetic records) --target (random "
+        f"SmolLM2-135M shape) --steps {a.trainer_steps} --save-every {a.trainer_steps // 2} {' '.join(RECIPE)}")
+    figs = {}
+    for label, code in codes:
+        out, events, err = work / f"run-{label}", work / f"events-{label}.jsonl", work / f"trainer-{label}.log"
+        events.unlink(missing_ok=True)
+        args = ["--data", str(data), "--target", str(target), "--out", str(out), "--steps", str(a.trainer_steps),
+                "--save-every", str(a.trainer_steps // 2), "--overwrite", *RECIPE]
+        traced = child(code, ["--trainer", "--trace-from", str(a.rate_to + 5), "--top", str(a.top), "--", *args], err,
+                       env={"EAGLE3_EVENTS": str(events), "TORCH_LOGS": "recompiles"})
+        figs[label] = f = trainer_figures(events, out / "summary.json", err, a)
+        log(f"{label}: {f['rate']:.2f} steps/s ({f['ms']:.1f} ms a step, steps {f['window']}), {f['tok_s']:,.0f} real "
+            f"tokens/s, peak {f['peak']:.1f} GiB, {f['recompiles']} recompiles; loss at step {max(f['loss'])} "
+            f"{f['loss'][max(f['loss'])]:.4f}, val loss " + " ".join(f"{v:.4f}" for v in f["val"]))
+        log("\n".join("  " + x for x in traced.splitlines() if x.strip() and (not x.startswith("train:") or "warning" in x)))
+    b, f = figs["before"], figs["after"]
+    common = sorted(set(b["loss"]) & set(f["loss"]))
+    worst = max(abs(f["loss"][s] - b["loss"][s]) / max(abs(b["loss"][s]), 1e-9) for s in common)
+    log(f"after/before: {f['rate'] / b['rate']:.2f}x the steps a second; logged losses (steps {common[0]}-{common[-1]}) "
+        f"differ by at most {worst:.2%}")
+    return 0
+
+
+def main() -> int:
+    a = parse_args()
+    if a.speed:
+        return speed(a)
+    sys.path.insert(0, str(a.code.resolve()))
+    return trainer(a) if a.trainer else profile_step(a)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ API (stable; pipeline.train, pipeline.export and pipeline.evaluate build on it):
     m.load_embeddings(target_head.read_embeddings(target_dir))   # frozen, never in state_dict()
     m.set_vocab(vocab.from_counts(counts, cfg.draft_vocab_size))  # fills d2t / t2d
     m.state_dict().keys() == set(EXPORT_KEYS)                      # exactly SGLang's names
-    logits, h = m(input_ids, hidden, position_ids, cache=None)
+    logits, h = m(input_ids, hidden, position_ids, cache=None)    # h alone: m.hidden_out(...)
     m.draft_to_target(draft_ids) -> target ids
     save_drafter(m, folder) / load_drafter(folder)   # config.json + model.safetensors
 
@@ -279,6 +279,12 @@ class Eagle3Drafter(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,
                 cache: KVCache | TTTCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.hidden_out(input_ids, hidden, position_ids, cache)
+        return self.lm_head(self.norm(out)), out
+
+    def hidden_out(self, input_ids: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,
+                   cache: KVCache | TTTCache | None = None) -> torch.Tensor:
+        """forward's second result without its logits (training scores only some rows' logits)."""
         b, t = input_ids.shape
         if not torch.is_autocast_enabled(hidden.device.type):
             hidden = hidden.to(self.fc.weight.dtype)  # under autocast bf16 goes straight into the matmuls
@@ -289,8 +295,7 @@ class Eagle3Drafter(nn.Module):
             position_ids = torch.arange(start, start + t, device=input_ids.device).expand(b, t)
         embeds = F.embedding(input_ids, self.embed_tokens).to(hidden.dtype)
         cos, sin = self.rotary(hidden, position_ids)
-        out = self.midlayer(embeds, hidden, cos.to(hidden.dtype), sin.to(hidden.dtype), cache)
-        return self.lm_head(self.norm(out)), out
+        return self.midlayer(embeds, hidden, cos.to(hidden.dtype), sin.to(hidden.dtype), cache)
 
 
 def save_drafter(model: Eagle3Drafter, folder: Path) -> None:

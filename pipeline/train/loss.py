@@ -3,12 +3,19 @@
 Alignment (stored sample of T tokens x_0..x_{T-1}; target state s_p after reading x_p):
 at TTT step i, row t feeds token x_{t+1+i} and (step 0) the captured layers at t, or (step
 i >= 1) the drafter's previous output; it is scored against the target's distribution at
-position t+1+i (lm_head(s_{t+1+i}) restricted to the draft vocabulary and renormalised),
-i.e. the token x_{t+2+i}. Row t counts at step i when x_{t+2+i} is under loss_mask and the
-target's top token there is in the draft vocabulary (the drafter cannot propose others);
+position p = t+1+i (lm_head(s_p) restricted to the draft vocabulary and renormalised),
+i.e. the token x_{p+1}. Row t counts at step i when x_{p+1} is under loss_mask and the
+target's top token at p is in the draft vocabulary (the drafter cannot propose others);
 accuracy counts every loss-masked row, so it is the honest rate. Step i weighs 0.8^i.
 The loss is the cross-entropy minus the target's entropy, i.e. KL(target || drafter): the
 same gradient, and a value that reads 0 for a perfect drafter whatever the target's entropy.
+
+Everything is indexed by the target positions p whose next token is under loss_mask (the
+answer tokens, about 60 % of a batch's rows; prompts and padding are not scored). The
+target's logits, log-sum-exp, entropy and top token are computed once for those positions;
+step i scores the drafter's rows p-1-i against them, the same target rows at every step,
+so nothing is shifted or copied between steps, and the drafter's head and loss run only on
+those rows (head_loss: fused, chunked, never a [B, T, vocab] tensor).
 
 Each loss is a sum over this rank's rows divided by the GLOBAL row count of that step
 (all-reduced before the forward), times the world size: DDP's gradient average then gives
@@ -26,6 +33,7 @@ import torch
 from torch import nn
 
 from ..drafter.model import Eagle3Drafter, TTTCache
+from .head_loss import head_soft_cross_entropy
 from .vocab_kernels import EAGER_KERNELS, VocabKernels
 
 DECAY = 0.8
@@ -34,33 +42,21 @@ TTT_DELAY = float(os.environ.get("EAGLE3_TRAIN_TTT_DELAY") or 0)
 HEAD_CHUNK_ROWS = 8192
 
 
-class SoftCrossEntropy(torch.autograd.Function):
-    """-(p . log_softmax(z)) per row, for p that sums to 1: logsumexp(z) - p.z. Its gradient
-    (softmax(z) - p) is formed once in backward; the [rows, vocab] log-probabilities that
-    log_softmax followed by a product would keep for backward are never materialised. Both
-    passes are `kernels`' (pipeline.train.vocab_kernels: one fused kernel each on CUDA)."""
-
-    @staticmethod
-    def forward(ctx, z: torch.Tensor, p: torch.Tensor, kernels: VocabKernels) -> torch.Tensor:  # noqa: ANN001
-        with torch.autocast(z.device.type, enabled=False):  # fp32 math; z is kept in its own dtype
-            lse, loss = kernels.soft_ce_forward(z, p)
-            ctx.save_for_backward(z, p, lse)
-            ctx.kernels = kernels
-            return loss
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # noqa: ANN001
-        z, p, lse = ctx.saved_tensors
-        with torch.autocast(z.device.type, enabled=False):
-            return ctx.kernels.soft_ce_grad(z, p, lse, g), None, None
-
-
 def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
     """x[:, t + n] at column t, zeros (False) past the end."""
     if n == 0:
         return x
     pad = torch.zeros_like(x[:, :n])
     return torch.cat((x[:, n:], pad), dim=1) if n < x.shape[1] else torch.zeros_like(x)
+
+
+def scored_positions(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Flat positions b*T + p (p >= 1) of a [B,T] loss mask whose next token is under it: the
+    target positions some TTT step scores. Computed where the mask is (the loader's CPU batch:
+    no device sync)."""
+    scored = shift_left(loss_mask.bool(), 1)
+    scored[:, 0] = False  # no drafter row precedes position 0
+    return scored.reshape(-1).nonzero().squeeze(1)
 
 
 class TargetHead:
@@ -74,38 +70,57 @@ class TargetHead:
         self.t2d = t2d.to(device)
 
     @torch.no_grad()
-    def view(self, final: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(probabilities over the draft vocab [B,T,Vd] fp32, their entropy [B,T], top target id [B,T],
-        top in draft vocab [B,T])."""
-        b, t, h = final.shape
-        flat = final.reshape(-1, h).to(self.full.dtype)
-        probs, entropy = self.kernels.probs_entropy(flat @ self.draft.T)
+    def view(self, final: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """For final states [N,H]: (logits over the draft vocab [N,Vd] in the head's dtype, their
+        log-sum-exp [N] fp32, the entropy of their softmax [N], top target id [N], top in draft vocab [N])."""
+        flat = final.to(self.full.dtype)
+        logits = flat @ self.draft.T
+        lse, entropy = self.kernels.target_stats(logits)
         top = torch.cat([(flat[r:r + HEAD_CHUNK_ROWS] @ self.full.T).argmax(-1)
-                         for r in range(0, flat.shape[0], HEAD_CHUNK_ROWS)])
-        return probs.view(b, t, -1), entropy.view(b, t), top.view(b, t), self.t2d[top].view(b, t)
+                         for r in range(0, flat.shape[0], HEAD_CHUNK_ROWS)]) if flat.shape[0] else \
+            torch.zeros(0, dtype=torch.int64, device=flat.device)
+        return logits, lse, entropy, top, self.t2d[top]
 
 
 @dataclass
 class Prepared:
-    """What one micro-batch needs besides the drafter, all on the device."""
+    """What one micro-batch needs besides the drafter, all on the device. N is the number of
+    scored target positions, n the number of TTT steps."""
 
     input_ids: torch.Tensor  # [B,T]
     aux: torch.Tensor  # [B,T,3H]
-    probs: torch.Tensor  # [B,T,Vd] target distribution at each position
-    entropy: torch.Tensor  # [B,T] its entropy (so the loss reads as a KL divergence, 0 when matched)
-    top: torch.Tensor  # [B,T] target's top token at each position
-    loss_rows: torch.Tensor  # [n,B,T] bool: rows in the loss, per step
-    acc_rows: torch.Tensor  # [n,B,T] bool: rows in the accuracy, per step
+    pos: torch.Tensor  # [N] flat target positions b*T + p
+    logits: torch.Tensor  # [N,Vd] the target's logits over the draft vocabulary there
+    lse: torch.Tensor  # [N] their log-sum-exp (the target's distribution is exp(logits - lse))
+    entropy: torch.Tensor  # [N] its entropy (so the loss reads as a KL divergence, 0 when matched)
+    top: torch.Tensor  # [N] the target's top token
+    valid: torch.Tensor  # [n,N] bool: step i has a drafter row for the position (p >= 1+i): the accuracy's rows
+    counted: torch.Tensor  # [n,N] bool: ... and the target's top is in the draft vocabulary: the loss's rows
+
+    @property
+    def loss_count(self) -> torch.Tensor:
+        return self.counted.sum(1).float()
+
+    @property
+    def acc_count(self) -> torch.Tensor:
+        return self.valid.sum(1).float()
+
+    def entropy_sums(self) -> torch.Tensor:
+        """[n] the target's entropy summed over each step's loss rows: sums + this is the cross-entropy."""
+        return (self.counted * self.entropy).sum(1)
 
 
 def prepare(head: TargetHead, batch: dict[str, torch.Tensor], steps: int, dtype: torch.dtype) -> Prepared:
-    probs, entropy, top, in_draft = head.view(batch["hidden_state"])
-    mask = batch["loss_mask"].bool()
-    acc_rows = torch.stack([shift_left(mask, 2 + i) for i in range(steps)])
-    loss_rows = acc_rows & torch.stack([shift_left(in_draft, 1 + i) for i in range(steps)])
-    return Prepared(input_ids=batch["input_ids"], aux=batch["aux_hidden_state"].to(dtype), probs=probs,
-                    entropy=entropy, top=top,
-                    loss_rows=loss_rows, acc_rows=acc_rows)
+    final = batch["hidden_state"]
+    b, t, h = final.shape
+    pos = batch.get("scored")
+    pos = scored_positions(batch["loss_mask"]) if pos is None else pos
+    pos = pos.to(final.device)
+    logits, lse, entropy, top, in_draft = head.view(final.reshape(-1, h)[pos])
+    col = pos % t
+    valid = col[None, :] >= torch.arange(1, steps + 1, device=pos.device)[:, None]
+    return Prepared(input_ids=batch["input_ids"], aux=batch["aux_hidden_state"].to(dtype), pos=pos, logits=logits,
+                    lse=lse, entropy=entropy, top=top, valid=valid, counted=valid & in_draft[None, :])
 
 
 class StepAborted(Exception):
@@ -130,19 +145,22 @@ class TTTObjective(nn.Module):
         pos = torch.arange(t, device=p.input_ids.device).expand(b, t)
         cache = TTTCache()
         hidden = p.aux
+        d = self.drafter
         sums, correct = [], []
         for i in range(self.steps):
             if self.should_stop is not None and self.should_stop():
                 raise StepAborted
             if TTT_DELAY:
                 time.sleep(TTT_DELAY)
-            logits, hidden = self.drafter(shift_left(p.input_ids, 1 + i), hidden, pos + i, cache)
-            n = max(t - 1 - i, 0)  # rows whose target position t+1+i exists
-            row_loss = SoftCrossEntropy.apply(logits[:, :n], p.probs[:, 1 + i:], self.kernels) - p.entropy[:, 1 + i:]
-            sums.append((row_loss * p.loss_rows[i, :, :n]).sum())
+            hidden = d.hidden_out(shift_left(p.input_ids, 1 + i), hidden, pos + i, cache)
+            valid = p.valid[i]
+            rows = torch.where(valid, p.pos - (1 + i), p.pos)  # an invalid row reads any row and weighs 0
+            x = d.norm(hidden.reshape(-1, hidden.shape[-1])[rows])
+            counted = p.counted[i].float()
+            total, top = head_soft_cross_entropy(x, d.lm_head.weight, p.logits, p.lse, counted, self.kernels)
+            sums.append(total - (counted * p.entropy).sum())
             with torch.no_grad():
-                pred = self.drafter.draft_to_target(logits[:, :n].argmax(-1))
-                correct.append(((pred == p.top[:, 1 + i:]) & p.acc_rows[i, :, :n]).sum())
+                correct.append(((d.draft_to_target(top) == p.top) & valid).sum())
         return torch.stack(sums), torch.stack(correct)
 
 

@@ -16,7 +16,7 @@ import torch
 
 from . import checkpoint
 from .errors import Stopped
-from .loss import StepAborted, prepare, weights
+from .loss import StepAborted, prepare, scored_positions, weights
 
 if TYPE_CHECKING:
     from .setup import Run
@@ -46,8 +46,10 @@ class Window:
 
 
 def to_device(run: Run, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The batch on the run's device, with the target's states added when the run is online."""
+    """The batch on the run's device, with the positions the objective scores (found on the host,
+    where the mask is: no device sync) and the target's states when the run is online."""
     lengths = batch["lengths"].tolist() if run.states is not None else None
+    batch = {**batch, "scored": scored_positions(batch["loss_mask"])}
     moved = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
     if run.states is not None:
         run.states.fill(moved, lengths)
@@ -60,7 +62,7 @@ def forward_backward(run: Run, batch: dict[str, torch.Tensor]):
     w = weights(n, run.device)
     with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cuda):
         prep = prepare(run.head, batch, n, run.amp_dtype)
-        counts = run.dist.all_reduce_sum(prep.loss_rows.sum((1, 2)).float())
+        counts = run.dist.all_reduce_sum(prep.loss_count)
         sums, correct = run.objective(prep)
         loss = (w * sums / counts.clamp(min=1)).sum() * world
     run.opt.zero_grad(set_to_none=True)
@@ -105,7 +107,7 @@ def add_to_window(win: Window, loss: torch.Tensor, sums: torch.Tensor, correct: 
     win.loss += loss.detach() / world
     win.sums += sums.detach()
     win.correct += correct.float()
-    win.acc_rows += prep.acc_rows.sum((1, 2)).float()
+    win.acc_rows += prep.acc_count
     win.loss_rows += counts
     win.tokens += batch["lengths"].sum()
 

@@ -40,8 +40,7 @@ class Validator:
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.cuda):
                         prep = prepare(run.head, b, n, run.amp_dtype)
                         sums, correct = check(prep)
-                    acc_sum += torch.cat([sums.float(), correct.float(), prep.loss_rows.sum((1, 2)).float(),
-                                          prep.acc_rows.sum((1, 2)).float()])
+                    acc_sum += torch.cat([sums.float(), correct.float(), prep.loss_count, prep.acc_count])
         except StepAborted:  # a stop in the target's forward (online)
             return None
         finally:

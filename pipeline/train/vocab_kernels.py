@@ -1,18 +1,20 @@
-"""The objective's passes over vocabulary-wide tensors, as single fused kernels on CUDA.
+"""The objective's passes over vocabulary-wide rows, as single fused kernels on CUDA.
 
-A step holds [B,T,Vd] tensors: the target's distribution over the draft vocabulary, and at
-each of the 7 TTT steps the drafter's logits. Written out eagerly, every pass over them
-materialises fp32 copies (the upcast, logsumexp's max, subtract, exp and sum, the dot with
-the target's probabilities; backward again, then the cast back), about 50 GB of memory
-traffic per TTT step at 16k tokens and a 32k draft vocabulary: for a small target that is
-most of a step, far more than its matmuls. Compiled with torch.compile, each pass becomes
-one kernel that reads the bf16 logits and the probabilities once and keeps the fp32 math
-in registers. The math is the eager one, so the two agree to fp32 rounding.
+Each pass reads rows of logits over the draft vocabulary (32,000 wide) and returns a few
+numbers per row: the target's log-sum-exp and entropy once per batch, then at every TTT
+step the drafter's log-sum-exp, its soft cross-entropy against the target, its top token
+and, when training, the gradient of that cross-entropy. Written out eagerly, each is a
+chain of fp32 copies of the rows (the upcast, logsumexp's max, subtract, exp and sum, the
+dot with the target's probabilities, the gradient, the cast back); compiled with
+torch.compile, each becomes one or two kernels that read the bf16 rows once or twice and
+keep the fp32 math in registers. The math is the eager one, so the two agree to fp32
+rounding. The target's probabilities are never stored: they are exp(logits - lse) of its
+bf16 logits, formed inside each pass, exactly as a stored fp32 softmax of those logits.
 
 Compiled by default on CUDA (`--no-compile-loss` turns it off); eager on CPU. If compiling
 fails (no Triton, an unsupported op) the kernels go back to eager with one warning line,
-rather than the run failing. Shapes are compiled dynamic: every TTT step has its own row
-count and every batch its own length, which would otherwise each cost a recompile.
+rather than the run failing. Shapes are compiled dynamic: every batch has its own row count,
+which would otherwise each cost a recompile.
 """
 
 from __future__ import annotations
@@ -29,27 +31,36 @@ def _wide(x: torch.Tensor) -> torch.Tensor:
     return x if x.element_size() >= 4 else x.float()
 
 
-def probs_entropy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(softmax in fp32, its entropy) of [..., V] logits."""
-    logp = torch.log_softmax(_wide(logits), dim=-1)
-    probs = logp.exp()
-    return probs, -(probs * logp).sum(-1)
+def target_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logsumexp, entropy of the softmax) of [N, V] logits, in fp32 at least."""
+    lf = _wide(logits)
+    lse = torch.logsumexp(lf, dim=-1)
+    p = torch.exp(lf - lse.unsqueeze(-1))
+    return lse, lse - (p * lf).sum(-1)
 
 
-def soft_ce_forward(z: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logsumexp(z), -(p . log_softmax(z))) per row, in fp32 at least whatever z's dtype."""
+def _soft_ce(z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor):
     zf = _wide(z)
+    p = torch.exp(_wide(t_logits).to(zf.dtype) - t_lse.to(zf.dtype).unsqueeze(-1))
     lse = torch.logsumexp(zf, dim=-1)
-    return lse, lse - (p.to(zf.dtype) * zf).sum(-1)
+    return zf, p, lse, lse - (p * zf).sum(-1)
 
 
-def soft_ce_grad(z: torch.Tensor, p: torch.Tensor, lse: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """d/dz of g * soft_ce: g * (softmax(z) - p), in z's dtype."""
-    zf = _wide(z)
-    return torch.exp(zf - lse.unsqueeze(-1)).sub_(p.to(zf.dtype)).mul_(g.unsqueeze(-1)).to(z.dtype)
+def head_forward(z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(-(p . log_softmax(z)) per row, argmax of z) for the target's p = exp(t_logits - t_lse)."""
+    _zf, _p, _lse, loss = _soft_ce(z, t_logits, t_lse)
+    return loss, z.argmax(-1)
 
 
-EAGER = {"probs_entropy": probs_entropy, "soft_ce_forward": soft_ce_forward, "soft_ce_grad": soft_ce_grad}
+def head_grad(z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,
+              w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """head_forward's two, and d/dz of sum(w * loss): w * (softmax(z) - p), in z's dtype."""
+    zf, p, lse, loss = _soft_ce(z, t_logits, t_lse)
+    dz = (torch.exp(zf - lse.unsqueeze(-1)) - p) * w.to(zf.dtype).unsqueeze(-1)
+    return loss, z.argmax(-1), dz.to(z.dtype)
+
+
+EAGER = {"target_stats": target_stats, "head_forward": head_forward, "head_grad": head_grad}
 
 
 class VocabKernels:
@@ -74,14 +85,16 @@ class VocabKernels:
                 self.log(compile_failed("train", "the loss kernels", e, "--no-compile-loss"))
         return EAGER[name](*args)
 
-    def probs_entropy(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._call("probs_entropy", logits)
+    def target_stats(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._call("target_stats", logits)
 
-    def soft_ce_forward(self, z: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._call("soft_ce_forward", z, p)
+    def head_forward(self, z: torch.Tensor, t_logits: torch.Tensor,
+                     t_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._call("head_forward", z, t_logits, t_lse)
 
-    def soft_ce_grad(self, z: torch.Tensor, p: torch.Tensor, lse: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        return self._call("soft_ce_grad", z, p, lse, g)
+    def head_grad(self, z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,
+                  w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._call("head_grad", z, t_logits, t_lse, w)
 
 
 EAGER_KERNELS = VocabKernels(compile=False)

@@ -289,7 +289,7 @@ def test_a_forward_that_ignores_the_cache_is_refused_not_scored(tiny, reference)
         greedy(ignoring, prompt, len(ref))
 
 
-def test_the_first_draft_at_every_position_is_what_training_scored_there(tiny, target, reference):
+def test_the_first_draft_at_every_position_is_what_training_scored_there(tiny, target, reference, monkeypatch):
     """Validation accuracy and acceptance at the first draft position count the same thing: the
     evaluation's first draft after each prefix equals the trainer's step-0 prediction for that
     row (its capture, objective and drafter on the whole sequence), so a gap between the two
@@ -298,6 +298,7 @@ def test_the_first_draft_at_every_position_is_what_training_scored_there(tiny, t
     from pipeline.drafter.target_head import read_lm_head
     from pipeline.evaluate.drafter import ChainDrafter, load_exported
     from pipeline.target.model import load_target
+    from pipeline.train import loss
     from pipeline.train.loss import TargetHead, TTTObjective, prepare
 
     prompt, ref = reference
@@ -317,10 +318,12 @@ def test_the_first_draft_at_every_position_is_what_training_scored_there(tiny, t
     head = TargetHead(read_lm_head(tiny["target"]), draft_ids, model.t2d, torch.device("cpu"), torch.float32)
     prep = prepare(head, {"input_ids": ids, "loss_mask": mask, "hidden_state": final, "aux_hidden_state": states},
                    3, torch.float32)
-    steps: list[torch.Tensor] = []
-    model.register_forward_hook(lambda _m, _a, out: steps.append(out[0].detach()))
+    tops: list[torch.Tensor] = []
+    scored = loss.head_soft_cross_entropy
+    monkeypatch.setattr(loss, "head_soft_cross_entropy", lambda *a: tops.append(scored(*a)[1]) or scored(*a))
     with torch.no_grad():
         TTTObjective(model, 3)(prep)
-    trained = model.draft_to_target(steps[0][0].argmax(-1))  # row t: the token after seq[t + 1]
-    assert [int(trained[n - 2]) for n in drafted] == list(drafted.values())
+    # step 0 scores row t = p - 1 at target position p: the token after seq[t + 1]
+    trained = {int(p) - 1: int(t) for p, t in zip(prep.pos, model.draft_to_target(tops[0]))}
+    assert [trained[n - 2] for n in drafted] == list(drafted.values())
     assert len(set(drafted.values())) > 1  # a drafter that says one token everywhere would prove nothing
