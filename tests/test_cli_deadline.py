@@ -167,6 +167,11 @@ def test_until_rejects_what_is_not_a_deadline_and_off_clears_one(tmp_path, capsy
     assert main(["run", str(cfg), "after", "--until", "2h"]) == EXIT_FAIL  # set, then the start is blocked
     assert "deadline " in capsys.readouterr().out
     assert json.loads((tmp_path / "work" / "state" / "deadline.json").read_text())["grace"] == 10.0
+    capsys.readouterr()
+    assert main(["status", str(cfg)]) == EXIT_OK
+    assert "deadline " in capsys.readouterr().out
+    assert main(["status", str(cfg), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["deadline"]["how"] == "eagle3 run --until 2h"
     assert main(["run", str(cfg), "after", "--until", "off"]) == EXIT_FAIL
     assert "deadline cleared" in capsys.readouterr().out
     assert not (tmp_path / "work" / "state" / "deadline.json").exists()
@@ -186,3 +191,15 @@ def test_until_takes_the_next_time_of_day_to_come() -> None:
     now = time.mktime((2030, 6, 1, 14, 0, 0, 0, 0, -1))
     assert parse_until("14:05", now) == now + 300
     assert parse_until("13:55:30", now) == now + 86400 - 270  # today's has passed: tomorrow's
+
+
+def test_a_deadline_file_that_is_not_one_is_named_and_off_clears_it(tmp_path, capsys) -> None:
+    cfg = config(tmp_path, WORK)
+    state = tmp_path / "work" / "state"
+    state.mkdir(parents=True)
+    (state / "deadline.json").write_text('{"at": "soon"')
+    assert main(["run", str(cfg), "--all"]) == EXIT_FAIL
+    err = capsys.readouterr().err
+    assert "deadline.json: not a deadline" in err and "delete the file" in err
+    assert main(["run", str(cfg), "after", "--until", "off"]) == EXIT_FAIL  # cleared; after is still blocked
+    assert "deadline cleared" in capsys.readouterr().out and not (state / "deadline.json").exists()

@@ -18,6 +18,7 @@ from console.core.lifecycle.project import Project
 from console.core.lifecycle.reread import ConfigChanged
 from console.core.lifecycle.snapshot import Snapshot, SnapshotBuilder
 from console.core.lifecycle.state import LIVE, State, glyph_of
+from console.core.runs.deadline import Deadline, DeadlineError
 
 HELP = ("every phase: state, last run, exit code, live progress; exit 0 when no phase is "
         "failed, lost or stale, 1 otherwise")
@@ -68,14 +69,29 @@ def _reread(project: Project) -> None:
 def _status_once(project: Project, snap: Snapshot, args: argparse.Namespace, out: TextIO) -> int:
     bad = [s for s in snap.statuses if s.state in (State.FAILED, State.STALE)]
     code = EXIT_FAIL if bad else EXIT_OK
+    try:
+        due = project.deadline()
+    except DeadlineError as e:
+        print(f"eagle3: {e}", file=sys.stderr)
+        due = None
     if args.json:
         print_json({"config": str(project.config.path), "name": project.config.name,
                     "state_dir": str(project.config.state_dir), "t": snap.t, "exit_code": code,
                     "saved_overrides": dict(project.config.saved_overrides),
+                    "deadline": None if due is None else {**due.to_json(), "passed": due.passed(snap.t)},
                     "phases": snap.to_json()}, out)
         return code
     _print_table(project, snap, out)
+    if due is not None:
+        print(_deadline_line(due, snap.t), file=out)
     return code
+
+
+def _deadline_line(due: Deadline, now: float) -> str:
+    if due.passed(now):
+        return f"deadline {due.clock()} has passed (eagle3 run --until off clears it)"
+    return (f"deadline {due.clock()}, in {fmt_duration(due.left(now))}: the phases running then get the stop "
+            f"`eagle3 stop` sends ({due.how})")
 
 
 def _print_table(project: Project, snap: Snapshot, out: TextIO) -> None:

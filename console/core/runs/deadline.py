@@ -91,7 +91,7 @@ def read(state_dir: str | os.PathLike[str]) -> Deadline | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise DeadlineError(f"{path}: cannot read the deadline: {e}") from None
+        raise DeadlineError(f"cannot read the deadline: {e}; set it again or delete the file") from None
     try:
         return Deadline.from_json(json.loads(text))
     except (json.JSONDecodeError, DeadlineError) as e:
