@@ -203,3 +203,23 @@ def test_a_deadline_file_that_is_not_one_is_named_and_off_clears_it(tmp_path, ca
     assert "deadline.json: not a deadline" in err and "delete the file" in err
     assert main(["run", str(cfg), "after", "--until", "off"]) == EXIT_FAIL  # cleared; after is still blocked
     assert "deadline cleared" in capsys.readouterr().out and not (state / "deadline.json").exists()
+
+
+def test_a_phase_whose_launcher_is_gone_gets_the_deadline_stop_from_the_walk(tmp_path, capsys, monkeypatch) -> None:
+    from console.core.flow import runall
+    from console.core.runs import manager
+
+    monkeypatch.setattr(runall, "BACKSTOP_S", 0.5)
+    cfg = config(tmp_path, WORK)
+    work = tmp_path / "work"
+    assert main(["run", str(cfg), "work"]) == EXIT_OK
+    wait_for(lambda: (work / "started").exists(), "the phase to start")
+    run = manager.latest_run(work / "state", "work")
+    os.kill(run.read_pid().pid, signal.SIGKILL)  # the launcher, not the phase: nobody to keep the deadline
+    wait_for(lambda: "launcher" in " ".join(manager.run_status(run).reasons), "the launcher to be gone")
+
+    assert main(["run", str(cfg), "--all", "--until", "1s", "--grace", "5"]) == EXIT_DEADLINE
+    st = status(cfg, capsys)["work"]
+    assert st["state"] == "stopped" and "stopped at the deadline" in st["reason"]
+    assert (work / "count.txt").exists()  # the phase's own graceful stop ran
+    assert journal(cfg, capsys, "stop")[0]["deadline"] == st["deadline"]

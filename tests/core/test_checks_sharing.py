@@ -93,7 +93,8 @@ def test_a_running_phase_claims_what_it_still_has_to_write(tmp_path) -> None:
     run.path.mkdir()
     phase = Phase(id="extract", title="x", argv=("true",), outputs=(tmp_path / "store",))
     here = os.stat(tmp_path).st_dev
-    live = _Live(phase, run, PrefixedLog(run.output_log, "extract"), EventTail(run.events_jsonl), [(here, 5 * GB)])
+    live = _Live(phase, run, PrefixedLog(run.output_log, "extract"), EventTail(run.events_jsonl), [(here, 5 * GB)],
+                 here)
     assert live.space_claims() == [SpaceClaim("extract", here, 5 * GB, True)]  # nothing written yet: its need
     writer = EventWriter(str(run.events_jsonl))
     writer.progress(0, 100, "samples", bytes_written=GB)

@@ -138,6 +138,7 @@ class _Live:
     log: PrefixedLog
     events: EventTail
     space: list[tuple[int, int]] = field(default_factory=list)
+    out_device: int | None = None  # the filesystem of its first output
     ready_by: float = 0.0  # a service: monotonic time by which it must answer ready
     next_probe: float = 0.0
 
@@ -148,8 +149,7 @@ class _Live:
         live = self.events.stats.snapshot()
         remaining = live.remaining_bytes
         if remaining is not None:
-            device = self.space[0][0] if self.space else (
-                device_of(self.phase.outputs[0]) if self.phase.outputs else None)
+            device = self.space[0][0] if self.space else self.out_device
             return [] if device is None else [SpaceClaim(self.phase.id, device, int(remaining), True)]
         written = int(live.bytes_written or 0)
         return [SpaceClaim(self.phase.id, dev, max(0, need - written), True) for dev, need in self.space]
@@ -172,8 +172,11 @@ class _Walk:
         return [p for p in self.project.config.phases if p.id not in seen]
 
     def follow(self, phase: Phase, run: RunDir, results: list[CheckResult] | None = None) -> None:
+        config = self.project.config
         self.live[phase.id] = _Live(phase, run, PrefixedLog(run.output_log, phase.id), EventTail(run.events_jsonl),
-                                    _space_needs(results), ready_by=time.monotonic() + self.timeout)
+                                    _space_needs(results),
+                                    device_of(config.resolve(phase.outputs[0])) if phase.outputs else None,
+                                    ready_by=time.monotonic() + self.timeout)
 
     def look(self) -> Iterator[Step]:
         """Done phases whose needs are settled: skipped. Live ones the walk does not follow yet
@@ -279,7 +282,8 @@ class _Walk:
         if due is None or self.clock() < due.at + due.grace + BACKSTOP_S:
             return
         for pid, lv in self.live.items():
-            if pid not in self.stop_sent and manager.run_status(lv.run).state == "running":
+            rs = manager.run_status(lv.run)
+            if pid not in self.stop_sent and rs.state == "running" and due.covers(rs.started_at):
                 self.stop_sent.add(pid)
                 self.project.stop(pid, grace=due.grace, run_id=lv.run.run_id, deadline=due.at)
 

@@ -292,8 +292,8 @@ def stop_run(config: Config, phase_id: str, grace: float = procs.STOP_GRACE, jou
         raise PhaseError(f"{phase_id}: run {run_id} is no longer the phase's run (now {rd.run_id}); "
                          "nothing was stopped. Stop again to stop the new run")
     if rd.read_pid() is None and run_status(rd).state == "running":
-        deadline = time.monotonic() + 5.0  # a launcher just spawned: let it write its pid
-        while rd.read_pid() is None and time.monotonic() < deadline:
+        patience = time.monotonic() + 5.0  # a launcher just spawned: let it write its pid
+        while rd.read_pid() is None and time.monotonic() < patience:
             time.sleep(0.02)
     pid = rd.read_pid()
     if pid is None:
@@ -318,8 +318,8 @@ def stop_run(config: Config, phase_id: str, grace: float = procs.STOP_GRACE, jou
     procs.kill_group(pid.child_pid if child_alive else pid.pid, grace,
                      sid=pid.pid if launcher_alive else None, spare={pid.pid}, extra=marked)
 
-    deadline = time.monotonic() + max(grace, 5.0)
-    while procs.alive(pid.pid, pid.start_time) and time.monotonic() < deadline:
+    patience = time.monotonic() + max(grace, 5.0)
+    while procs.alive(pid.pid, pid.start_time) and time.monotonic() < patience:
         time.sleep(0.05)
     if procs.alive(pid.pid, pid.start_time) and rd.read_exit() is None:
         procs.kill_group(pid.pid, 0.5, sid=pid.pid)
