@@ -233,3 +233,16 @@ def test_regenerate(tmp_path):
     stats = json.loads((tmp_path / "out.stats.json").read_text())
     assert stats["status"] == "stopped" and stats["records_out"] == out.read_bytes().count(b"\n")
 
+
+
+def test_prepare(tmp_path):
+    from recipe_inputs import sharegpt_text
+
+    source, events, out = tmp_path / "sharegpt.json", tmp_path / "events.jsonl", tmp_path / "split"
+    source.write_text(sharegpt_text(50_000))  # some 15 MB: seconds of reading after the first 2,000 records
+    argv = [sys.executable, "-m", "pipeline.prepare", "split", "--sharegpt", str(source), "--out", str(out)]
+    stage = Stage(tmp_path, argv, _env(EAGLE3_EVENTS=str(events)))
+    stage.wait_until(_progress(events, "bytes", 1), "the split's first progress")
+    stage.ctrl_c()
+    assert_interrupted(stage, "prepare")
+    assert not out.exists() and list(tmp_path.glob(".split.*")) == []  # the staged folder went with the stop

@@ -18,7 +18,7 @@ import pytest
 from conftest import make_records, write_merged
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ("merge", "regenerate", "extract", "train", "export", "evaluate", "serve", "patch", "demo")
+STAGES = ("merge", "regenerate", "extract", "train", "export", "evaluate", "serve", "patch", "demo", "prepare")
 SHALLOW = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128,
            "max_position_embeddings": 256, "rms_norm_eps": 1e-5}
@@ -92,6 +92,10 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
     ("patch", lambda t: ["apply", "--file", str(t / "nope.py")], 2, "does not exist"),
     ("patch", lambda t: ["apply", "--file", str(_folder(t, "src"))], 2, "src"),
     ("demo", lambda t: ["--out", str(_bad_record(t)), "--quick"], 2, "exists and is not a folder"),
+    ("prepare", lambda t: ["split", "--sharegpt", str(_bad_record(t)), "--out", str(t / "s")], 2,
+     "no training record is left"),
+    ("prepare", lambda t: ["target", "--from", str(_folder(t, "m")), "--out", str(t / "t")], 2,
+     "a folder without config.json"),
 ]
 
 

@@ -1,0 +1,1 @@
+"""`python -m pipeline.prepare`: the recipe's inputs as the stages read them."""
