@@ -103,6 +103,28 @@ def test_a_prompt_over_max_prompt_tokens_is_skipped_as_prompt_too_long(tmp_path,
     assert f"more than --max-prompt-tokens {limit}" in stats["failure_examples"]["prompt_too_long"][0]
 
 
+def test_a_record_of_more_turns_than_the_target_can_hold_fails_before_any_answer(tmp_path, chat_target):
+    """A record of 10,000 short turns cost 276 s of answers before the turn that no longer fit:
+    its last turn's prompt, with the shortest answers there can be, is measured first."""
+    src = tmp_path / "chats.jsonl"
+    many = [m for i in range(60) for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"})]
+    src.write_text(json.dumps({"id": "long", "conversations": many}) + "\n"
+                   + json.dumps({"id": "short", "conversations": many[:2]}) + "\n")
+    events = tmp_path / "events.jsonl"
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin",
+           "EAGLE3_EVENTS": str(events)}
+    p = subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(tmp_path / "out.jsonl"),
+                        "--backend", "hf", "--model", str(chat_target), "--max-new-tokens", str(MAX_NEW),
+                        "--temperature", "0", "--batch-size", "2"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    assert stats["failures"] == {"prompt_too_long": 1} and stats["records_out"] == 1
+    assert stats["failure_examples"]["prompt_too_long"][0].startswith("long: its last turn of 60, even with")
+    progress = [json.loads(x) for x in events.read_text().splitlines() if '"progress"' in x]
+    assert progress[-1]["answers"] == 1  # the short record's one answer: none was generated for the long one
+
+
 def test_a_target_whose_weights_will_not_load_is_refused_naming_the_folder(tmp_path, chat_target, chats):
     import shutil
 

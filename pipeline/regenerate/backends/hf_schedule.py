@@ -97,9 +97,21 @@ class Ahead:
                 self.drained = True
                 return
             try:
+                self._fits(chat)
                 self.ready.append((chat, self.prompt_ids(chat.prompt())))
             except Failure as f:
                 self.ready.append((chat, f))
+
+    def _fits(self, chat: Chat) -> None:
+        """Failure when even the shortest possible prompt of the chat's last turn is past the bounds."""
+        floor = chat.last_turn_floor()
+        if floor is None:
+            return
+        try:
+            self.prompt_ids(floor)
+        except Failure as f:
+            raise Failure(f.reason, f"its last turn of {len(chat.pending)}, even with one-character answers "
+                                    f"before it: {f.detail}") from None
 
     def take(self, slots: int, below: int) -> list[tuple[Chat, list[int] | Failure]]:
         """Records in input order, as many as fill `slots` free slots (a record that failed

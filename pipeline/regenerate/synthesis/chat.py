@@ -111,6 +111,11 @@ class SynthChat:
     def prompt(self) -> list[dict[str, str]]:
         return list(self.messages)
 
+    def last_turn_floor(self) -> None:
+        """None: a synthesized record's turns are not known before they are written (Chat's
+        floor measures a source record before its first answer)."""
+        return None
+
     def take(self, gen: Generated, decode: Callable[[list[int]], str]) -> None:
         """The decoder's next generation: a question or an answer. Failure drops the record."""
         asking = self.asking
