@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
@@ -54,11 +54,11 @@ def _open_temp(tmp: str, mode: int) -> int:
     return os.open(tmp, flags | os.O_EXCL, mode)
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Sequence[bytes | memoryview], tag: str = "",
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[bytes | memoryview], tag: str = "",
                        mode: int = 0o644) -> None:
     """Temp + fsync + rename + folder fsync: a reader sees the old file or the complete new
-    one. `data` may be a list of buffers, written in order, so a caller with large tensors
-    never joins them into one copy. `tag` keeps concurrent writers (ranks, threads) off each
+    one. `data` may be a list (or a generator) of buffers, written in order, so a caller with
+    large tensors, or a file's lines, never joins them into one copy. `tag` keeps concurrent writers (ranks, threads) off each
     other's temp file; a failed write removes its temp file."""
     parts = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
     path = os.fspath(path)

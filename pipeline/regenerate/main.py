@@ -52,12 +52,14 @@ def sample_ids(rid: str, n: int) -> list[str]:
     return [rid] if n == 1 else [f"{rid}#s{k}" for k in range(n)]
 
 
-def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
+def _records(o: opts_mod.Options, pol) -> Iterator:
     stream = sources.records(o.sources, pol)
-    if o.limit is not None:
-        stream = islice(stream, o.limit)
+    return islice(stream, o.limit) if o.limit is not None else stream
+
+
+def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
     index = 0
-    for rec in stream:
+    for rec in _records(o, pol):
         for rid in sample_ids(rec.id, o.samples_per_prompt):
             if rid in done:
                 continue
@@ -162,6 +164,12 @@ def _run(o: opts_mod.Options, fd: int | None) -> int:
             _run_hf(o, backend, chats, sink)
         else:
             _run_server(o, chats, sink)
+        sink.flush()
+        if done and out.records:  # a resumed run appended: a record it retried may belong before others
+            moved = out.keep_input_order(rid for rec in _records(o, pol)
+                                         for rid in sample_ids(rec.id, o.samples_per_prompt))
+            if moved:
+                print(f"{NAME}: {o.out}: put the records back in input order ({moved} lines moved)", flush=True)
 
     failed_run = drive(sink, work, lambda: _verdict(o, stats, sink.next))
     took = time.monotonic() - started

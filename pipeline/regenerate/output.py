@@ -11,11 +11,13 @@ to; and a record line is never longer than the resume reads back (MAX_LINE).
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from pipeline.atomic_io import write_all
+from pipeline.atomic_io import write_all, write_bytes_atomic
 from pipeline.output_guard import open_output, refuse_foreign_stats, refuse_replaced
 
 from .errors import BadInput, Failure, StoppedShort
@@ -132,6 +134,32 @@ class Appender:
         self._pending, self._size, self.records, self.bytes = [], self._size + len(data), self.records + n, \
             self.bytes + len(data)
         return n
+
+    def keep_input_order(self, input_ids: Iterable[str]) -> int:
+        """Put the flushed output back in input order when a rerun appended a record that comes
+        before records already there (one that failed last time and was retried); the number of
+        lines that moved (0: in order, untouched). Whole lines move, none changes; ids the input
+        no longer holds (a smaller --limit) keep their order after the rest. Written to a temp
+        file and renamed over the path, never through a link: a kill leaves the old file or the new."""
+        index: list[tuple[str, int, int]] = []  # (id, offset, length) in file order
+        with os.fdopen(os.dup(self._fd), "rb") as f:
+            f.seek(0)
+            offset = 0
+            for raw in iter(lambda: f.readline(MAX_LINE + 1), b""):
+                index.append((json.loads(raw)["id"], offset, len(raw)))
+                offset += len(raw)
+        where: dict[str, float] = dict.fromkeys((rid for rid, _, _ in index), math.inf)
+        for i, rid in enumerate(input_ids):
+            if where.get(rid) == math.inf:
+                where[rid] = i
+        keys = [(where[rid], k) for k, (rid, _, _) in enumerate(index)]
+        order = sorted(range(len(index)), key=keys.__getitem__)
+        moved = sum(k != i for i, k in enumerate(order))
+        if moved:
+            refuse_replaced(self._fd, self.path)
+            write_bytes_atomic(self.path, (os.pread(self._fd, index[k][2], index[k][1]) for k in order),
+                               tag=f".{os.getpid()}.{secrets.token_hex(3)}")
+        return moved
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -162,6 +162,26 @@ def test_a_record_the_server_keeps_failing_is_counted_once_it_answers_others_and
     assert stats["failure_examples"]["http_5xx"][0].startswith(f"chat-{failing}: ")
 
 
+def test_a_failed_record_retried_by_a_rerun_takes_its_place_in_input_order(tmp_path, src):
+    """The rerun of a finished run asks again only the record that failed; it used to land last,
+    against the documented input order (merge and a diff of two runs see the same file)."""
+    src.write_text(src.read_text().replace("question 7.0", "FAIL question 7.0"))
+    out = tmp_path / "out.jsonl"
+    with StandIn(MODEL, None, hidden=8, fail_marker="FAIL") as server:
+        first = run(*argv(src, out, server.url, more=("--retries", "0")))
+    assert first.returncode == 0, first.stderr
+    assert [r["id"] for r in lines(out)] == [r["id"] for r in expected(src) if r["id"] != "chat-7"]
+    with StandIn(MODEL, None, hidden=8) as server:
+        again = run(*argv(src, out, server.url))
+    assert again.returncode == 0, again.stderr
+    assert lines(out) == expected(src)
+    assert "put the records back in input order" in again.stdout
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+    with StandIn(MODEL, None, hidden=8) as server:
+        third = run(*argv(src, out, server.url))
+    assert third.returncode == 0 and lines(out) == expected(src) and "input order" not in third.stdout
+
+
 def _wait(cond, what: str, deadline_s: float = 60.0) -> None:
     end = time.monotonic() + deadline_s
     while not cond():
