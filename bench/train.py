@@ -200,12 +200,10 @@ def _our_parts(a: argparse.Namespace, device: torch.device):
 
 
 def _batches_in_memory(store, world: int, rank: int, count: int, tokens: int, device: torch.device) -> list[dict]:
-    from pipeline.train.data import collate, read_sample
-
     out = []
     for k in range(count):
         i = (k * world + rank) % store.samples
-        b = collate([read_sample(store.root / store.files[i], tokens)])
+        b = store.batch([i], tokens)
         out.append({n: t.to(device) for n, t in b.items()})
     return out
 

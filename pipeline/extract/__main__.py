@@ -16,11 +16,15 @@ unreachable or failed --max-failures requests in a row: restart it and rerun to 
 manifest is kept; rerun to resume). The codes and the `extract: error: ...` line are the
 stage edge's (pipeline/program_edge.py); the run itself is driver.py's, whichever backend.
 
---verify checks every sample's size and checksum (with --sample N: N random ones and the
-last N written), that the manifest lists every sample, and with --model that the target's
-weights are those the store was written with (pipeline/store/integrity.py). --json
-prints StoreReport.to_json(): {"ok", "out", "expected", "samples", "tokens", "bytes",
-"sizes_checked", "checksums_checked", "target_fingerprint", "model_fingerprint",
+--verify checks every sample's size, header, checksum and values (with --sample N: the
+checksums and values of N random ones and the last N written, and it says how many it did
+not read), that the manifest lists every sample, and with --model that the target's weights
+are those the store was written with (pipeline/store/integrity.py). The header must be the
+one meta.json declares and the values must mean states (pipeline/store/meaning.py: finite,
+fp8 scales in range), so a sample rewritten with its manifest line resealed is still found;
+each problem names the file, the sample and the key. --json prints StoreReport.to_json():
+{"ok", "out", "expected", "samples", "tokens", "bytes", "sizes_checked", "checksums_checked",
+"headers_checked", "values_checked", "target_fingerprint", "model_fingerprint",
 "store_dtype", "problems", "problem_count"}.
 
 --store-dtype fp8 stores the final and aux states as float8 e4m3 with float32 scales, one
@@ -55,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="check the store at --out (sizes, checksums, completeness; with --model its target) and exit")
     p.add_argument("--sample", type=int, default=None,
-                   help="--verify only: checksum N random samples and the last N written instead of all")
+                   help="--verify only: checksum and read N random samples and the last N written instead of all")
     p.add_argument("--backend", default="hf", choices=["hf", "sglang"],
                    help="capture backend (default hf: transformers; sglang: a patched SGLang server, see sglang_client.py)")
     p.add_argument("--model", type=Path, help="target model folder (save_pretrained layout)")

@@ -30,8 +30,12 @@ API for writers and readers of the store (all but `sample_file` are torch-free):
   -> StoreReport` (`.ok`, `.problems`, `.to_json()`): what `--verify` runs; a trainer
   calls it before it trusts a store.
 - `pipeline.checksum.file_checksum(path)`: a sample file's xxh3, as in its manifest line.
-- `fp8.read_state(f, name, rows)`: a state of an open sample file as captured, dequantized
-  when the store is fp8; `fp8.quantize` / `fp8.dequantize` are the arithmetic under it.
+- `fp8.as_captured(tensors, dtype)`: an fp8 sample's states as captured (dequantized);
+  `fp8.quantize` / `fp8.dequantize` are the arithmetic under it.
+- `meaning.LayoutOf.of_meta(meta)`, `meaning.check_header(path, tokens, layout)`,
+  `meaning.rows_problem(arrays, layout)`, `meaning.check_file(...)`: what a sample must mean
+  beyond its bytes (its header the store's, its values states); `--verify` and the trainer's
+  read ask it of every sample they read.
 
 A finished store has exactly one `manifest.jsonl`, sorted by index. While a sharded run is
 in flight each rank appends to `manifest.rank<r>.jsonl`; call `read_manifest(out)` to see

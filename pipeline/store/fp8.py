@@ -5,7 +5,7 @@ scales a token) so that twice the samples fit on the same disk; the issue that a
 measured a 5,000-sample SmolLM2 store at 33 GB. Every writer (the HF engine quantizes each
 batch on the device before its copy to the host, extract/engine.py quantize_to_host;
 `sample_file.write_sample(fp8=True)`; the SGLang client through `quantize_stream`) and every
-reader (`read_state`, under pipeline/train/data.py's `read_sample`) goes through this
+reader (`as_captured`, under pipeline/train/data.py's `read_sample`) goes through this
 module, so the files have one meaning, byte for byte whichever writer (tests/pipeline/
 test_store_fp8.py, test_extract_sglang.py).
 
@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from .layout import FP8, SCALE_COLUMNS, scale_name
+from .layout import SCALE_COLUMNS, scale_name
 
 E4M3_MAX = 448.0
 _FLOAT32_TINY = torch.finfo(torch.float32).tiny  # a smaller scale's inverse would be inf
@@ -92,23 +92,14 @@ def quantize_state(name: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return quantize(x, SCALE_COLUMNS[name])
 
 
-def is_fp8(metadata: dict | None) -> bool:
-    """Whether a sample file's safetensors `__metadata__` says its states are fp8."""
-    return bool(metadata) and metadata.get("store_dtype") == FP8
-
-
-def read_state(f, name: str, rows: int | None = None) -> torch.Tensor:
-    """State `name` of an open `safe_open(..., framework="pt")` file, its first `rows` rows
-    (all with None), as the target computed it: a bf16 file's tensor as stored, an fp8
-    file's dequantized to the dtype in its metadata. Only those rows are read (mmap)."""
-    cut = slice(None) if rows is None else slice(0, rows)
-    metadata = f.metadata()
-    if not is_fp8(metadata):
-        return f.get_slice(name)[cut]
-    dtype = _DTYPES.get(metadata.get("dtype"))
-    if dtype is None:
-        raise ValueError(f"its metadata names dtype {metadata.get('dtype')!r}, not one of {sorted(_DTYPES)}")
-    return dequantize(f.get_slice(name)[cut], f.get_slice(scale_name(name))[cut], dtype)
+def as_captured(tensors: dict[str, torch.Tensor], captured: str) -> dict[str, torch.Tensor]:
+    """An fp8 sample's tensors (as read from its file, checked by pipeline/store/meaning.py)
+    as the target computed them: the states dequantized to `captured`, their scales dropped."""
+    dtype = _DTYPES[captured]
+    out = {"input_ids": tensors["input_ids"], "loss_mask": tensors["loss_mask"]}
+    for name in SCALE_COLUMNS:
+        out[name] = dequantize(tensors[name], tensors[scale_name(name)], dtype)
+    return out
 
 
 def quantize_stream(dtype: str, hidden: int,

@@ -12,12 +12,15 @@ What the manifest promises for each sample (one JSON line, written by `sample_fi
   total (meta "records", cut by meta "limit");
 - every listed file exists with the manifest's size (one stat each);
 - the checksums of all files ("all"), of `sample` random ones plus the last `sample`
-  written ("sample"), or none;
+  written ("sample"), or none; the files whose checksum is read are read for their meaning
+  too (meaning.py: every value), and every other file's header is ("sample": a header is
+  one small read, and a rotted one would stop a trainer at that sample);
 - with `model`, the target's weight fingerprint equals meta's `target_fingerprint`;
 - meta's `store_dtype`, when it has one, is one this version reads (float8_e4m3fn: an fp8
   store's samples are checked like any other, their scales inside the checksummed bytes).
 `StoreReport.ok` is True when `problems` is empty; each problem is one line naming the file
-or the field. `to_json()` is what `--verify --json` prints.
+(and the sample and key) or the field. `summary()` says what was not read; `to_json()` is what
+`--verify --json` prints.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ..target.weights import FingerprintError, target_fingerprint
 from ..program_edge import BadInput
 from .manifest import manifest_in_order
 from .layout import FP8
+from .meaning import LayoutOf, Meaningless, check_file, check_header
 from .meta import FORMAT, read_meta, store_dtype
 
 CHECKSUM_MODES = ("all", "sample", "none")
@@ -90,6 +94,29 @@ def resume_damage(out: Path, entries: list[dict], last: int = RESUME_CHECKSUMS) 
     return bad
 
 
+def _layout(out: Path, meta: dict, rep: "StoreReport") -> LayoutOf | None:
+    if not meta:
+        return None
+    try:
+        return LayoutOf.of_meta(meta, out / "meta.json")
+    except BadInput as e:
+        rep.add(str(e))
+        return None
+
+
+def _meaning_problem(path: Path, e: dict, layout: LayoutOf, whole: bool, rep: "StoreReport") -> str | None:
+    """The sample's header against what the store declares, and with `whole` every value."""
+    if not isinstance(e.get("tokens"), int) or isinstance(e["tokens"], bool) or e["tokens"] <= 0:
+        return f"manifest line for sample {e['index']} has no usable token count: {e}"
+    rep.headers_checked += 1
+    rep.values_checked += whole
+    try:
+        (check_file if whole else check_header)(path, e["tokens"], layout, e["index"])
+    except Meaningless as err:
+        return str(err)
+    return None
+
+
 @dataclass
 class StoreReport:
     out: str
@@ -100,6 +127,8 @@ class StoreReport:
     bytes: int = 0
     sizes_checked: int = 0
     checksums_checked: int = 0
+    headers_checked: int = 0  # the tensors each sample declares (meaning.header_problem)
+    values_checked: int = 0  # every value read for its meaning (meaning.rows_problem): the checksummed files
     target_fingerprint: str | None = None  # meta's
     model_fingerprint: str | None = None  # of --model, when given
     store_dtype: str | None = None  # what the sample files hold (meta's store_dtype, else its dtype)
@@ -116,8 +145,12 @@ class StoreReport:
 
     def summary(self) -> str:
         head = (f"store {self.out}: {self.samples}/{self.expected if self.expected is not None else '?'} samples, "
-                f"{self.tokens:,} tokens, {self.bytes:,} bytes; {self.sizes_checked} sizes and "
-                f"{self.checksums_checked} checksums checked")
+                f"{self.tokens:,} tokens, {self.bytes:,} bytes; {self.sizes_checked} sizes, {self.headers_checked} "
+                f"headers, {self.checksums_checked} checksums and the values of {self.values_checked} samples checked")
+        unread = self.samples - self.values_checked
+        if unread > 0:
+            head += (f"; the checksums and values of {unread} samples were not read (a full --verify, without "
+                     "--sample, reads every one)")
         if self.ok:
             return head + "; intact"
         more = self.problem_count - len(self.problems)
@@ -177,10 +210,14 @@ def verify_store(out: Path | str, *, model: Path | str | None = None, checksums:
         to_sum = {e["index"] for e in picks} | {e["index"] for e in entries[-sample:]}
     else:
         to_sum = set()
+    layout = _layout(out, meta, rep) if checksums != "none" else None
     for e in entries:
-        problem = _entry_problem(out, e, checksum=e["index"] in to_sum)
+        summed = e["index"] in to_sum
+        problem = _entry_problem(out, e, checksum=summed)
         rep.sizes_checked += 1
-        rep.checksums_checked += e["index"] in to_sum
+        rep.checksums_checked += summed
+        if problem is None and layout is not None:
+            problem = _meaning_problem(out / e["file"], e, layout, whole=summed, rep=rep)
         if problem:
             rep.add(problem)
     if model is not None:

@@ -11,6 +11,9 @@
   of every step.
 - `StepDataset` reads one rank's micro-batch per item with `safe_open` (mmap: only the
   rows up to --max-len are touched) inside DataLoader workers, so reading overlaps compute.
+  Every sample read is checked for its meaning first (pipeline/store/meaning.py: its header
+  is the one the store declares, its rows' values can be states), so a sample changed after
+  the store was verified stops the run with exit 2 naming it, never trains on nonsense.
 - `split_validation` holds out a seeded slice of the store that is never trained on;
   `count_dataset_tokens` counts the draft vocabulary over the whole merged dataset, held-out
   records left out, so the coverage reported on the held-out slice is an honest estimate.
@@ -26,9 +29,10 @@ from pathlib import Path
 
 import torch
 
-from ..store.fp8 import read_state
+from ..store.fp8 import as_captured
 from ..store.integrity import verify_store
 from ..store.manifest import read_manifest
+from ..store.meaning import LayoutOf, Meaningless, check_header, rows_problem
 from ..target.config import read_config, text_config
 from .errors import BadInput
 from pipeline.jsonfile import read_json
@@ -47,6 +51,7 @@ class Store:
     lengths: list[int]  # stored tokens per sample
     indices: list[int]  # the dataset line each position was extracted from (manifest "index")
     ids: list[str | None]  # the record ids (manifest "id"), where the extractor wrote them
+    layout: LayoutOf  # what meta.json declares every sample holds
 
     @property
     def samples(self) -> int:
@@ -62,7 +67,8 @@ class Store:
         return str(self.root)
 
     def batch(self, positions: list[int], max_len: int) -> dict[str, torch.Tensor]:
-        return collate([read_sample(self.root / self.files[p], max_len) for p in positions])
+        return collate([read_sample(self.root / self.files[p], max_len, self.lengths[p], self.layout,
+                                    self.indices[p]) for p in positions])
 
     def loss_token_counts(self, vocab_size: int, rank: int, world_size: int,
                           positions: list[int]) -> torch.Tensor:
@@ -96,6 +102,7 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
     meta_path = root / "meta.json"
     meta = read_json(meta_path, f"{meta_path}: missing; {root} is not a finished hidden-state store")
     cfg_path = target / "config.json"
+    layout = LayoutOf.of_meta(meta, meta_path)
     cfg = text_config(read_config(target, "--target"))
     for mkey, ckey in SHAPE_KEYS.items():
         if meta.get(mkey) != cfg.get(ckey):
@@ -116,7 +123,7 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
         files.append(e["file"])
         lengths.append(e["tokens"])
         ids.append(e["id"] if isinstance(e.get("id"), str) else None)
-    return Store(root=root, meta=meta, files=files, lengths=lengths, indices=list(order), ids=ids)
+    return Store(root=root, meta=meta, files=files, lengths=lengths, indices=list(order), ids=ids, layout=layout)
 
 
 def split_validation(samples: int, count: int, seed: int) -> tuple[list[int], list[int]]:
@@ -218,18 +225,31 @@ def plan_epoch(lengths: list[int], plan: BatchPlan, epoch: int) -> list[list[lis
     return [micro[s:s + w] for s in range(0, len(micro) - w + 1, w)]
 
 
-def read_sample(path: Path, max_len: int) -> dict[str, torch.Tensor]:
+def read_sample(path: Path, max_len: int, tokens: int, layout: LayoutOf,
+                sample: int | None = None) -> dict[str, torch.Tensor]:
     """One sample's four tensors, cut to max_len rows; only those rows are read from the file.
-    The states of an fp8 store come back dequantized to the dtype they were captured in
-    (pipeline/store/fp8.py), so the trainer never knows which store it reads."""
+    Its header must be the one the store declares for `tokens` tokens and the rows read must
+    mean states (pipeline/store/meaning.py), else `Meaningless` (exit 2) names the file, the
+    sample and the key. The states of an fp8 store come back dequantized to the dtype they
+    were captured in (pipeline/store/fp8.py), so the trainer never knows which store it reads."""
     from safetensors import safe_open
 
-
+    check_header(path, tokens, layout, sample)
     with safe_open(str(path), framework="pt") as f:
-        out = {name: f.get_slice(name)[:max_len] for name in ("input_ids", "loss_mask")}
-        for name in ("hidden_state", "aux_hidden_state"):
-            out[name] = read_state(f, name, max_len)
-    return out
+        raw = {name: f.get_slice(name)[:max_len] for name in layout.tensors(tokens)}
+    problem = rows_problem({name: _codes(t) for name, t in raw.items()}, layout)
+    if problem:
+        raise Meaningless(path, f"{problem}; re-extract it (or restore the store) and rerun", sample)
+    return as_captured(raw, layout.dtype) if layout.fp8 else raw
+
+
+def _codes(t: torch.Tensor):
+    """A tensor's raw values for pipeline.store.meaning: e4m3 and 16-bit floats as unsigned codes."""
+    if t.element_size() == 1 and t.is_floating_point():
+        return t.view(torch.uint8).numpy()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16).numpy().view("uint16")
+    return t.numpy()
 
 
 def collate(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -279,6 +299,7 @@ def count_loss_tokens(store: Store, vocab_size: int, rank: int, world_size: int,
     from safetensors import safe_open
 
     def one(p: int) -> torch.Tensor:
+        check_header(store.root / store.files[p], store.lengths[p], store.layout, store.indices[p])
         with safe_open(str(store.root / store.files[p]), framework="pt") as f:
             ids = f.get_tensor("input_ids")
             mask = f.get_tensor("loss_mask").bool()

@@ -15,16 +15,15 @@ module only sequences them.
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
 
 import torch
 
-from ..program_edge import leave_stops_to_parent
 from . import checkpoint, saving, step as steps
 from .data import StepDataset
+from .loader import batches
 from .estimate import estimate, micro_batch_tokens, short_share
 from .dist import Dist
 from .errors import Stopped
@@ -65,12 +64,6 @@ def _check_share(opts: Options, total: int, log: Callable[[str], None]) -> None:
         log(warning)
 
 
-def _ignore_signals(_worker_id: int) -> None:
-    """DataLoader workers leave SIGTERM/SIGINT to the main process, which checkpoints first
-    (and ends them)."""
-    leave_stops_to_parent(signal.SIG_IGN)
-
-
 def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.Event) -> dict:
     r = build(opts, dist, log, stop)
     try:
@@ -86,16 +79,14 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
         r.close()
 
 
-def _loader(r: Run) -> torch.utils.data.DataLoader:
-    opts = r.opts
-    return torch.utils.data.DataLoader(
-        StepDataset(r.source, r.schedule[r.start:], r.plans, r.dist.rank, opts.max_len), batch_size=None,
-        shuffle=False, num_workers=opts.workers, pin_memory=r.cuda,
-        prefetch_factor=opts.prefetch if opts.workers else None,
-        worker_init_fn=_ignore_signals if opts.workers else None)
-
-
 def _train(r: Run) -> dict:
+    """The steps from r.start on; the loader's workers are gone when this returns or raises."""
+    dataset = StepDataset(r.source, r.schedule[r.start:], r.plans, r.dist.rank, r.opts.max_len)
+    with batches(dataset, r.opts.workers, r.opts.prefetch, r.cuda) as feed:
+        return _steps(r, feed)
+
+
+def _steps(r: Run, feed) -> dict:
     opts, world, n = r.opts, r.dist.world_size, r.opts.ttt_length
     validate = Validator(r)
     val_every = opts.val_every or opts.save_every
@@ -107,7 +98,7 @@ def _train(r: Run) -> dict:
     saved_at = r.start if r.state is not None else None
     delay = float(os.environ.get(STEP_DELAY_ENV) or 0)
     r.drafter.train()
-    for batch in _loader(r):
+    for batch in feed:
         try:
             batch = steps.to_device(r, batch)
             loss, sums, correct, prep, counts = steps.forward_backward(r, batch)

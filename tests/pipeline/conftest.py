@@ -122,6 +122,15 @@ def reference_store(tmp_path_factory, tiny_target, tiny_data, run_extract) -> Pa
     return out
 
 
+@pytest.fixture(scope="session")
+def fp8_store(tmp_path_factory, tiny_target, tiny_data, run_extract) -> Path:
+    """The tiny dataset extracted with --store-dtype fp8 (tests copy it before changing it)."""
+    out = tmp_path_factory.mktemp("fp8-store") / "store"
+    proc = run_extract(tiny_target, tiny_data.path, out, "--stats", str(tiny_data.stats), "--store-dtype", "fp8")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
 def load_store(out: Path) -> dict[str, dict]:
     """Every sample file's tensors, keyed by path relative to the store."""
     from safetensors.torch import load_file

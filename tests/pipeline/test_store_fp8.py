@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pipeline.store.fp8 import dequantize, quantize
+from pipeline.store.meaning import LayoutOf
 from pipeline.train.data import read_sample
 
 WIDE = 128  # hidden size of this file's target: the 16 bytes of scales a token weigh as at real sizes
@@ -158,9 +159,11 @@ def test_training_reads_fp8_and_bf16_stores_as_the_states_captured(stores, refer
 
     captured, fp8 = read_manifest(stores["captured"]), read_manifest(stores["fp8"])
     assert sorted(captured) == sorted(fp8)
+    layouts = {name: LayoutOf.of_meta(json.loads((stores[name] / "meta.json").read_text())) for name in stores}
     for index in sorted(captured):
-        want = read_sample(stores["captured"] / captured[index]["file"], 16)
-        got = read_sample(stores["fp8"] / fp8[index]["file"], 16)
+        want = read_sample(stores["captured"] / captured[index]["file"], 16, captured[index]["tokens"],
+                           layouts["captured"])
+        got = read_sample(stores["fp8"] / fp8[index]["file"], 16, fp8[index]["tokens"], layouts["fp8"])
         for name in ("input_ids", "loss_mask"):
             assert torch.equal(got[name], want[name])
         for name in ("hidden_state", "aux_hidden_state"):
@@ -172,7 +175,7 @@ def test_training_reads_fp8_and_bf16_stores_as_the_states_captured(stores, refer
     assert "store_dtype" not in meta and "scaling" not in meta
     for e in old.values():
         raw = load_file(reference_store / e["file"])
-        got = read_sample(reference_store / e["file"], 10)
+        got = read_sample(reference_store / e["file"], 10, e["tokens"], LayoutOf.of_meta(meta))
         assert all(torch.equal(got[k], raw[k][:10]) for k in got)
 
 
