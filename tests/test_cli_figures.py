@@ -20,4 +20,4 @@ def test_status_progress_line_reads_slow_rates_failures_and_the_smoothed_loss() 
     assert "16/16 records, 8 failed" in line and "30.0 records/min" in line
     line = progress_line(_snap(done=30, total=40, unit="steps", fraction=0.75,
                                 metrics={"lr": [1e-4], "loss": [1.0, 3.0], "val_loss": [1.25]}))
-    assert "loss 2 (avg 2)  val_loss 1.25" in line
+    assert "avg loss 2 (last 2)  val_loss 1.25" in line

@@ -32,6 +32,7 @@ STATE_STYLES: dict[str, str] = {
 CHECK_STYLES: dict[str, str] = {"pass": "$success", "warn": "$warning", "fail": "$error"}
 
 _SPARKS = "▁▂▃▄▅▆▇█"
+CHART_MIN_POINTS = 3  # fewer points draw no sparkline: they say how many there are
 
 
 def state_glyph(state: str) -> Content:
@@ -149,6 +150,27 @@ def fit_words(text: str, width: int, sep: str = " ") -> str:
     if at > 0:
         cut = cut[:at].rstrip(" ,")
     return cut + "…"
+
+
+def fit_parts(parts: Sequence[str], width: int, sep: str = " · ", ranks: Sequence[int] | None = None) -> str:
+    """Whole parts joined by `sep` in `width` cells, with " …" after them when some are left
+    out: a line of figures never ends inside one (`ETA 3m05s · loss 3.96 (av…`). Short of
+    room the parts of the highest rank go first (the last of them first), so a less telling
+    figure gives way to a more telling one further along the line."""
+    keep = list(range(len(parts)))
+    order = sorted(keep, key=lambda i: (ranks[i] if ranks else 0, i))
+    while keep:
+        text = sep.join(parts[i] for i in keep) + (" …" if len(keep) < len(parts) else "")
+        if len(text) <= width:
+            return text
+        keep.remove(order.pop())
+    return fit_words(parts[0], width) if parts else ""
+
+
+def few_points(n: int) -> str:
+    """What a chart of fewer than `CHART_MIN_POINTS` points says instead of its blocks (one
+    or two blocks drawn full height read as a flat line at the maximum)."""
+    return f"{n} point{'' if n == 1 else 's'} so far, charted from {CHART_MIN_POINTS}"
 
 
 def fmt_time(t: float | None, seconds: bool = False) -> str:

@@ -259,5 +259,5 @@ def test_a_noisy_training_loss_reads_smoothed_beside_the_last_validation_loss():
     st.feed([Event(float(i), "metric", {"name": "loss", "value": v}) for i, v in enumerate(swings)])
     st.feed([Event(50.0, "metric", {"name": "val_loss", "value": 1.25})])
     figures = headline_metrics(st.snapshot().metrics)
-    assert [f.label for f in figures[:2]] == ["loss 2.9 (avg 20)", "val_loss 1.25"]
+    assert [f.label for f in figures[:2]] == ["avg loss 2.9 (last 20)", "val_loss 1.25"]
     assert figures[0].values[-1] == 3.4  # the sparkline still draws every batch

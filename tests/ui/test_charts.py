@@ -83,11 +83,12 @@ async def test_the_evaluate_detail_shows_acceptance_bars_once_its_report_exists(
         assert [s.label for s in v.settings] == ["3,1,4", "5,1,6", "5,4,8", "7,4,8", "7,8,32"]
         assert v.best == "5,4,8" and not bars.stale
         text = "\n".join(line.plain for line in bars.lines(78))
-        assert "pos 1" in text and "0.78" in text and "5,4,8" in text and "best" in text
+        assert text.startswith("acceptance 3.050 at 5,4,8 · best of 5 settings")  # the best's figure, not 3,1,4's
+        assert "per position, 5,4,8" in text and "0.86" in text and "best" in text
         # A report older than the run shown (the stage failed before writing a new one) says so.
         os.utime(v.path, (T0, T0))
         await wait_for(pilot, lambda: bars.stale, what="the report read again, older than the run")
-        assert bars.lines(78)[0].plain.startswith("previous run · acceptance 2.412")
+        assert bars.lines(78)[0].plain.startswith("previous run · acceptance 3.050 at 5,4,8")
 
 
 def _view(n_settings: int = 5) -> AcceptanceView:
@@ -100,7 +101,7 @@ def test_setting_bars_are_one_width_so_their_lengths_compare() -> None:
     lines = [ln.plain for ln in acceptance_lines(_view(), 78, 8)]
     rows = lines[1:]  # under the title
     assert len(rows) == 5
-    right = [ln[ln.index(",1,") - 1:] for ln in rows]  # the settings column
+    right = [ln[ln.rindex(",1,") - 1:] for ln in rows]  # the settings column
     filled = [r.count("█") for r in right]
     spans = {r.count("█") + r.count("░") + sum(r.count(c) for c in "▏▎▍▌▋▊▉") for r in right}
     assert len(spans) == 1  # every bar spans the same cells
@@ -121,7 +122,7 @@ def test_a_short_terminal_folds_what_does_not_fit_but_keeps_the_best_setting() -
 
 def test_a_report_older_than_the_run_shown_says_so() -> None:
     lines = [ln.plain for ln in acceptance_lines(_view(), 78, 4, stale=True)]
-    assert lines[0].startswith("previous run · acceptance 2.410")
+    assert lines[0].startswith("previous run · acceptance 3.050 at 5,1,6")
 
 
 # -- snapshots ------------------------------------------------------------------------------

@@ -64,7 +64,8 @@ def test_the_browser_tab_gets_the_loss_curve_and_the_acceptance_bars(tmp_path: P
             train = await read_until(lambda t: len(_curve(t)) >= 20 and "val acc_0" in t, "the loss curve")
             streamed = ""
             await ws.send_json(["stdin", "j"])
-            evaluate = await read_until(lambda t: "best" in t and "5,4,8" in t and "pos 1" in t, "the bars")
+            evaluate = await read_until(lambda t: "at 5,4,8" in t and "per position, 5,4,8" in t and "pos 1" in t,
+                                        "the bars")
             await ws.close()
             return train, evaluate
 
@@ -74,4 +75,4 @@ def test_the_browser_tab_gets_the_loss_curve_and_the_acceptance_bars(tmp_path: P
         served.close()
     curve = _curve(train)
     assert set(curve) <= set(BARS) and curve[0] > curve[-1]  # the loss fell: high at the start, low at the end
-    assert "█" in evaluate.split("pos 1", 1)[1]  # position 1's bar is drawn beside its label
+    assert "█" in evaluate.split("per position, 5,4,8", 1)[1]  # the best setting's bar is drawn on that row

@@ -46,8 +46,10 @@ def test_the_loss_curve_and_the_acceptance_bars_on_an_80x24_terminal(tmp_path: P
         assert curve[0] > curve[-1]  # the loss fell: the curve starts high and ends low
         assert "train: finished 3000 steps" in text  # the log keeps its lines under the charts
         _tmux("send-keys", "-t", session, "j")
-        text = _wait_screen(session, lambda s: "best 5,4,8" in s and "pos 1" in s, 30, "the acceptance bars")
-        assert any("pos 1" in ln and "█" in ln and "0.78" in ln for ln in text.splitlines())
+        text = _wait_screen(session, lambda s: "acceptance 3.050 at 5,4,8" in s and "pos 1" in s, 30,
+                            "the acceptance bars")
+        assert "per position, 5,4,8" in text  # the best setting's rates, named
+        assert any(ln.lstrip().startswith("pos 1-5  0.86 0.64") for ln in text.splitlines())
         assert any("5,4,8" in ln and "3.05" in ln and ln.rstrip().endswith("best") for ln in text.splitlines())
         assert text.count("\n") <= 24
         _quit(session)

@@ -32,5 +32,5 @@ def test_train_shows_the_smoothed_loss_beside_the_last_validation_loss() -> None
     metrics = {"lr": [1e-4], "loss": [1.2, 5.0, 2.0, 3.4] * 10, "val_loss": [1.25]}
     for compact in (True, False):
         text = _text(_snap(done=30, total=40, unit="steps", fraction=0.75, metrics=metrics), 100, compact)
-        assert "loss 2.9 (avg 20)" in text and "val_loss 1.25" in text, text
+        assert "avg loss 2.9 (last 20)" in text and "val_loss 1.25" in text, text
         assert "loss 3.4 " not in text

@@ -43,7 +43,7 @@ def test_status_json_has_live_progress_and_exit_codes_say_what_needs_a_look(tmp_
         assert p["progress"]["rate_per_s"] == 100.0 and p["progress"]["eta_s"] == 70.0
         assert p["progress"]["metrics"] == {"loss": 1.5} and p["stalled"] is False
         assert main(["status", str(cfg)]) == 0
-        assert "30.0%  3,000/10,000 samples  100 samples/s  ETA 1m10s  loss 1.98 (avg 20)" in capsys.readouterr().out
+        assert "30.0%  3,000/10,000 samples  100 samples/s  ETA 1m10s  avg loss 1.98 (last 20)" in capsys.readouterr().out
 
         project.stop("stream", grace=2)
         capsys.readouterr()

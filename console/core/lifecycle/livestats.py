@@ -339,8 +339,9 @@ class MetricFigure:
 
 def headline_metrics(metrics: dict[str, list[float]]) -> list[MetricFigure]:
     """The metrics in the order a view shows them: the training loss first, as the mean
-    of its last `SMOOTH_POINTS` batches (one batch swings from 1.2 to 5.0), then the last
-    validation loss beside it, then the others with their last value."""
+    of its last `SMOOTH_POINTS` batches (one batch swings from 1.2 to 5.0), labelled as the
+    mean it is (`avg loss 3.34 (last 18)`: a chart's `loss` is its newest batch), then the
+    last validation loss beside it, then the others with their last value."""
     def rank(name: str) -> int:
         return 0 if name == "loss" else 1 if name == "val_loss" else 2
 
@@ -349,7 +350,7 @@ def headline_metrics(metrics: dict[str, list[float]]) -> list[MetricFigure]:
         values = metrics[name]
         if name == "loss" and len(values) > 1:
             tail = values[-SMOOTH_POINTS:]
-            label = f"loss {sum(tail) / len(tail):.3g} (avg {len(tail)})"
+            label = f"avg loss {sum(tail) / len(tail):.3g} (last {len(tail)})"
         else:
             label = f"{name} {values[-1]:.4g}"
         out.append(MetricFigure(label, values, name))

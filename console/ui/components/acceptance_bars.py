@@ -15,22 +15,69 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.leaves.acceptance import AcceptanceView, Setting
-from console.ui.render import bar, fit
+from console.ui.render import bar, fit, fit_parts, fit_words
 
 TALL_ROWS = 8  # from this many rows on, the flags line shows too
 SPLIT_MIN_WIDTH = 60  # below this the settings go under the positions, not beside them
 
 
+def headline(v: AcceptanceView) -> Setting | None:
+    """The setting the title's figure and the per-position bars belong to: the best of a
+    sweep (the report's top-level figures are its first setting's, which need not be it)."""
+    if not v.settings:
+        return None
+    return next((s for s in v.settings if s.label == v.best), v.settings[0])
+
+
 def _title(v: AcceptanceView, stale: bool, width: int) -> Content:
-    known = (("acceptance {:.3f}", v.acceptance_length), ("{} steps", v.num_steps), ("{} prompts", v.prompts))
-    facts = [form.format(x) for form, x in known if x is not None]
-    if v.settings:
-        facts.append(f"{len(v.settings)} settings, best {v.best}")
-    text = " · ".join(facts) or "acceptance"
+    head = headline(v)
+    if head is None:
+        known = (("acceptance {:.3f}", v.acceptance_length), ("{} steps", v.num_steps), ("{} prompts", v.prompts))
+        facts = [form.format(x) for form, x in known if x is not None]
+    else:
+        facts = [f"acceptance {head.acceptance_length:.3f} at {head.label}"]
+        if len(v.settings) > 1:
+            facts.append(f"best of {len(v.settings)} settings")
+        if v.prompts is not None:
+            facts.append(f"{v.prompts} prompts")
+    facts = facts or ["acceptance"]
     if stale:  # said first, so a narrow title loses its figures before the warning
         note = "previous run · "
-        return Content.assemble((note, "$warning"), (fit(text, max(1, width - len(note))).rstrip(), "bold"))
-    return Content.styled(fit(text, width).rstrip(), "bold")
+        return Content.assemble((note, "$warning"), (fit_parts(facts, max(1, width - len(note))), "bold"))
+    return Content.styled(fit_parts(facts, width), "bold")
+
+
+def _rates_shown(v: AcceptanceView) -> tuple[tuple[float, ...], str | None]:
+    """The per-position rates drawn and the setting they belong to: the headline setting's
+    own, else the report's top-level ones, which are its first setting's."""
+    head = headline(v)
+    if head is not None and head.accept_rate:
+        return head.accept_rate, head.label
+    return v.accept_rate, v.settings[0].label if v.settings else None
+
+
+def _positions(v: AcceptanceView, rows: int, width: int) -> list[Content]:
+    """The per-position bars under a line naming their setting."""
+    rates, of = _rates_shown(v)
+    if not rates or rows <= 0:
+        return []
+    if of is None:
+        return position_rows(rates, rows, width)
+    if rows == 1:
+        figures = [f"{r:.2f}" for r in rates]
+        return [Content.styled(fit_parts([f"per position, {of}:", *figures], width, sep=" "), "$text-muted")]
+    return [Content.styled(fit_words(f"per position, {of}", width), "$text-muted"),
+            *position_rows(rates, rows - 1, width)]
+
+
+def _speedup_note(v: AcceptanceView, width: int) -> list[Content]:
+    """A single setting's speedup estimate, as a figure: one bar drawn full beside "0.2x"
+    read as a strong result."""
+    if len(v.settings) != 1 or v.settings[0].speedup is None:
+        return []
+    x = v.settings[0].speedup
+    text = f"speedup estimate {x:.2f}x" + (" (slower than greedy decoding)" if x < 1 else "")
+    return [Content.styled(fit_words(text, width), "$warning" if x < 1 else "$text-muted")]
 
 
 def _bar_row(label: str, label_w: int, fraction: float, figure: str, bar_w: int, style: str,
@@ -55,8 +102,8 @@ def position_rows(rates: tuple[float, ...], rows: int, width: int) -> list[Conte
     out = [_bar_row(f"pos {i}", 6, r, f"{r:.2f}", bar_w, "$accent") for i, r in enumerate(shown, 1)]
     if len(shown) < len(rates):
         first = len(shown) + 1
-        rest = " ".join(f"{r:.2f}" for r in rates[len(shown):])
-        out.append(Content.styled(fit(f"pos {first}-{len(rates)}  {rest}", width), "$text-muted"))
+        rest = [f"{r:.2f}" for r in rates[len(shown):]]
+        out.append(Content.styled(fit_parts([f"pos {first}-{len(rates)} ", *rest], width, sep=" "), "$text-muted"))
     return out
 
 
@@ -83,33 +130,38 @@ def setting_rows(v: AcceptanceView, rows: int, width: int) -> list[Content]:
         out.append(_bar_row(s.label, label_w, s.acceptance_length / top, figure, bar_w,
                             "$success" if is_best else "$primary", ("best", "$success") if is_best else None))
     if len(shown) < len(settings):
-        out.append(Content.styled(fit(f"+{len(settings) - len(shown)} more settings (see the report)", width),
+        out.append(Content.styled(fit_words(f"+{len(settings) - len(shown)} more settings (see the report)", width),
                                   "$text-muted"))
     return out
 
 
 def acceptance_lines(v: AcceptanceView | None, width: int, rows: int, stale: bool = False) -> list[Content]:
     """The title and up to `rows` rows of bars: positions and settings side by side when the
-    width allows, else the settings under the positions."""
+    width allows, else the settings under the positions. A single setting has no settings
+    column: its figures are in the title and its speedup estimate is a line of text."""
     if v is None or width <= 0:
         return []
     if v.refused:
-        return [Content.styled(fit(v.refused, width).rstrip(), "$warning")]
+        return [Content.styled(fit_words(v.refused, width), "$warning")]
     out = [_title(v, stale, width)]
-    if v.settings and width >= SPLIT_MIN_WIDTH:
+    sweep = len(v.settings) > 1
+    if sweep and width >= SPLIT_MIN_WIDTH:
         left_w = (width - 2) * 2 // 5
         right_w = width - 2 - left_w
-        left = position_rows(v.accept_rate, rows, left_w)
+        left = _positions(v, rows, left_w)
         right = setting_rows(v, rows, right_w)
         for i in range(max(len(left), len(right))):
             a = left[i] if i < len(left) else Content("")
             b = right[i] if i < len(right) else Content("")
             out.append(Content.assemble(a, " " * (left_w - a.cell_length + 2), b))
-    else:
-        body = position_rows(v.accept_rate, rows - min(len(v.settings), rows // 2), width)
+    elif sweep:
+        body = _positions(v, rows - min(len(v.settings), rows // 2), width)
         out += body + setting_rows(v, rows - len(body), width)
+    else:
+        note = _speedup_note(v, width)
+        out += _positions(v, rows - len(note), width) + note[:max(0, rows)]
     if v.flags and rows >= TALL_ROWS:
-        out.append(Content.assemble(("serve with ", "$text-muted"), fit(v.flags, max(1, width - 11))))
+        out.append(Content.assemble(("serve with ", "$text-muted"), fit_words(v.flags, max(1, width - 11))))
     return out
 
 

@@ -24,6 +24,7 @@ from console.core.lifecycle.state import PhaseStatus
 from console.ui.components.acceptance_bars import AcceptanceBars
 from console.ui.messages import Reading
 from console.ui.pollers import Poller
+from console.ui.render import CHART_MIN_POINTS, few_points, fit_words
 
 REPORT_INTERVAL = 2.0
 LABEL_W = 11  # characters of a chart's label; its column is one wider, a gap before the curve
@@ -47,7 +48,7 @@ def charted_metrics(curves: dict[str, Curve]) -> list[str]:
     """The metrics the charts draw over the whole run; the stats panel leaves their
     sparklines to them and keeps only their figures."""
     out = [name for name in ("loss",) if name in curves]
-    if "val_acc_0" in curves and curves["val_acc_0"].points >= 2:
+    if "val_acc_0" in curves and curves["val_acc_0"].points >= CHART_MIN_POINTS:
         out.append("val_acc_0")
     elif "acc_0" in curves:
         out.append("acc_0")
@@ -63,11 +64,11 @@ def curve_label(title: str, c: Curve, rows: int) -> Content:
     taller ones, one per row, then the step and the range the curve spans."""
     if rows <= 1:
         return Content.assemble((title, "bold"), " ", (_g(c.last), "$accent"))
-    lines = [Content.styled(title[:LABEL_W], "bold"), Content.styled(_g(c.last), "$accent")]
+    lines = [Content.styled(fit_words(title, LABEL_W), "bold"), Content.styled(_g(c.last), "$accent")]
     if rows >= 3:
-        lines.append(Content.styled(f"step {c.last_step:,.0f}"[:LABEL_W], "$text-muted"))
+        lines.append(Content.styled(fit_words(f"step {c.last_step:,.0f}", LABEL_W), "$text-muted"))
     if rows >= 4:
-        lines.append(Content.styled(f"{c.low:.3g}-{c.high:.3g}"[:LABEL_W], "$text-muted"))
+        lines.append(Content.styled(fit_words(f"{c.low:.3g}-{c.high:.3g}", LABEL_W), "$text-muted"))
     return Content("\n").join(lines[:rows])
 
 
@@ -89,6 +90,7 @@ class CurveChart(Horizontal):
     CurveChart { height: 1; width: 1fr; }
     CurveChart > .curve-label { width: 12; height: 100%; }
     CurveChart > Sparkline { width: 1fr; height: 100%; margin-right: 2; }
+    CurveChart > .few-points { width: 1fr; height: 100%; margin-right: 2; display: none; }
     CurveChart > Sparkline > .sparkline--max-color { color: $accent; }
     CurveChart > Sparkline > .sparkline--min-color { color: $accent 40%; }
     """
@@ -99,6 +101,7 @@ class CurveChart(Horizontal):
     def compose(self) -> ComposeResult:
         yield Static(classes="curve-label")
         yield Sparkline([], summary_function=_mean)
+        yield Static(classes="few-points")
 
     def watch_curve(self, curve: tuple[str, Curve] | None) -> None:
         self.display = curve is not None
@@ -115,7 +118,13 @@ class CurveChart(Horizontal):
         static = self.query_one(".curve-label", Static)
         static.styles.width = label.cell_length + 1 if self.rows <= 1 else LABEL_W + 1
         static.update(label)
-        self.query_one(Sparkline).data = c.values
+        few = c.points < CHART_MIN_POINTS
+        spark, note = self.query_one(Sparkline), self.query_one(".few-points", Static)
+        spark.display, note.display = not few, few
+        if few:
+            note.update(Content.styled(few_points(c.points), "$text-muted"))
+        else:
+            spark.data = c.values
 
 
 def _mean(values: Any) -> float:

@@ -26,16 +26,41 @@ def _short(n: float | None) -> str:
         return text
 
 
-def _path(path: str, width: int) -> str:
-    return path.ljust(width) if len(path) <= width else "…" + path[-(width - 1):]
+_SEPARATORS = "/-_."
+# The widest figures a line holds, so the path's column is the same at every look: "107G free"
+# (and " of 1.1T" when wide), "full in 9h59m" (after "+999M/s  " when wide; ten days and more
+# to full give way to the rate).
+_FREE_W, _FREE_OF_W, _FULL_W, _RATE_W = 9, 8, 13, 9
+
+
+def path_label(path: str, width: int) -> str:
+    """The path in `width` cells, padded: whole when it fits, else its end from a folder
+    (`…/.eagle3-demo`) or a word (`…demo`) on, so no word is cut; a last word longer than
+    the room keeps its head (`scrat…`)."""
+    if len(path) <= width:
+        return path.ljust(width)
+    for i in range(1, len(path)):
+        starts = path[i] == "/" or (path[i - 1] in _SEPARATORS and path[i] not in _SEPARATORS)
+        if starts and len(path) - i <= width - 1 and path[i:].strip(_SEPARATORS):
+            return ("…" + path[i:]).ljust(width)
+    last = path.rstrip("/").rsplit("/", 1)[-1] or path
+    return (last if len(last) <= width else last[: max(0, width - 1)] + "…").ljust(width)
+
+
+def path_width(width: int) -> int:
+    """The path column: what a line of `width` leaves once its widest figures have room,
+    never what this look's figures happen to take (a label that changes between two looks
+    reads as another volume)."""
+    bar_w = 10 if width >= 70 else 4
+    figures = _FREE_W + _FREE_OF_W + _RATE_W + _FULL_W if width >= 60 else _FREE_W + _FULL_W
+    return max(5, min(28, width - (1 + bar_w + 1 + figures + 1)))
 
 
 def volume_line(v: VolumeSample, f: VolumeForecast | None, width: int) -> Content:
     """`path ▌bar 79G free [of 107G] +20M/s full in 3h05m`: figures from the space we may
     write (f_bavail, as `df` shows it), so the bar is used / (used + available)."""
     if v.error is not None:
-        return Content.assemble(_path(v.path, max(8, min(28, width // 4))), " ",
-                                ("⚠ " + v.error, "$warning"))
+        return Content.assemble(path_label(v.path, path_width(width)), " ", ("⚠ " + v.error, "$warning"))
     usable = (v.used + v.free) if v.used is not None and v.free is not None else None
     frac = v.used / usable if usable else None
     rate = f.rate if f else None
@@ -56,13 +81,13 @@ def volume_line(v: VolumeSample, f: VolumeForecast | None, width: int) -> Conten
     free = f"{_short(v.free)} free"
     if wide and usable is not None:
         free += f" of {_short(usable)}"
-    # Narrow: "full in" wins over the rate (it is the rate's meaning); both when wide.
-    tail = f"{rate_s}  {full}".strip() if wide else (full or rate_s)
     bar_w = 10 if width >= 70 else 4
-    fixed = 1 + bar_w + 1 + len(free) + 1 + len(tail)
-    path_w = max(5, min(28, width - fixed))
-    head = Content.assemble(_path(v.path, path_w), " ", bar(frac, bar_w, style), " ", free, " ")
-    return Content.assemble(head, (fit(tail, max(0, width - head.cell_length)), full_style))
+    head = Content.assemble(path_label(v.path, path_width(width)), " ", bar(frac, bar_w, style), " ", free, " ")
+    room = max(0, width - head.cell_length)
+    # Narrow: "full in" wins over the rate (it is the rate's meaning); both when wide.
+    tails = [f"{rate_s}  {full}".strip(), full, rate_s] if wide else [full, rate_s]
+    tail = next((t for t in tails if t and len(t) <= room), "")
+    return Content.assemble(head, (tail, full_style))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,17 @@ from textual.widget import Widget
 from console.core.lifecycle.livestats import LiveSnapshot, headline_metrics
 from console.core.leaves.rates import format_rate
 from console.ui.components.charts import charted_metrics
-from console.ui.render import bar, fit, fmt_bytes, fmt_duration, fmt_rate, sparkline
+from console.ui.render import (
+    CHART_MIN_POINTS,
+    bar,
+    fit_parts,
+    fit_words,
+    few_points,
+    fmt_bytes,
+    fmt_duration,
+    fmt_rate,
+    sparkline,
+)
 
 
 def is_empty(s: LiveSnapshot | None) -> bool:
@@ -37,39 +47,46 @@ def stats_lines(s: LiveSnapshot | None, width: int, compact: bool = False) -> li
         pct = f"{100 * frac:5.1f}%" if frac is not None else ""
         bar_w = max(6, width - len(count) - len(pct) - 2)
         out.append(Content.assemble(bar(frac, bar_w, "$success"), " ", (pct, "bold"), " ", count))
-    facts = []
+    facts: list[tuple[int, str]] = []  # (rank, text): short of room, the highest rank gives way first
     if s.rate is not None:
-        facts.append(format_rate(s.rate, s.unit or ""))
+        facts.append((0, format_rate(s.rate, s.unit or "")))
     if s.eta_s is not None:
-        facts.append(f"ETA {fmt_duration(s.eta_s)}")
+        facts.append((0, f"ETA {fmt_duration(s.eta_s)}"))
     elif s.estimating:
-        facts.append("ETA estimating…")
+        facts.append((0, "ETA estimating…"))
     if s.bytes_written is not None:
-        facts.append(f"{fmt_bytes(s.bytes_written)} written")
+        facts.append((2, f"{fmt_bytes(s.bytes_written)} written"))
     if s.remaining_bytes is not None:
-        facts.append(f"{fmt_bytes(s.remaining_bytes)} to go")
+        facts.append((3, f"{fmt_bytes(s.remaining_bytes)} to go"))
     if s.tokens_per_s is not None:
-        facts.append(f"{fmt_rate(s.tokens_per_s)} tok/s")
+        facts.append((2, f"{fmt_rate(s.tokens_per_s)} tok/s"))
     figures = headline_metrics(s.metrics)
     charted = set(charted_metrics(s.curves))  # drawn over the whole run under the stats
-    if compact:
-        facts += [f.label for f in figures[:2]]
-    else:
-        facts += [f.label for f in figures if f.name in charted]
+    inline = figures[:2] if compact else [f for f in figures if f.name in charted]
+    facts += [(1 if i == 0 else 2, f.label) for i, f in enumerate(inline)]
+    if not compact:
         figures = [f for f in figures if f.name not in charted]
     if facts:
-        out.append(Content.styled(fit(" · ".join(facts), width), "$text"))
+        out.append(Content.styled(fit_parts([t for _, t in facts], width, ranks=[r for r, _ in facts]), "$text"))
     if compact:
         return out
-    for figure in figures[: (3 if width >= 100 else 2)]:
-        label_w = min(26, max(len(figure.label) + 1, 12))
-        out.append(Content.assemble((fit(figure.label, label_w), "$text-muted"),
-                                    (sparkline(figure.values, max(4, width - label_w)), "$accent")))
+    out += [metric_row(figure.label, figure.values, width) for figure in figures[: (3 if width >= 100 else 2)]]
     msg = s.last_message
     if msg is not None and msg.level in ("warning", "error"):
-        out.append(Content.styled(fit(f"{msg.level}: {msg.text}", width),
+        out.append(Content.styled(fit_words(f"{msg.level}: {msg.text}", width),
                                   "$error" if msg.level == "error" else "$warning"))
     return out
+
+
+def metric_row(label: str, values: list[float], width: int) -> Content:
+    """A metric's label and, beside it, its sparkline: one cell a point up to the width left,
+    so a few points sit by their label, not at the far edge of a wide terminal; under
+    three points, how many there are instead."""
+    label_w = min(26, max(len(label) + 1, 12))
+    head = fit_words(label, label_w - 1).ljust(label_w)
+    if len(values) < CHART_MIN_POINTS:
+        return Content.assemble((head, "$text-muted"), (fit_words(few_points(len(values)), width - label_w), "$text-muted"))
+    return Content.assemble((head, "$text-muted"), (sparkline(values, min(len(values), max(4, width - label_w))), "$accent"))
 
 
 class StatsPanel(Widget):
