@@ -13,8 +13,8 @@ val_loss, val_acc_<i>). `--resume` with a larger --steps/--epochs extends a fini
 
 Exit codes: 0 finished, 2 bad input (store incomplete or from another target, missing
 files, bad arguments, a checkpoint that does not fit), 3 stopped by SIGTERM after writing a
-checkpoint (rerun with --resume), or stopped at a step whose loss or gradient is not finite
-(the checkpoints kept are all finite), 130 the same after Ctrl-C, 1 anything else.
+checkpoint (rerun with --resume), or stopped at a step whose loss, gradient or weights are not
+finite (the checkpoints kept are all finite), 130 the same after Ctrl-C, 1 anything else.
 """
 
 from __future__ import annotations

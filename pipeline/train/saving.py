@@ -12,6 +12,7 @@ from ..atomic_io import write_json_atomic
 from . import checkpoint
 from .errors import TrainError
 from .resume import SUMMARY
+from .step import NotFinite, last_good
 
 if TYPE_CHECKING:
     from .setup import Run
@@ -32,8 +33,12 @@ def save(run: Run, step: int, pending_tokens: torch.Tensor) -> Path | None:
             raise TrainError(f"step {step}: the ranks' weights differ; not checkpointing a diverged model")
         run.log(f"train: step {step}: all {dist.world_size} ranks agree on the weights")
     if not all(bool(torch.isfinite(p.detach()).all()) for p in run.params):
-        raise TrainError(f"step {step}: the drafter's weights are not finite; not checkpointing them (the last "
-                         "checkpoint is kept)")
+        # The same stop as a non-finite loss (exit 3): the run diverged, the checkpoints kept are good.
+        text = (f"step {step}/{run.total}: the drafter's weights are not finite after the optimiser's step; "
+                "not checkpointing them; lower --lr or raise --warmup-ratio, or resume from an earlier checkpoint; "
+                + last_good(run))
+        run.events.message(text, level="error")
+        raise NotFinite(text)
     tokens = run.tokens_total + int(dist.all_reduce_sum(pending_tokens.detach().clone()).item())
     path = None
     if dist.rank == 0:

@@ -92,13 +92,17 @@ def _not_finite_message(run: Run, step: int, loss: torch.Tensor, norm: torch.Ten
                         batch: dict[str, torch.Tensor]) -> str:
 
     bad_states = "nonfinite" in batch and bool(batch["nonfinite"].any())
-    kept = checkpoint.latest_checkpoint(run.out) if run.dist.rank == 0 else None
     cause = ("the target's states for this batch are not finite (check the target's weights and dtype)"
              if bad_states else "lower --lr or raise --warmup-ratio, or look for extreme values in the data")
     return (f"step {step}/{run.total}: the loss ({float(loss):.4g}) or gradient norm ({float(norm):.4g}) is not finite; "
-            f"stopped before the optimiser took it; {cause}; "
-            + (f"the last checkpoint, {kept}, holds finite weights: rerun with --resume from it"
-               if kept else "no checkpoint was written yet"))
+            f"stopped before the optimiser took it; {cause}; {last_good(run)}")
+
+
+def last_good(run: Run) -> str:
+    """Where a run stopped for non-finite numbers goes on from."""
+    kept = checkpoint.latest_checkpoint(run.out) if run.dist.rank == 0 else None
+    return (f"the last checkpoint, {kept}, holds finite weights: rerun with --resume from it"
+            if kept else "no checkpoint was written yet")
 
 
 def add_to_window(win: Window, loss: torch.Tensor, sums: torch.Tensor, correct: torch.Tensor, prep,

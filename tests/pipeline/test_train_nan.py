@@ -1,5 +1,6 @@
-"""A run that meets a non-finite loss stops (exit 3) before the optimiser takes the step, and the
-checkpoints it wrote before stay finite, `latest` naming the last good one."""
+"""A run that meets a non-finite loss (or weights) stops (exit 3) before the optimiser takes the step
+(or before a checkpoint holds them), and the checkpoints it wrote before stay finite, `latest` naming
+the last good one."""
 
 from __future__ import annotations
 
@@ -76,3 +77,32 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_finite_ch
     assert (ckpts / "latest").read_text().strip() == "step_00000004"
     for name in ("step_00000002", "step_00000004"):
         assert finite_weights(ckpts / name), name
+
+
+def test_weights_that_turn_non_finite_stop_the_run_with_exit_3_as_docs_say(reference_store, tiny_target, tmp_path, xt):
+    """A resumed optimiser state holding a NaN moment: the step's loss and gradient are finite,
+    and the update makes the weights NaN. With --save-every 1 the checkpoint's finiteness check
+    meets them first: it exited 1 ("a bug") where docs/train.md says a non-finite run stops
+    with 3, naming the step and the last good checkpoint to resume from."""
+    env = xt.cli_env()
+    out = tmp_path / "run"
+    clean = train(reference_store, tiny_target, out, env, "--steps", "2", "--save-every", "1")
+    assert clean.returncode == 0, clean.stderr
+    ckpts = out / "checkpoints"
+    state_file = ckpts / "step_00000002" / "train_state.pt"
+    state = torch.load(state_file, weights_only=True)
+    moments = next(iter(state["optimizer"]["state"].values()))
+    moments["exp_avg"].fill_(float("nan"))
+    torch.save(state, state_file)
+    events = tmp_path / "events.jsonl"
+    bad = train(reference_store, tiny_target, out, {**env, "EAGLE3_EVENTS": str(events)}, "--steps", "4",
+                "--save-every", "1", "--resume")
+
+    assert bad.returncode == 3, (bad.returncode, bad.stderr[-3000:])
+    assert "Traceback" not in bad.stderr
+    assert "step 3/4" in bad.stderr and "weights are not finite" in bad.stderr, bad.stderr[-3000:]
+    assert "step_00000002" in bad.stderr  # the checkpoint to resume from
+    errors = [json.loads(line) for line in events.read_text().splitlines()]
+    assert any(e["kind"] == "message" and e.get("level") == "error" and "step 3/4" in e["text"] for e in errors)
+    assert (ckpts / "latest").read_text().strip() == "step_00000002"
+    assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_00000001", "step_00000002"]
