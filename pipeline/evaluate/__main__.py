@@ -18,7 +18,9 @@ The target keeps a KV cache, cut back to the accepted prefix after each rejectio
 --configs STEPS,TOPK,DRAFT_TOKENS ... scores SGLang settings (trees when TOPK > 1, built and
 verified as SGLang does: pipeline/evaluate/tree.py) on the same prompts against one greedy
 reference each, with a wall-clock speedup estimate per setting; the last line of stdout is
-the best setting's SGLang flags. --batch N decodes chain settings N prompts at a time
+the best setting's SGLang flags. An empty --configs, or more settings than --max-settings
+(64), is refused before anything loads; the sweep says up front how much it decodes and,
+after its first prompt, how long the rest will take. --batch N decodes chain settings N prompts at a time
 (batch.py); --references DIR keeps greedy answers per target fingerprint and prompt for the
 next evaluation (references.py). docs/export-evaluate.md explains the figures.
 
@@ -31,7 +33,8 @@ before the report: a folder that changed meanwhile (a new export) gets no report
 A drafter with NaN/Inf weights or an unreadable (truncated) model.safetensors is bad input.
 
 --server URL instead sends the prompts to a running SGLang server's /generate and reports
-the mean `spec_accept_length` of the responses' meta_info.
+the mean `spec_accept_length` of the responses' meta_info, once each response's figures agree
+with each other (server.py; --num-steps, given, is the server's --speculative-num-steps).
 
 Prompts: --prompts takes chat records (any shape merge reads; the prompt is everything up
 to the first assistant turn) or merged records (the tokens before the first loss-masked
@@ -74,6 +77,7 @@ PROG = "python -m pipeline.evaluate"
 MAX_STEPS = 16
 MAX_TOPK = 16
 MAX_DRAFT_TOKENS = 64
+MAX_SETTINGS = 64  # --max-settings' default: each setting decodes every prompt again
 MAX_NEW = 4096
 
 
@@ -101,6 +105,7 @@ class EvalOptions:
     report: Path | None = None
     concurrency: int = 4
     timeout: float = 300.0
+    max_settings: int = MAX_SETTINGS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,10 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo-seed", type=int, default=1, help="seed for --demo-prompts (default 1; the demo trains on 0)")
     p.add_argument("--exclude", type=Path, metavar="TRAIN.jsonl", help="merged training set whose prompts are dropped")
     p.add_argument("--num-steps", type=int, default=None,
-                   help=f"drafts per round of a chain, 1..{MAX_STEPS} (default 3; the same as --configs N,1,N+1)")
+                   help=f"drafts per round of a chain, 1..{MAX_STEPS} (default 3; the same as --configs N,1,N+1); with "
+                        "--server, the server's --speculative-num-steps, which bounds the acceptance length it reports")
     p.add_argument("--configs", nargs="+", metavar="STEPS,TOPK,DRAFT_TOKENS",
                    help="SGLang settings to sweep (--speculative-num-steps, --speculative-eagle-topk, "
                         "--speculative-num-draft-tokens), e.g. 3,1,4 5,4,8 7,8,32")
+    p.add_argument("--max-settings", type=int, default=MAX_SETTINGS, metavar="N",
+                   help=f"the most --configs settings one evaluation decodes (default {MAX_SETTINGS}); each decodes "
+                        "every prompt again")
     p.add_argument("--references", type=Path, metavar="DIR",
                    help="keep greedy references here, per target fingerprint and prompt, so the next evaluation "
                         "of the same target does not decode them again (default: keep none)")
@@ -156,6 +165,27 @@ def _check_args(args: EvalOptions) -> None:
         raise BadInput(f"--concurrency must be between 1 and 64, got {args.concurrency}")
     if not 0 < args.timeout <= 86400:
         raise BadInput(f"--timeout must be between 0 and 86400 seconds, got {args.timeout}")
+    if not 1 <= args.max_settings <= 100_000:
+        raise BadInput(f"--max-settings must be between 1 and 100000, got {args.max_settings}")
+    if args.configs is not None:
+        _refuse_unbounded(args, _setting_texts(args.configs))
+
+
+def _setting_texts(configs: list[str]) -> list[str]:
+    return " ".join(configs).split()  # one argument may hold several (a config variable)
+
+
+def _refuse_unbounded(args: EvalOptions, texts: list[str]) -> None:
+    """Before anything loads: an empty --configs, and more settings than --max-settings (each
+    decodes every prompt again: 10,000 of them were about 28 hours on the tiny demo target)."""
+    if not texts:
+        raise BadInput("--configs names no setting; give one or more STEPS,TOPK,DRAFT_TOKENS (e.g. --configs 3,1,4 "
+                       "5,4,8), or leave it out for --num-steps")
+    if len(texts) > args.max_settings:
+        prompts = min(args.limit, args.demo_prompts or args.limit)
+        raise BadInput(f"--configs gives {len(texts)} settings, more than --max-settings {args.max_settings}: each "
+                       f"decodes every prompt again ({len(texts)} x up to {prompts} prompts x up to "
+                       f"{args.max_new_tokens} tokens); pass fewer, or raise --max-settings to run them all")
 
 
 def _tokenizer(target: Path | None):
@@ -207,7 +237,7 @@ def _settings(args: EvalOptions):
     if args.num_steps is not None:
         raise BadInput("give --num-steps or --configs, not both (--configs 3,1,4 is --num-steps 3)")
     settings = []
-    for text in " ".join(args.configs).split():  # one argument may hold several (a config variable)
+    for text in _setting_texts(args.configs):
         try:
             s = parse_setting(text, MAX_STEPS, MAX_TOPK, MAX_DRAFT_TOKENS)
         except ValueError as e:
@@ -253,6 +283,7 @@ def _decode(args: EvalOptions, target, prompts: list, arms: list, baseline: list
     per_prompt: list[PromptFigures] = []
     greedy_fw = redecoded = 0
     n = len(prompts)
+    began = time.monotonic()
     for start in range(0, n, batch):
         chunk = prompts[start:start + batch]
         progress.current = chunk[0].id if len(chunk) == 1 else f"{chunk[0].id} .. {chunk[-1].id}"
@@ -272,7 +303,18 @@ def _decode(args: EvalOptions, target, prompts: list, arms: list, baseline: list
         progress.so_far = (f"acceptance length so far "
                            f"{arms[0].summary(arms[0].setting.num_steps, done, greedy_fw).acceptance_length:.3f}")
         events.progress(done, n, unit="prompts")
+        if start == 0 and done < n:
+            took = time.monotonic() - began
+            _say(events, f"the first {done} prompt(s) took {_duration(took)} for {len(arms + baseline)} setting(s) and "
+                         f"the greedy reference: about {_duration(took * (n - done) / done)} more for the other "
+                         f"{n - done}")
     return per_prompt, greedy_fw, redecoded
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> LocalReport:
@@ -296,7 +338,8 @@ def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> Loc
     _say(events, f"{n} held-out prompts ({chosen.excluded} dropped as training prompts), "
                  f"settings {' '.join(s.label for s in settings)} (steps,topk,draft tokens), "
                  f"up to {args.max_new_tokens} new tokens each, scoring {' and '.join(_arm_names(args))}, "
-                 f"KV cache {'off' if args.no_kv_cache else 'on'}")
+                 f"KV cache {'off' if args.no_kv_cache else 'on'}: {n * len(settings) * (1 + bool(baseline))} "
+                 f"speculative decodes beside {n} greedy ones (the time they take is estimated after the first prompt)")
     progress.total = n
     events.progress(0, n, unit="prompts")
     batch = _batch_size(args, settings, device)
@@ -374,7 +417,7 @@ def run_server(args: EvalOptions, events: EventWriter) -> ServerReport:
     n = len(chosen.prompts)
     _say(events, f"{n} held-out prompts to {args.server}/generate, up to {args.max_new_tokens} new tokens each")
     results = server.query(args.server, chosen.prompts, args.max_new_tokens, args.timeout, args.concurrency,
-                           on_done=lambda done: events.progress(done, n, unit="prompts"))
+                           on_done=lambda done: events.progress(done, n, unit="prompts"), steps=args.num_steps)
     report = server.summarize(results, args.server, chosen.excluded)
     _say(events, f"mean spec_accept_length {report.mean_spec_accept_length:.3f} over {n} responses")
     events.metric("acceptance_length", report.mean_spec_accept_length)

@@ -4,12 +4,15 @@ Each prompt goes to `POST URL/generate` as token ids with greedy sampling; SGLan
 `spec_accept_length` (completion tokens / verify forwards, the first token included),
 `spec_verify_ct` and `completion_tokens` in the response's `meta_info` when it serves
 with a speculative algorithm. A response without them means the server is not drafting,
-which is reported as such rather than as an acceptance of 1.
+which is reported as such rather than as an acceptance of 1. The figures of a response are
+checked against each other (`_agree`): a server that reports acceptance length 50 for 8
+tokens in 4 verify forwards gets no report.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -49,7 +52,7 @@ def _post(url: str, body: dict, timeout: float) -> dict:
         raise EvalError(f"{url}: response is not JSON: {resp.body[:120]!r}") from None
 
 
-def _one(url: str, prompt: Prompt, max_new: int, timeout: float) -> ServerResult:
+def _one(url: str, prompt: Prompt, max_new: int, timeout: float, steps: int | None) -> ServerResult:
     body = {"input_ids": prompt.input_ids,
             "sampling_params": {"max_new_tokens": max_new, "temperature": 0.0}}
     resp = _post(url, body, timeout)
@@ -70,10 +73,41 @@ def _one(url: str, prompt: Prompt, max_new: int, timeout: float) -> ServerResult
                         "the server's figures cannot be trusted, so none is reported")
     verify = _count(meta, "spec_verify_ct", url, prompt)
     done = _count(meta, "completion_tokens", url, prompt)
-    if verify and done is not None and done > verify * MAX_ACCEPT_LENGTH:
-        raise BadInput(f"{url}: prompt {prompt.id}: completion_tokens {done} in {verify} verify forwards is more "
-                        f"than {MAX_ACCEPT_LENGTH} per forward; the server's figures cannot be trusted")
+    proposed = _count(meta, "spec_num_proposed_drafts", url, prompt)
+    _agree(f"{url}: prompt {prompt.id}", float(length), verify, done, proposed, max_new, steps)
     return ServerResult(prompt.id, float(length), verify, done)
+
+
+def _agree(where: str, length: float, verify: int | None, done: int | None, proposed: int | None, max_new: int,
+           steps: int | None) -> None:
+    """One response's figures against each other and against what was asked: SGLang's
+    spec_accept_length is completion_tokens / spec_verify_ct; a verify forward commits at
+    least 1 token and at most steps + 1 (--num-steps, the server's --speculative-num-steps)
+    or its draft tokens (spec_num_proposed_drafts / spec_verify_ct + 1); the prefill commits
+    the first token; no answer is longer than --max-new-tokens."""
+    distrust = "; the server's figures cannot be trusted, so none is reported"
+    if done is not None and done > max_new:
+        raise BadInput(f"{where}: completion_tokens {done}, more than the {max_new} asked (--max-new-tokens){distrust}")
+    if verify is not None and done is not None:
+        if not 0 < verify <= done:
+            raise BadInput(f"{where}: spec_verify_ct {verify} for {done} completion tokens; every verify forward "
+                           f"commits at least one token{distrust}")
+        if not math.isclose(length, done / verify, rel_tol=1e-6):
+            raise BadInput(f"{where}: spec_accept_length {length:g}, but completion_tokens {done} in spec_verify_ct "
+                           f"{verify} is {done / verify:.4g} per verify forward (the ratio SGLang reports){distrust}")
+    widths = []
+    if steps:
+        widths.append((steps + 1, f"--num-steps {steps} + 1"))
+    if proposed is not None and verify:
+        if proposed % verify:
+            raise BadInput(f"{where}: spec_num_proposed_drafts {proposed} is not a whole number of drafts for each of "
+                           f"its {verify} verify forwards{distrust}")
+        widths.append((proposed // verify + 1, f"the {proposed // verify + 1} draft tokens of each verify forward"))
+    for width, why in widths:
+        bound = width + 1 / verify if verify else width + 1  # the prefill's first token is in completion_tokens
+        if length > bound + 1e-9:
+            raise BadInput(f"{where}: spec_accept_length {length:g}, but a verify forward commits at most {width} "
+                           f"tokens ({why}){distrust}")
 
 
 def _count(meta: dict, key: str, url: str, prompt: Prompt) -> int | None:
@@ -88,14 +122,14 @@ def _count(meta: dict, key: str, url: str, prompt: Prompt) -> int | None:
 
 
 def query(base_url: str, prompts: list[Prompt], max_new: int, timeout: float, concurrency: int,
-          on_done=None) -> list[ServerResult]:
+          on_done=None, steps: int | None = None) -> list[ServerResult]:
     url = base_url.rstrip("/") + "/generate"
     if not url.startswith(("http://", "https://")):
         raise BadInput(f"--server {base_url!r} must be an http:// or https:// URL")
     results: list[ServerResult] = []
     pool = ThreadPoolExecutor(max_workers=concurrency)
     try:
-        for r in pool.map(lambda p: _one(url, p, max_new, timeout), prompts):
+        for r in pool.map(lambda p: _one(url, p, max_new, timeout, steps), prompts):
             results.append(r)
             if on_done is not None:
                 on_done(len(results))
