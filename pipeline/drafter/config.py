@@ -9,7 +9,7 @@ wrong at long positions while short prompts still look fine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipeline.program_edge import BadInput
@@ -18,6 +18,9 @@ from pipeline.target.config import text_config
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta")
 SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+OWN_FIELDS = ("draft_vocab_size", "target_hidden_size", "rope", "vocab_size", "max_position_embeddings")
+"""What `unlike_target` leaves out: the draft vocabulary is training's choice, and export's check
+compares vocabulary, positions and rope key by key as the target spells them."""
 MAX_VOCAB = 4_000_000
 MAX_HIDDEN = 65_536
 
@@ -143,6 +146,42 @@ class DrafterConfig:
             target_hidden_size=d.get("target_hidden_size"),
             rope={k: d[k] for k in ROPE_KEYS if d.get(k) is not None},
         )
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of every exported tensor (model.EXPORT_KEYS) of a drafter of this config:
+        what its config.json promises model.safetensors holds."""
+        h, i, v, vd = self.hidden_size, self.intermediate_size, self.vocab_size, self.draft_vocab_size
+        q, kv = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        attn, mlp = "midlayer.self_attn.", "midlayer.mlp."
+        return {"fc.weight": (h, 3 * self.input_hidden_size), attn + "q_proj.weight": (q, 2 * h),
+                attn + "k_proj.weight": (kv, 2 * h), attn + "v_proj.weight": (kv, 2 * h),
+                attn + "o_proj.weight": (h, q), "midlayer.input_layernorm.weight": (h,),
+                "midlayer.hidden_norm.weight": (h,), "midlayer.post_attention_layernorm.weight": (h,),
+                mlp + "gate_proj.weight": (i, h), mlp + "up_proj.weight": (i, h), mlp + "down_proj.weight": (h, i),
+                "norm.weight": (h,), "lm_head.weight": (vd, h), "d2t": (vd,), "t2d": (v,)}
+
+    def shape_problems(self, shapes: dict[str, Any], weights: object, config: object) -> list[str]:
+        """One line for each tensor whose shape (in `shapes`, as a safetensors header or a state
+        dict gives it) is not the one this config promises; names missing from `shapes` are
+        another check's."""
+        out = []
+        for name, want in self.weight_shapes().items():
+            got = shapes.get(name)
+            if got is not None and tuple(got) != want:
+                out.append(f"{weights}: {name} has shape {list(got)}, but {config} describes {list(want)} "
+                           f"(hidden_size {self.hidden_size}, intermediate_size {self.intermediate_size}, "
+                           f"{self.num_attention_heads}/{self.num_key_value_heads} heads of {self.head_dim}, "
+                           f"vocab_size {self.vocab_size}, draft_vocab_size {self.draft_vocab_size})")
+        return out
+
+    def unlike_target(self, target_cfg: dict, where: str = "target config.json") -> list[tuple[str, Any, Any]]:
+        """(field, this config's value, the target's) where this drafter is not the one training
+        builds for `target_cfg` (its width, MLP, heads, head size, norm, activation): a lie that
+        keeps every shape (twice the heads of half the size) still loads, and computes
+        something else. DrafterConfigError when the target's config describes no drafter."""
+        want = DrafterConfig.from_target(target_cfg, self.draft_vocab_size, where=where)
+        return [(f.name, getattr(self, f.name), getattr(want, f.name)) for f in fields(self)
+                if f.name not in OWN_FIELDS and getattr(self, f.name) != getattr(want, f.name)]
 
     def rope_parameters(self) -> dict[str, Any]:
         """The rope settings in transformers 5's single-dict form (what LlamaRotaryEmbedding reads)."""

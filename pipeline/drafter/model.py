@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..atomic_io import write_json_atomic
-from .config import DrafterConfig
+from .config import DrafterConfig, DrafterConfigError
 from .ttt_attention import causal_plus_diagonal, flash_supported, score_matrix
 from .vocab import DraftVocab
 
@@ -321,5 +321,8 @@ def load_drafter(folder: Path, map_location: str | torch.device = "cpu") -> Eagl
     missing = [k for k in EXPORT_KEYS if k not in state]
     if missing:
         raise ValueError(f"{folder / WEIGHTS_FILE}: missing {', '.join(missing)}")
+    wrong = cfg.shape_problems({k: v.shape for k, v in state.items()}, folder / WEIGHTS_FILE, folder / CONFIG_FILE)
+    if wrong:  # one line naming the file, not load_state_dict's list of mismatches
+        raise DrafterConfigError(wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""))
     model.load_state_dict(state)
     return model.to(map_location)

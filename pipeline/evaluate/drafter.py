@@ -49,10 +49,15 @@ def load_exported(folder: Path, target_dir: Path, capture: list[int], device: st
     except SafetensorError as e:
         raise BadInput(f"{folder / 'model.safetensors'}: cannot be read ({e}): the file is truncated or damaged; "
                        "export the drafter again (python -m pipeline.export)") from None
-    except (ValueError, OSError) as e:  # what torch or safetensors raise for a damaged folder
-        raise BadInput(f"{folder}: {e}") from None
+    except (ValueError, OSError, RuntimeError) as e:  # what torch or safetensors raise for a damaged folder
+        raise BadInput(f"{folder}: {str(e).splitlines()[0]}") from None
     refuse_non_finite(model, folder / "model.safetensors")
     check_manifest(folder, "model.safetensors")  # after the checks that say more about a damaged file
+    unlike = model.config.unlike_target(read_config(Path(target_dir), "--target"), str(Path(target_dir) / "config.json"))
+    if unlike:  # a config.json resealed into the manifest: its shapes may hold and still not be this target's drafter
+        key, mine, theirs = unlike[0]
+        raise BadInput(f"{cfg_path}: {key} is {mine!r}, but a drafter of the target {target_dir} has {theirs!r}; "
+                       "this drafter was not exported for this target")
     return _with_target(model, target_dir, device, dtype)
 
 
@@ -86,7 +91,7 @@ def _with_target(model, target_dir: Path, device: str, dtype: torch.dtype):
     try:
         model.load_embeddings(read_embeddings(Path(target_dir)))
     except (ValueError, OSError) as e:  # what safetensors or torch raise for a damaged file
-        raise BadInput(f"{target_dir}: {e}") from None
+        raise BadInput(f"{target_dir}: {str(e).splitlines()[0]}") from None
     return model.to(device=device, dtype=dtype).eval()
 
 

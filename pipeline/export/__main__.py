@@ -25,9 +25,10 @@ or the target, is refused before anything is touched. A failure leaves no tempor
 
 --checkpoint takes a training run folder (pipeline.train --out: its checkpoints/latest
 pointer names the checkpoint) or one checkpoint folder. --verify reads DRAFTER's bytes:
-every required key, the safetensors data offsets tiling the file to its size, every tensor
-finite, the checksum manifest; with --target, that the capture layers and shapes fit that
-target and that its weight fingerprint is the one the drafter was exported for.
+every required key of the shape config.json describes, the safetensors data offsets tiling
+the file to its size, every tensor finite, the checksum manifest; with --target, that the
+capture layers and the drafter's shape are the ones training builds for that target and that
+its weight fingerprint is the one the drafter was exported for.
 
 Exit codes: 0 written (--verify: the folder is complete), 2 bad input (a missing or
 misshapen key, a checkpoint for another target, an --out that is not export's own, bad

@@ -102,6 +102,30 @@ def manifest_problems(folder: Path) -> tuple[list[str], dict | None]:
     return problems, manifest
 
 
+def shape_problems(cfg: dict, header: dict, weights: Path, where: Path) -> list[str]:
+    """config.json against the tensors' shapes: a manifest resealed over a lying config.json
+    does not make the lie pass."""
+    from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+
+    try:
+        dcfg = DrafterConfig.from_sglang(cfg, where=str(where))
+    except DrafterConfigError as e:
+        return [str(e)]
+    return dcfg.shape_problems({k: e.get("shape") for k, e in header.items() if isinstance(e, dict)}, weights, where)
+
+
+def target_problems(cfg: dict, target_cfg: dict, where: Path, target: Path) -> list[str]:
+    """config.json against the drafter training builds for this target (DrafterConfig.unlike_target)."""
+    from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+
+    try:
+        unlike = DrafterConfig.from_sglang(cfg, where=str(where)).unlike_target(target_cfg, f"{target}/config.json")
+    except DrafterConfigError:
+        return []  # said by shape_problems, or the target's own refusal elsewhere
+    return [f"{where}: {key} is {mine!r}, but a drafter of the target {target} has {theirs!r}; export it for this target"
+            for key, mine, theirs in unlike]
+
+
 def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
     """Problems of an exported folder, one line each (empty: SGLang can load it)."""
     folder = Path(folder)
@@ -130,10 +154,7 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
         problems.append(f"{folder / CONFIG_FILE}: lacks {', '.join(absent)}")
     if not any(k in cfg for k in ROPE_KEYS):
         problems.append(f"{folder / CONFIG_FILE}: no rope setting ({', '.join(ROPE_KEYS)})")
-    lm = header.get("lm_head.weight", {}).get("shape")
-    if lm and lm[0] != cfg.get("draft_vocab_size"):
-        problems.append(f"{weights}: lm_head.weight has {lm[0]} rows, draft_vocab_size is "
-                        f"{cfg.get('draft_vocab_size')!r}")
+    problems += shape_problems(cfg, header, weights, folder / CONFIG_FILE)
     if not tiling:
         problems += nonfinite_problems(weights)
     found, manifest = manifest_problems(folder)
@@ -151,6 +172,7 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
         for key in ("vocab_size", "max_position_embeddings", *ROPE_KEYS):
             if t.get(key) is not None and cfg.get(key) != t.get(key):
                 problems.append(f"{folder / CONFIG_FILE}: {key} is {cfg.get(key)!r}, the target's is {t.get(key)!r}")
+        problems += target_problems(cfg, t, folder / CONFIG_FILE, target)
         recorded = (manifest or {}).get("target_fingerprint")
         if recorded:
             have, why = fingerprint_or_none(target)
