@@ -167,7 +167,7 @@ def kernel_lines(prof, steps: int, top: int) -> list[str]:
     rows = []
     for e in prof.key_averages():
         t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
-        if t > 0:
+        if t > 0 and str(getattr(e, "device_type", "")) != "DeviceType.CPU":  # kernels, not the ops that launched them
             rows.append((t / steps / 1e3, e.count // steps, e.key))
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
@@ -225,14 +225,23 @@ def profile_step(a: argparse.Namespace) -> int:
     return 0
 
 
+def host_lines(prof, steps: int, top: int) -> list[str]:
+    """Where the host's time went (self CPU time per step): waits on the device, the loader, launches."""
+    rows = sorted(((e.self_cpu_time_total / steps / 1e3, e.count // steps, e.key) for e in prof.key_averages()
+                   if e.self_cpu_time_total > 0), reverse=True)
+    return ["host time per step (self CPU, the tracer's own cost included):"] + [
+        f"  {ms:7.2f} ms  x{n:<5} {key[:110]}" for ms, n, key in rows[:top]]
+
+
 def trainer(a: argparse.Namespace) -> int:
-    """pipeline.train's main on `a.rest`, its GPU kernels traced over 8 steps from `a.trace_from`."""
+    """pipeline.train's main on `a.rest`, its kernels and host time traced over 8 steps from `a.trace_from`."""
     from torch.profiler import ProfilerActivity, profile
 
     from pipeline.train import step as steps
     from pipeline.train.__main__ import main
 
-    apply, prof, began = steps.apply, profile(activities=[ProfilerActivity.CUDA]), [0.0]
+    apply, began = steps.apply, [0.0]
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
     first, last = (a.trace_from, a.trace_from + 7) if torch.cuda.is_available() else (-1, -1)
 
     def traced(run, step: int, *args) -> None:
@@ -246,7 +255,7 @@ def trainer(a: argparse.Namespace) -> int:
             wall = (time.perf_counter() - began[0]) / 8 * 1e3
             prof.stop()
             print(f"traced steps {first + 1}-{last + 1}: {wall:.1f} ms a step under the tracer; "
-                  + "\n".join(kernel_lines(prof, 8, a.top)), flush=True)
+                  + "\n".join(kernel_lines(prof, 8, a.top) + host_lines(prof, 8, 12)), flush=True)
 
     steps.apply = traced
     return main([x for x in a.rest if x != "--"])

@@ -5,7 +5,8 @@ epoch, batch settings, world size, held-out slice) (schedule.build_schedule), th
 holds everything else that changes (weights, AdamW moments, scheduler, step, RNG states, the
 metrics history), and a run refuses to resume on another source, other batch settings or
 another held-out slice (resume.py). Logged metrics cost one all-reduce and one host sync
-every --log-every steps; the finiteness check one more small sync per step (step.py).
+every --log-every steps; the finiteness check none (the device skips a refused step, the host
+reads the flag a step later: step.py).
 
 The pieces: setup.build (source, drafter, optimiser), setup.restore, step (one optimiser
 step and its metrics), validation.Validator, saving (checkpoints, summary.json); this
@@ -18,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 import torch
 
@@ -104,19 +106,21 @@ def _steps(r: Run, feed) -> dict:
             loss, sums, correct, prep, counts = steps.forward_backward(r, batch)
         except StepAborted:
             r.opt.zero_grad(set_to_none=True)
+            _settle(r)
             _stop_mid_step(r, step, saved_at, win, last, began, tokens_at_start)
         try:
             steps.apply(r, step, loss, batch)
         except steps.NotFinite as e:
-            r.events.message(str(e), level="error")
-            r.events.close()
-            raise
+            _refused(r, e)
         step += 1
         if delay:
             time.sleep(delay)
         steps.add_to_window(win, loss, sums, correct, prep, counts, batch, world)
         stop_now = r.stop.is_set() if world == 1 else False
-        if step % opts.log_every == 0 or step == r.total or (world == 1 and stop_now):
+        log_now = step % opts.log_every == 0 or step == r.total or (world == 1 and stop_now)
+        if log_now or step % val_every == 0 or step % opts.save_every == 0:
+            _settle(r)  # nothing of a refused step is logged, validated or saved
+        if log_now:
             last, stop_now = steps.log_window(r, win, step)
             win = steps.Window(n, r.device)
         if (step % val_every == 0 or step == r.total) and not stop_now:
@@ -132,10 +136,25 @@ def _steps(r: Run, feed) -> dict:
             r.events.close()
             raise Stopped(f"stopped at step {step}/{r.total}; checkpoint "
                           f"{r.out / checkpoint.DIR / checkpoint.step_name(step)}; rerun with --resume to continue")
+    _settle(r)
     summary = saving.summarize(r, step, last, False, began, tokens_at_start)
     if r.dist.rank == 0:
         r.events.close()
     return summary
+
+
+def _settle(r: Run) -> None:
+    """The last step's finiteness check, read now: a refused step ends the run (exit 3)."""
+    try:
+        r.guard.settle(r)
+    except steps.NotFinite as e:
+        _refused(r, e)
+
+
+def _refused(r: Run, e: steps.NotFinite) -> NoReturn:
+    r.events.message(str(e), level="error")
+    r.events.close()
+    raise e
 
 
 def _stop_mid_step(r: Run, step: int, saved_at: int | None, win: steps.Window, last: dict, began: float,

@@ -33,6 +33,7 @@ from .online import TargetStates, open_records
 from .options import DEFAULT_VAL_MAX, Options
 from .resume import SUMMARY, check_resume, identity_of
 from .schedule import build_schedule, lr_lambda
+from .step import FiniteGuard
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Run:
     kernels: VocabKernels = EAGER_KERNELS
     params: list = field(default_factory=list)
     opt: torch.optim.Optimizer | None = None
+    guard: FiniteGuard | None = None
     sched: torch.optim.lr_scheduler.LambdaLR | None = None
     schedule_fn: Callable[[int], float] | None = None
     warmup: int = 0
@@ -249,7 +251,8 @@ def _build_optimizer(run: Run) -> None:
     run.objective = run.dist.wrap(raw_objective)
     run.params = [p for p in run.drafter.parameters() if p.requires_grad]
     run.opt = torch.optim.AdamW(run.params, lr=opts.lr, betas=(0.9, 0.95), weight_decay=opts.weight_decay,
-                                fused=True if run.cuda else None)
+                                fused=True)  # fused: it skips a step flagged not finite on the device (step.py)
+    run.guard = FiniteGuard(run.device)
     run.warmup = max(1, round(opts.warmup_ratio * run.total)) if opts.warmup_ratio > 0 else 0
     run.schedule_fn = lr_lambda(run.total, run.warmup, opts.min_lr_ratio)
     run.sched = torch.optim.lr_scheduler.LambdaLR(run.opt, run.schedule_fn)

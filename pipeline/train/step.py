@@ -2,8 +2,11 @@
 
 A step is refused before the optimiser moves when its loss or gradient is not finite: AdamW
 would carry a NaN into its moments, every later step would log `loss nan`, and the pruning
-of old checkpoints would then keep only poisoned ones. The check costs one host sync per
-step, on a scalar the step computes anyway (the gradient norm).
+of old checkpoints would then keep only poisoned ones. The refusal happens on the device:
+the fused AdamW skips a step flagged `found_inf` (weights, moments and step count untouched),
+so the host never waits for the check. It reads the flag a step later (`FiniteGuard`), when
+the device has long written it, and before anything is logged, validated or saved, then
+stops the run naming the refused step.
 """
 
 from __future__ import annotations
@@ -74,27 +77,59 @@ def forward_backward(run: Run, batch: dict[str, torch.Tensor]):
     return loss, sums, correct, prep, counts
 
 
+class FiniteGuard:
+    """The last step's finiteness flag, copied to the host without waiting for it: `arm` queues
+    the copy behind the step's work, `settle` reads it (waiting only for that copy, which the
+    device finished while the host queued the next step) and raises NotFinite if it was bad."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.host = torch.zeros(4, pin_memory=self.cuda)
+        self.event = torch.cuda.Event() if self.cuda else None
+        self.step: int | None = None
+
+    def arm(self, step: int, stats: torch.Tensor) -> None:
+        """stats: [bad, loss, gradient norm, non-finite target states] of 1-based step `step`."""
+        self.host.copy_(stats, non_blocking=self.cuda)
+        if self.event is not None:
+            self.event.record()
+        self.step = step
+
+    def settle(self, run: Run) -> None:
+        if self.step is None:
+            return
+        if self.event is not None:
+            self.event.synchronize()
+        step, self.step = self.step, None
+        bad, loss, norm, bad_states = self.host.tolist()
+        if bad:
+            raise NotFinite(_not_finite_message(run, step, loss, norm, bad_states > 0))
+
+
 def apply(run: Run, step: int, loss: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
-    """Clip and take the optimiser step, unless the loss or the gradient is not finite."""
+    """Clip and queue the optimiser step, which the device skips if the loss or the gradient is
+    not finite; first settles the previous step's check (NotFinite if that step was refused)."""
     if run.opts.max_grad_norm > 0:
         norm = torch.nn.utils.clip_grad_norm_(run.params, run.opts.max_grad_norm)
     else:
         norm = torch.nn.utils.get_total_norm([p.grad for p in run.params if p.grad is not None])
-    finite = torch.isfinite(run.dist.all_reduce_sum(torch.stack([loss.detach().float(), norm.float()])))
-    if not bool(finite.all()):
-        run.opt.zero_grad(set_to_none=True)
-        raise NotFinite(_not_finite_message(run, step + 1, loss, norm, batch))
-    run.opt.step()
+    states = batch["nonfinite"].any().float() if "nonfinite" in batch else torch.zeros((), device=norm.device)
+    summed = run.dist.all_reduce_sum(torch.stack([loss.detach().float(), norm.float(), states]))
+    bad = (~torch.isfinite(summed[:2]).all()).float()
+    run.guard.settle(run)
+    run.opt.found_inf = bad  # read by the fused AdamW, as GradScaler's skipped steps are
+    try:
+        run.opt.step()
+    finally:
+        del run.opt.found_inf
     run.sched.step()
+    run.guard.arm(step + 1, torch.cat([bad[None], summed[:1] / run.dist.world_size, summed[1:]]))
 
 
-def _not_finite_message(run: Run, step: int, loss: torch.Tensor, norm: torch.Tensor,
-                        batch: dict[str, torch.Tensor]) -> str:
-
-    bad_states = "nonfinite" in batch and bool(batch["nonfinite"].any())
+def _not_finite_message(run: Run, step: int, loss: float, norm: float, bad_states: bool) -> str:
     cause = ("the target's states for this batch are not finite (check the target's weights and dtype)"
              if bad_states else "lower --lr or raise --warmup-ratio, or look for extreme values in the data")
-    return (f"step {step}/{run.total}: the loss ({float(loss):.4g}) or gradient norm ({float(norm):.4g}) is not finite; "
+    return (f"step {step}/{run.total}: the loss ({loss:.4g}) or gradient norm ({norm:.4g}) is not finite; "
             f"stopped before the optimiser took it; {cause}; {last_good(run)}")
 
 

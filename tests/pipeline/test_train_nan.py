@@ -14,7 +14,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "1", "--workers", "0",
+# --log-every 3 and --save-every 2: the poisoned step 5 is neither logged nor saved, so its refusal (taken on the
+# device) is read on the host when step 6 comes to its optimiser step, and must still name step 5 and keep step 4
+OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "3", "--workers", "0",
         "--ttt-length", "3", "--device", "cpu", "--save-every", "2", "--keep-last", "5"]
 HUGE = 3e38  # finite in bf16 and fp32; the drafter's first layer overflows on it
 
@@ -106,3 +108,32 @@ def test_weights_that_turn_non_finite_stop_the_run_with_exit_3_as_docs_say(refer
     assert any(e["kind"] == "message" and e.get("level") == "error" and "step 3/4" in e["text"] for e in errors)
     assert (ckpts / "latest").read_text().strip() == "step_00000002"
     assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_00000001", "step_00000002"]
+
+
+def test_a_refused_step_leaves_weights_and_moments_untouched_and_is_named_when_the_next_step_comes(tmp_path):
+    """The device refuses the step (the fused AdamW's found_inf); the host reads the refusal one
+    step later, before that step's optimiser moves anything."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from pipeline.train import step as steps
+    from pipeline.train.dist import Dist
+
+    cpu = torch.device("cpu")
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.AdamW([w], lr=0.1, fused=True)
+    run = SimpleNamespace(opts=SimpleNamespace(max_grad_norm=0.5), params=[w], dist=Dist(0, 1, 0, cpu), opt=opt,
+                          sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), guard=steps.FiniteGuard(cpu),
+                          out=tmp_path, total=9)
+    w.grad = torch.ones(3)
+    steps.apply(run, 0, torch.tensor(1.0), {})
+    kept = w.detach().clone(), {k: v.clone() for k, v in opt.state[w].items()}
+    assert not torch.equal(kept[0], torch.ones(3))  # the good step moved the weights
+    w.grad = torch.full((3,), float("nan"))
+    steps.apply(run, 1, torch.tensor(float("nan")), {})  # nothing raised yet: the host did not wait
+    w.grad = torch.ones(3)
+    with pytest.raises(steps.NotFinite, match=r"step 2/9: the loss \(nan\)"):
+        steps.apply(run, 2, torch.tensor(1.0), {})
+    assert torch.equal(w.detach(), kept[0])  # neither the refused step 2 nor step 3 moved anything
+    assert all(torch.equal(opt.state[w][k], v) for k, v in kept[1].items())
