@@ -171,7 +171,7 @@ def role_ours_disk(a: argparse.Namespace) -> dict:
         return {}
     rate, counted = _window_rate(events, a.warmup)
     return {"tokens_per_s": rate, "tokens_timed": counted, "wall_s": round(time.monotonic() - began, 1),
-            "final_loss": summary.get("loss")}
+            "final_loss": summary.loss}
 
 
 def _our_parts(a: argparse.Namespace, device: torch.device):

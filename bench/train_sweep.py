@@ -14,13 +14,15 @@ Extra arguments after `--` go to every run (e.g. `--batch-tokens 16384 --ttt-len
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline.records.train_summary import read_summary  # noqa: E402
 
 
 def main() -> int:
@@ -50,12 +52,13 @@ def main() -> int:
             if proc.returncode != 0:
                 print(f"lr {lr:g} steps {steps}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}", flush=True)
                 continue
-            s = json.loads((out / "summary.json").read_text())
-            val = s.get("val") or {}
-            rows.append((lr, steps, s["loss"], s["acc"][0], val.get("loss"), val.get("acc") or [], s["tokens"], took))
-            print(f"lr {lr:<8g} steps {steps:>6}  train loss {s['loss']:.4f} acc_0 {s['acc'][0]:.3f}  "
-                  f"val loss {val.get('loss', float('nan')):.4f} acc " + " ".join(f"{x:.3f}" for x in val.get("acc", []))
-                  + f"  {s['tokens']:,} tokens  {took:.0f}s", flush=True)
+            s = read_summary(out / "summary.json")
+            val_loss = s.val.loss if s.val and s.val.loss is not None else float("nan")
+            val_acc = (s.val.acc if s.val else None) or ()
+            rows.append((lr, steps, s.loss, s.acc[0], val_loss, val_acc, s.tokens, took))
+            print(f"lr {lr:<8g} steps {steps:>6}  train loss {s.loss:.4f} acc_0 {s.acc[0]:.3f}  "
+                  f"val loss {val_loss:.4f} acc " + " ".join(f"{x:.3f}" for x in val_acc)
+                  + f"  {s.tokens:,} tokens  {took:.0f}s", flush=True)
     if rows:
         best = max(rows, key=lambda r: r[5][0] if r[5] else -1)
         print(f"best held-out acc_0: lr {best[0]:g}, {best[1]} steps ({best[5][0]:.3f})")

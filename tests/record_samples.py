@@ -3,6 +3,13 @@ records' own round trips, the console's acceptance bars, the charts project)."""
 
 from __future__ import annotations
 
+from pipeline.records.merge_stats import MergeStats, Policy, SourceStats
+from pipeline.records.regenerate_stats import RegenerateStats
+from pipeline.records.extract_estimate import ExtractEstimate
+from pipeline.records.regenerate_estimate import RegenerateEstimate
+from pipeline.records.train_estimate import TrainEstimate
+from pipeline.records.train_summary import DraftVocab, StepFigures, TrainSummary, Validation
+from pipeline.records.source_reading import ArrayCut, DuplicateIds, PolicyCount, SourceReading
 from pipeline.records.evaluate_report import (Best, FileFingerprint, ForwardTimes, LocalReport, PromptFigures,
                                               ServerPrompt, ServerReport, SettingRow, TargetForwards)
 
@@ -62,3 +69,77 @@ def server_report() -> ServerReport:
                                     ServerPrompt(id="p1", spec_accept_length=2.0, spec_verify_ct=31,
                                                  completion_tokens=64)),
                         seconds=4.5)
+
+
+def source_reading(records: int, files: tuple[str, ...] = ("data/chats.jsonl",), skipped: int = 0) -> SourceReading:
+    return SourceReading(
+        files=files, records=records, usable=records - skipped, invalid=skipped,
+        invalid_share=round(skipped / records, 6) if records else 0.0,
+        skipped={"no_assistant": skipped} if skipped else {},
+        assistant_first=PolicyCount(records=0, action="keep"),
+        duplicate_id=DuplicateIds(records=0, action="first usable kept", kept_after_a_skipped_one=0),
+        same_role=PolicyCount(records=0, action="join"), lines_too_long=0,
+        cut=(ArrayCut(file=files[0], byte=1234, line=7),) if skipped else (),
+        examples={"no_assistant": (f"{files[0]}:3 (id c3)",)} if skipped else {},
+        first_problem={"no_assistant": "no assistant turn"} if skipped else {},
+        role_map={"human": "user", "gpt": "assistant"})
+
+
+def merge_stats(records: list[dict], sha256: str, source: str = "tiny", max_len: int | None = None) -> MergeStats:
+    """The stats merge writes for `records` (merged samples: input_ids, loss_mask) from one source."""
+    tokens = sum(len(r["input_ids"]) for r in records)
+    loss = sum(sum(r["loss_mask"]) for r in records)
+    longest = max((len(r["input_ids"]) for r in records), default=0)
+    counts = dict(records=len(records), tokens=tokens, loss_tokens=loss)
+    return MergeStats(
+        **counts, max_len=max_len if max_len is not None else longest, on_long="truncate", seed=0,
+        tokenizer="tiny", mask_method="markers", char_bound=1 << 20, line_bound=1 << 24,
+        sources={source: SourceStats(shape="messages", shapes={"messages": len(records)}, **counts,
+                                     read=len(records), dropped_too_long=0, dropped_empty_mask=0, truncated=0,
+                                     over_char_bound=0, lines_too_long=0, skipped=0,
+                                     input=source_reading(len(records)))},
+        skipped=0, policy=Policy(strict=False, max_invalid=0.05, role_map={"human": "user"},
+                                 on_assistant_first="drop", same_role="join"),
+        dropped=0, truncated=0, dataset_sha256=sha256)
+
+
+def regenerate_stats() -> RegenerateStats:
+    return RegenerateStats(
+        status="done", records_in=41, regenerable=40, wanted=40, records_out=39, resumed=10,
+        skipped={"assistant_first": 1}, failures={"http_5xx": 1}, failure_examples={"http_5xx": ("chat-7: HTTP 503",)},
+        answers=52, generated_tokens=4096, loops_cut=2, loop_tokens_cut=300, seconds=61.5,
+        sources={"chats": source_reading(41, skipped=1)},
+        options={"backend": "server", "max_new_tokens": 2048, "temperature": 0.0, "servers": ["http://a:30000"],
+                 "role_map": {"human": "user"}, "limit": None, "trim_loops": True})
+
+
+def train_summary(**changes) -> TrainSummary:
+    history = tuple(StepFigures(step=s, loss=round(6.0 / s, 4), acc=(0.5, 0.3, 0.2)) for s in (10, 20, 30))
+    fields = dict(
+        steps=30, total_steps=40, resumed_from=20, stopped=True, loss=0.2, acc=(0.5, 0.3, 0.2), tokens=123456,
+        seconds=12.5, tokens_this_session=40000, tokens_per_s=3200.0, checkpoint="run/checkpoints/step_00000030",
+        draft_vocab_size=32000, draft_vocab_coverage=0.97,
+        draft_vocab=DraftVocab(source="the store's 300 training samples", coverage_chosen_on=0.99,
+                               held_out_coverage=0.97, held_out_distinct_tokens=900, held_out_distinct_missing=12),
+        val=Validation(samples=6, tokens=1500, loss=0.4, acc=(0.4, 0.25, 0.1), history=history[1:]),
+        world_size=1, device="cpu", history=history, source="store", peak_gpu_bytes=None)
+    return TrainSummary(**{**fields, **changes})
+
+
+def train_estimate() -> TrainEstimate:
+    parts = {"drafter_and_optimizer": 4_000_000_000, "target_head": 60_000_000, "activations": 9_000_000_000,
+             "target_weights": 270_000_000, "target_forward": 900_000_000}
+    return TrainEstimate(gpu_bytes=int(sum(parts.values()) * 1.2), parts=parts, online=True, batch_tokens=16384,
+                         max_len=2048, draft_vocab=32000, ttt_length=7, margin=1.2)
+
+
+def extract_estimate() -> ExtractEstimate:
+    return ExtractEstimate(bytes=5_000_000, tokens=1000, records=10, limit=None, hidden=576, num_layers=30,
+                           dtype="bfloat16", store_dtype="bfloat16", dtype_bytes=2, hidden_state_bytes=4_608_000,
+                           scale_bytes=0, overhead_bytes=392_000, per_token_bytes=4617, per_record_overhead_bytes=4700,
+                           formula="tokens*4*hidden*dtype_bytes + tokens*9 + records*(header+4096+256) + 4096")
+
+
+def regenerate_estimate() -> RegenerateEstimate:
+    return RegenerateEstimate(records=30, answers=45, max_new_tokens=64, kept_bytes=9000, answer_bytes=24480,
+                              bytes=35400, formula="kept text + answers*(max_new_tokens*8+32) + records*64")

@@ -39,6 +39,7 @@ from pipeline.bounded_read import open_file
 from pipeline.chat.template import ROLES
 from pipeline.chat.json_stream import ArrayReader, first_char, read_lines
 from pipeline.program_edge import BadInput
+from pipeline.records.source_reading import ArrayCut, DuplicateIds, PolicyCount, SourceReading
 
 DEFAULT_ROLE_MAP: Mapping[str, str] = MappingProxyType({"bing": "assistant", "chatgpt": "assistant", "bard": "assistant"})
 """ShareGPT's extra speaker names; all three are assistants (the web UIs the logs came from)."""
@@ -120,7 +121,7 @@ class SourceReport:
     first_problem: dict[str, str] = field(default_factory=dict)
     """The whole message of the first record skipped for each reason."""
     files: list[str] = field(default_factory=list)
-    cuts: list[dict] = field(default_factory=list)
+    cuts: list[ArrayCut] = field(default_factory=list)
     policy: SourcePolicy = field(default_factory=SourcePolicy)
     bytes_read: int = 0
     """How far into the source the reader is (all files so far): for a progress estimate."""
@@ -141,28 +142,26 @@ class SourceReport:
             f"{count} {reason} (first: {self.first_problem.get(reason, '?')})" for reason, count in self.skipped.most_common(n)
         )
 
-    def to_json(self) -> dict:
+    def to_record(self) -> SourceReading:
+        """What the stats of merge and regenerate keep of this reading."""
         p = self.policy
-        return {
-            "files": list(self.files),
-            "records": self.records,
-            "usable": self.usable,
-            "invalid": self.invalid(),
-            "invalid_share": round(self.invalid_share(), 6),
-            "skipped": {r: self.skipped[r] for r in REASONS if self.skipped[r]},
-            "assistant_first": {"records": self.policies[ASSISTANT_FIRST], "action": p.on_assistant_first},
-            "duplicate_id": {
-                "records": self.policies[DUPLICATE_ID],
-                "action": "first usable kept",
-                "kept_after_a_skipped_one": self.policies[REPEATS_SKIPPED],
-            },
-            "same_role": {"records": self.policies[SAME_ROLE], "action": p.same_role},
-            "lines_too_long": self.lines_too_long,
-            "cut": list(self.cuts),
-            "examples": {k: list(v) for k, v in self.examples.items()},
-            "first_problem": dict(self.first_problem),
-            "role_map": dict(p.role_map),
-        }
+        return SourceReading(
+            files=tuple(self.files),
+            records=self.records,
+            usable=self.usable,
+            invalid=self.invalid(),
+            invalid_share=round(self.invalid_share(), 6),
+            skipped={r: self.skipped[r] for r in REASONS if self.skipped[r]},
+            assistant_first=PolicyCount(records=self.policies[ASSISTANT_FIRST], action=p.on_assistant_first),
+            duplicate_id=DuplicateIds(records=self.policies[DUPLICATE_ID], action="first usable kept",
+                                      kept_after_a_skipped_one=self.policies[REPEATS_SKIPPED]),
+            same_role=PolicyCount(records=self.policies[SAME_ROLE], action=p.same_role),
+            lines_too_long=self.lines_too_long,
+            cut=tuple(self.cuts),
+            examples={k: tuple(v) for k, v in self.examples.items()},
+            first_problem=dict(self.first_problem),
+            role_map=dict(p.role_map),
+        )
 
     def warnings(self) -> list[str]:
         out: list[str] = []
@@ -196,7 +195,7 @@ class SourceReport:
             )
         for cut in self.cuts:
             out.append(
-                f"{cut['file']}: the JSON array is cut at byte {cut['byte']} (line {cut['line']}): "
+                f"{cut.file}: the JSON array is cut at byte {cut.byte} (line {cut.line}): "
                 f"the unfinished record there is left out; every complete record before it was read"
             )
         return out
@@ -227,7 +226,7 @@ def _raw_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
                 report.bytes_read = base + reader.bytes_read
                 yield el.value, el.line, f"{source}:{el.index}"
             if reader.cut_at is not None:
-                cut = {"file": name, "byte": reader.cut_at, "line": reader.cut_line}
+                cut = ArrayCut(file=name, byte=reader.cut_at, line=reader.cut_line)
                 if policy.strict:
                     raise SourceError(
                         f"{name}:{reader.cut_line}: the JSON array is cut at byte {reader.cut_at} "

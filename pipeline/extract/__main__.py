@@ -43,6 +43,7 @@ import sys
 from pathlib import Path
 
 from ..program_edge import BadInput, run_program
+from ..records.extract_estimate import format_estimate
 from ..sizes import format_bytes
 from ..store.integrity import verify_store
 from ..store.meta import TargetInfo
@@ -106,11 +107,11 @@ def _estimate(args: argparse.Namespace) -> int:
     need(args, "model", "stats")
     est = estimate(args.model, args.stats, args.dtype, args.limit, args.data, fp8=args.store_dtype == "fp8")
     if args.json:
-        print(json.dumps(est))
+        print(format_estimate(est))
     else:
-        print(est["bytes"])
-        print(f"extract estimate: {format_bytes(est['bytes'])} for {est['tokens']:,} tokens in {est['records']:,} "
-              f"samples (hidden {est['hidden']}, {est['store_dtype']})", file=sys.stderr)
+        print(est.bytes)
+        print(f"extract estimate: {format_bytes(est.bytes)} for {est.tokens:,} tokens in {est.records:,} "
+              f"samples (hidden {est.hidden}, {est.store_dtype})", file=sys.stderr)
     return 0
 
 

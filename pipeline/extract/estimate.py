@@ -21,22 +21,18 @@ from pathlib import Path
 from ..program_edge import BadInput
 from ..store.layout import DTYPES, SCALE_BYTES, dtype_name, header, token_bytes
 from ..store.meta import TargetInfo
-from pipeline.jsonfile import read_json
+from pipeline.records import merge_stats
+from pipeline.records.extract_estimate import ExtractEstimate
+from pipeline.records.merge_stats import MergeStats
 
 BLOCK_SLACK = 4096  # a file ends part-way through a block
 MANIFEST_LINE = 256  # index, id, tokens, bytes, file
 META_BYTES = 4096
 
 
-def read_stats(stats_path: Path) -> dict:
-    path = Path(stats_path)
-    stats = read_json(path, f"stats file {path} does not exist (--stats); run pipeline.merge first")
-    if not isinstance(stats, dict):
-        raise BadInput(f"{path}: expected a JSON object of merge stats")
-    for key in ("records", "tokens"):
-        if not isinstance(stats.get(key), int) or stats[key] < 0:
-            raise BadInput(f"{path}: key {key!r} must be a non-negative integer, got {stats.get(key)!r}")
-    return stats
+def read_stats(path: Path) -> MergeStats:
+    """Merge's stats (`--stats`), refused by name when missing, not merge's or malformed."""
+    return merge_stats.read_stats(path, f"stats file {path} does not exist (--stats); run pipeline.merge first")
 
 
 def first_tokens(data: Path, limit: int) -> tuple[int, int]:
@@ -59,46 +55,45 @@ def first_tokens(data: Path, limit: int) -> tuple[int, int]:
 
 
 def estimate(model_dir: Path, stats_path: Path, dtype: str = "bf16", limit: int | None = None,
-             data: Path | None = None, fp8: bool = False) -> dict:
+             data: Path | None = None, fp8: bool = False) -> ExtractEstimate:
     target = TargetInfo.from_dir(Path(model_dir))
     stats = read_stats(stats_path)
+    records, tokens = stats.records, stats.tokens
     if limit is not None:
         if limit < 0:
             raise BadInput(f"--limit must not be negative, got {limit}")
         if data is not None:
             records, tokens = first_tokens(Path(data), limit)
         else:
-            records = min(limit, stats["records"])
-            longest = stats.get("max_len") if isinstance(stats.get("max_len"), int) else stats["tokens"]
-            tokens = min(stats["tokens"], records * max(longest, 0))
-        stats = {**stats, "records": records, "tokens": tokens}
+            records = min(limit, stats.records)
+            tokens = min(stats.tokens, records * stats.max_len)
     try:
         name = dtype_name(dtype)
     except ValueError as e:
         raise BadInput(f"--dtype: {e}") from None
     value_bytes = 1 if fp8 else DTYPES[name][1]
-    tokens, records, hidden = stats["tokens"], stats["records"], target.hidden_size
-    longest = stats.get("max_len") if isinstance(stats.get("max_len"), int) and stats["max_len"] > 0 else max(tokens, 1)
+    hidden = target.hidden_size
+    longest = stats.max_len if stats.max_len > 0 else max(tokens, 1)
     hidden_bytes = tokens * 4 * hidden * value_bytes
     scale_bytes = tokens * SCALE_BYTES if fp8 else 0
     token_overhead = tokens * (8 + 1)
     per_record = len(header(longest, hidden, name, fp8)) + BLOCK_SLACK + MANIFEST_LINE
     overhead = token_overhead + records * per_record + META_BYTES
-    return {
-        "bytes": hidden_bytes + scale_bytes + overhead,
-        "tokens": tokens,
-        "records": records,
-        "limit": limit,
-        "hidden": hidden,
-        "num_layers": target.num_layers,
-        "dtype": name,
-        "store_dtype": "float8_e4m3fn" if fp8 else name,
-        "dtype_bytes": value_bytes,
-        "hidden_state_bytes": hidden_bytes,
-        "scale_bytes": scale_bytes,
-        "overhead_bytes": overhead,
-        "per_token_bytes": token_bytes(hidden, name, fp8),
-        "per_record_overhead_bytes": per_record,
-        "formula": ("tokens*4*hidden*1 + tokens*16 (fp8 scales)" if fp8 else "tokens*4*hidden*dtype_bytes")
-                   + " + tokens*9 + records*(header+4096+256) + 4096",
-    }
+    return ExtractEstimate(
+        bytes=hidden_bytes + scale_bytes + overhead,
+        tokens=tokens,
+        records=records,
+        limit=limit,
+        hidden=hidden,
+        num_layers=target.num_layers,
+        dtype=name,
+        store_dtype="float8_e4m3fn" if fp8 else name,
+        dtype_bytes=value_bytes,
+        hidden_state_bytes=hidden_bytes,
+        scale_bytes=scale_bytes,
+        overhead_bytes=overhead,
+        per_token_bytes=token_bytes(hidden, name, fp8),
+        per_record_overhead_bytes=per_record,
+        formula=("tokens*4*hidden*1 + tokens*16 (fp8 scales)" if fp8 else "tokens*4*hidden*dtype_bytes")
+        + " + tokens*9 + records*(header+4096+256) + 4096",
+    )

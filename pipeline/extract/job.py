@@ -108,9 +108,8 @@ def _prepare_locked(options: ExtractOptions, target: TargetInfo, dtype: str, sha
     guard.check(0)
     dataset = index_dataset(Path(options.data), options.max_len, target.vocab_size)
     if options.stats is not None:
-        stats = read_stats(options.stats)
-        want = stats.get("dataset_sha256")
-        if want is not None and want != dataset.sha256:
+        want = read_stats(options.stats).dataset_sha256
+        if want != dataset.sha256:
             raise BadInput(
                 f"{options.stats}: dataset_sha256 is {want} but {options.data} hashes to {dataset.sha256}; "
                 "the stats belong to another dataset: rerun pipeline.merge or pass the matching --stats"

@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 from pipeline import output_guard
-from pipeline.atomic_io import write_json_atomic
 from pipeline.chat.sources import SourceReport
 from pipeline.events import EventWriter
 from pipeline.merge.chunks import EXAMPLES_KEPT, EncodeSettings, char_bound, line_bound
@@ -48,8 +47,9 @@ from pipeline.merge.pool import Progress, check_tokenizer, run_chunks
 from pipeline.merge.reading import read_chunks, resolve_sources, source_policy
 from pipeline.merge.stats import refuse_empty, report_drops, stats_of, summary, tally
 from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
+from pipeline.records import merge_stats
 
-STATS_KEYS = ("dataset_sha256", "sources")  # what makes a stats file merge's own
+STATS_KEYS = merge_stats.KIND.legacy_keys  # what makes a stats file merge's own
 
 
 def _refuse_bad_options(opts: MergeOptions) -> None:
@@ -85,7 +85,7 @@ def _guard_outputs(opts: MergeOptions, stats_path: Path) -> None:
         print(f"merge: removed {len(stale)} leftovers of killed merges ({', '.join(p.name for p in stale[:3])})", flush=True)
 
 
-def merge(opts: MergeOptions, events: EventWriter) -> dict:
+def merge(opts: MergeOptions, events: EventWriter) -> merge_stats.MergeStats:
     _refuse_bad_options(opts)
     sources = resolve_sources(opts.sources, opts.include, opts.exclude)
     tokenizer, method = check_tokenizer(opts.tokenizer)
@@ -130,7 +130,7 @@ def merge(opts: MergeOptions, events: EventWriter) -> dict:
         shutil.rmtree(parts_dir, ignore_errors=True)
 
     stats = stats_of(counted, reports, opts, policy, method, (max_chars, max_line), sha)
-    write_json_atomic(stats_path, stats)
+    merge_stats.write_stats(stats_path, stats)
     events.artifact(str(out), bytes=out.stat().st_size, records=counted.kept)
     events.artifact(str(stats_path), bytes=stats_path.stat().st_size)
     for line in summary(stats):

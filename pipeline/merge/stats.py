@@ -12,6 +12,7 @@ from pipeline.events import EventWriter
 from pipeline.merge.chunks import ChunkResult, SourceCounts
 from pipeline.merge.options import MergeOptions
 from pipeline.program_edge import BadInput
+from pipeline.records.merge_stats import MergeStats, Policy, SourceStats
 
 
 @dataclass
@@ -102,64 +103,63 @@ def report_drops(
         events.message(f"{name}: {note}", level="warning", source=name)
 
 
-def _source_stats(t: Tally, name: str, report: SourceReport) -> dict:
+def _source_stats(t: Tally, name: str, report: SourceReport) -> SourceStats:
     c = t.counts[name]
-    return {
-        "shape": _shape_of(t.shapes[name]),
-        "shapes": t.shapes[name],
-        "records": c.records,
-        "tokens": c.tokens,
-        "loss_tokens": c.loss_tokens,
-        "read": c.read,
-        "dropped_too_long": c.dropped_too_long,
-        "dropped_empty_mask": c.dropped_empty_mask,
-        "truncated": c.truncated,
-        "over_char_bound": c.over_char_bound,
-        "lines_too_long": c.lines_too_long,
-        "skipped": report.invalid(),
-        "input": report.to_json(),
-    }
+    return SourceStats(
+        shape=_shape_of(t.shapes[name]),
+        shapes=t.shapes[name],
+        records=c.records,
+        tokens=c.tokens,
+        loss_tokens=c.loss_tokens,
+        read=c.read,
+        dropped_too_long=c.dropped_too_long,
+        dropped_empty_mask=c.dropped_empty_mask,
+        truncated=c.truncated,
+        over_char_bound=c.over_char_bound,
+        lines_too_long=c.lines_too_long,
+        skipped=report.invalid(),
+        input=report.to_record(),
+    )
 
 
 def stats_of(t: Tally, reports: dict[str, SourceReport], opts: MergeOptions, policy: SourcePolicy, method: str,
-             bounds: tuple[int, int], sha: str) -> dict:
+             bounds: tuple[int, int], sha: str) -> MergeStats:
     """The stats file's content; `dataset_sha256` ties it to the dataset it describes."""
     counts = t.counts.values()
-    return {
-        "records": t.kept,
-        "tokens": sum(c.tokens for c in counts),
-        "loss_tokens": sum(c.loss_tokens for c in counts),
-        "max_len": opts.max_len,
-        "on_long": opts.on_long,
-        "seed": opts.seed,
-        "tokenizer": opts.tokenizer,
-        "mask_method": method,
-        "char_bound": bounds[0],
-        "line_bound": bounds[1],
-        "sources": {name: _source_stats(t, name, reports[name]) for name in t.counts},
-        "skipped": sum(r.invalid() for r in reports.values()),
-        "policy": {
-            "strict": policy.strict,
-            "max_invalid": policy.max_invalid,
-            "role_map": dict(policy.role_map),
-            "on_assistant_first": policy.on_assistant_first,
-            "same_role": policy.same_role,
-        },
-        "dropped": sum(c.dropped_too_long + c.dropped_empty_mask for c in counts),
-        "truncated": sum(c.truncated for c in counts),
-        "dataset_sha256": sha,
-    }
+    return MergeStats(
+        records=t.kept,
+        tokens=sum(c.tokens for c in counts),
+        loss_tokens=sum(c.loss_tokens for c in counts),
+        max_len=opts.max_len,
+        on_long=opts.on_long,
+        seed=opts.seed,
+        tokenizer=opts.tokenizer,
+        mask_method=method,
+        char_bound=bounds[0],
+        line_bound=bounds[1],
+        sources={name: _source_stats(t, name, reports[name]) for name in t.counts},
+        skipped=sum(r.invalid() for r in reports.values()),
+        policy=Policy(
+            strict=policy.strict,
+            max_invalid=policy.max_invalid,
+            role_map=dict(policy.role_map),
+            on_assistant_first=policy.on_assistant_first,
+            same_role=policy.same_role,
+        ),
+        dropped=sum(c.dropped_too_long + c.dropped_empty_mask for c in counts),
+        truncated=sum(c.truncated for c in counts),
+        dataset_sha256=sha,
+    )
 
 
-def summary(stats: dict) -> Iterator[str]:
+def summary(stats: MergeStats) -> Iterator[str]:
     head = ("source", "records", "tokens", "loss", "skipped", "dropped", "truncated")
     yield "merge: {:<20} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9}".format(*head)
     rows = [
-        (name, s["records"], s["tokens"], s["loss_tokens"], s["skipped"], s["dropped_too_long"] + s["dropped_empty_mask"],
-         s["truncated"])
-        for name, s in stats["sources"].items()
+        (name, s.records, s.tokens, s.loss_tokens, s.skipped, s.dropped_too_long + s.dropped_empty_mask, s.truncated)
+        for name, s in stats.sources.items()
     ]
-    rows.append(("total", stats["records"], stats["tokens"], stats["loss_tokens"], stats["skipped"], stats["dropped"],
-                 stats["truncated"]))
+    rows.append(("total", stats.records, stats.tokens, stats.loss_tokens, stats.skipped, stats.dropped,
+                 stats.truncated))
     for row in rows:
         yield "merge: {:<20} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9}".format(*row)

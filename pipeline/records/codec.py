@@ -12,7 +12,9 @@ as version 1.
 
 The types a field may have: bool, int, float (a JSON integer is read as a float), str, `X |
 None`, `tuple[X, ...]`, `dict[str, X]`, `Literal[...]`, a nested frozen dataclass, and
-`object` for a value the record carries without reading it (regenerate's options).
+`object` for a value the record carries without reading it (regenerate's options). A record
+may state a rule of its own in `__post_init__` (a count is not negative): its ValueError is
+refused like a wrong type.
 """
 
 from __future__ import annotations
@@ -74,9 +76,9 @@ class NotFinite(ValueError):
 
 
 class _Wrong(Exception):
-    def __init__(self, where: str, expected: str, got: object) -> None:
+    def __init__(self, where: str, expected: str, got: object, said: str = "") -> None:
         super().__init__(where)
-        self.where, self.expected, self.got = where, expected, got
+        self.where, self.expected, self.got, self.said = where, expected, got, said
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,9 @@ class Kind:
         except _Wrong as w:
             got = json.dumps(w.got, ensure_ascii=False, default=str)
             shown = got if len(got) <= SHOWN_CHARS else got[:SHOWN_CHARS] + "..."
-            raise MalformedRecord(f"{source}: {w.where or 'the file'}: expected {w.expected}, got {shown}; "
-                                  f"{self._remedy()}", w.where, w.expected) from None
+            said = w.said or f"expected {w.expected}, got {shown}"
+            where = f"{w.where}: " if w.where else "" if w.said else "the file: "
+            raise MalformedRecord(f"{source}: {where}{said}; {self._remedy()}", w.where, w.expected) from None
 
     def _remedy(self) -> str:
         return f"is this the {self.title} {self.writer} wrote? Rerun it to write the file again"
@@ -183,7 +186,10 @@ def _dataclass(cls: type[T], value: object, where: str) -> T:
             kwargs[f.name] = _value(hints[f.name], value[f.name], at)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise _Wrong(at, f"{_describe(hints[f.name])} (the key is missing)", None)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as e:  # a record's own rule (__post_init__), e.g. a count that is negative
+        raise _Wrong(where, "a valid value", None, str(e)) from None
 
 
 def _value(tp: Any, value: object, where: str) -> Any:

@@ -10,11 +10,11 @@ bytes of UTF-8 on average; 8 leaves room for JSON escapes and non-Latin scripts.
 from __future__ import annotations
 
 import argparse
-import json
 from itertools import islice
 from pathlib import Path
 
 from pipeline.chat.sources import parse_role_map
+from pipeline.records.regenerate_estimate import RegenerateEstimate, format_estimate
 
 from .options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound
 from .sources import policy, records
@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, pol, samples: int = 1) -> dict:
+def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, pol,
+             samples: int = 1) -> RegenerateEstimate:
     n = answers = kept = 0
     stream = records(sources, pol)
     for rec in islice(stream, limit) if limit is not None else stream:
@@ -49,9 +50,9 @@ def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, 
         kept += sum(len(m["content"].encode()) + 32 for m in conv if m["role"] != "assistant")
     n, answers, kept = n * samples, answers * samples, kept * samples  # each sample is a whole record
     answer_bytes = answers * (max_new_tokens * BYTES_PER_TOKEN + 32)
-    return {"records": n, "answers": answers, "max_new_tokens": max_new_tokens, "kept_bytes": kept,
-            "answer_bytes": answer_bytes, "bytes": kept + answer_bytes + n * LINE_BYTES,
-            "formula": f"kept text + answers*(max_new_tokens*{BYTES_PER_TOKEN}+32) + records*{LINE_BYTES}"}
+    return RegenerateEstimate(records=n, answers=answers, max_new_tokens=max_new_tokens, kept_bytes=kept,
+                              answer_bytes=answer_bytes, bytes=kept + answer_bytes + n * LINE_BYTES,
+                              formula=f"kept text + answers*(max_new_tokens*{BYTES_PER_TOKEN}+32) + records*{LINE_BYTES}")
 
 
 def run(argv: list[str]) -> int:
@@ -64,8 +65,8 @@ def run(argv: list[str]) -> int:
     figures = estimate(tuple(a.sources), a.max_new_tokens, a.limit, policy(parse_role_map(a.role_map), a.max_invalid,
                                                                           False), a.samples_per_prompt)
     if a.json:
-        print(json.dumps(figures))
+        print(format_estimate(figures))
     else:
-        print(f"{figures['records']} records, {figures['answers']} answers of at most {a.max_new_tokens} tokens: "
-              f"at most {figures['bytes']} bytes")
+        print(f"{figures.records} records, {figures.answers} answers of at most {a.max_new_tokens} tokens: "
+              f"at most {figures.bytes} bytes")
     return 0

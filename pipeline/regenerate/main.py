@@ -29,6 +29,7 @@ from itertools import islice
 from pipeline import output_guard
 from pipeline.events import EventWriter
 from pipeline.program_edge import on_sigterm, run_program
+from pipeline.records import regenerate_stats
 
 from . import options as opts_mod
 from . import pool, sources
@@ -43,7 +44,7 @@ from .synthesis.main import body as synthesize
 
 NAME = "regenerate"
 RESUME = "the records written so far are kept; rerun the same command to resume"
-STATS_KEYS = ("records_in", "regenerable", "options")
+STATS_KEYS = regenerate_stats.KIND.legacy_keys  # what makes a stats file regenerate's own
 NOT_COUNTED = ("prompt_too_long",)  # the data's own size, as fixed as a skip: not a failure of the run
 
 
@@ -139,8 +140,8 @@ def _run(o: opts_mod.Options, fd: int | None) -> int:
     counted = sum(1 for _ in sources.records(o.sources, pol, plan))
     wanted = (min(counted, o.limit) if o.limit is not None else counted) * o.samples_per_prompt
     stats = Stats(options=o.to_json(), records_in=plan.records_in(), regenerable=counted, wanted=wanted,
-                  skipped=+plan.skipped, sources=plan.to_json())
-    stats.seconds_before = float(old.get("seconds", 0.0)) if isinstance(old, dict) else 0.0
+                  skipped=+plan.skipped, sources=plan.to_record())
+    stats.seconds_before = old.seconds if old is not None else 0.0
     stale = len(done)
     stats.resumed = min(stale, wanted)
     for warning in plan.warnings():

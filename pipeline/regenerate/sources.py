@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pipeline.chat.records import ChatRecord
 from pipeline.chat.sources import DEFAULT_ROLE_MAP, SourcePolicy, SourceReport, iter_records
+from pipeline.records.source_reading import SourceReading
 
 from .conversation import MAX_RECORD_CHARS, record_chars
 from .errors import BadInput
@@ -32,8 +33,8 @@ class Plan:
     def records_in(self) -> int:
         return sum(r.records for r in self.reports.values())
 
-    def to_json(self) -> dict[str, dict]:
-        return {name: r.to_json() for name, r in self.reports.items()}
+    def to_record(self) -> dict[str, SourceReading]:
+        return {name: r.to_record() for name, r in self.reports.items()}
 
     def warnings(self) -> list[str]:
         return [f"{name}: {w}" for name, r in self.reports.items() for w in r.warnings()]

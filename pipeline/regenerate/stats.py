@@ -6,13 +6,15 @@ every few seconds while running, and at the end; `status` says which.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from pipeline.atomic_io import write_bytes_atomic
+from pipeline.records.codec import MissingRecord, RecordError
+from pipeline.records.regenerate_stats import RegenerateStats, read_stats, write_stats
+from pipeline.records.source_reading import SourceReading
 
 from .errors import BadInput
 
@@ -37,8 +39,8 @@ class Stats:
     loop_tokens_cut: int = 0
     started: float = field(default_factory=time.time)
     seconds_before: float = 0.0  # spent by earlier runs of the same output
-    sources: dict = field(default_factory=dict)
-    status: str = "running"
+    sources: dict[str, SourceReading] = field(default_factory=dict)
+    status: Literal["running", "done", "failed", "stopped"] = "running"
 
     def fail(self, reason: str, example: str) -> None:
         self.failures[reason] += 1
@@ -49,33 +51,30 @@ class Stats:
     def seconds(self) -> float:
         return round(self.seconds_before + time.time() - self.started, 3)
 
-    def to_json(self) -> dict:
-        return {
-            "status": self.status, "records_in": self.records_in, "regenerable": self.regenerable,
-            "wanted": self.wanted, "records_out": self.records_out,
-            "resumed": self.resumed, "skipped": dict(sorted(self.skipped.items())),
-            "failures": dict(sorted(self.failures.items())), "failure_examples": self.failure_examples,
-            "answers": self.answers, "generated_tokens": self.generated_tokens, "loops_cut": self.loops_cut,
-            "loop_tokens_cut": self.loop_tokens_cut, "seconds": self.seconds(),
-            "sources": self.sources, "options": self.options,
-        }
+    def to_record(self) -> RegenerateStats:
+        return RegenerateStats(
+            status=self.status, records_in=self.records_in, regenerable=self.regenerable, wanted=self.wanted,
+            records_out=self.records_out, resumed=self.resumed, skipped=dict(sorted(self.skipped.items())),
+            failures=dict(sorted(self.failures.items())),
+            failure_examples={k: tuple(v) for k, v in self.failure_examples.items()}, answers=self.answers,
+            generated_tokens=self.generated_tokens, loops_cut=self.loops_cut, loop_tokens_cut=self.loop_tokens_cut,
+            seconds=self.seconds(), sources=self.sources, options=self.options)
 
     def write(self, path: Path) -> None:
-        write_bytes_atomic(path, (json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
+        write_stats(path, self.to_record())
 
 
-def previous(path: Path, generation: dict) -> dict | None:
+def previous(path: Path, generation: dict) -> RegenerateStats | None:
     """The stats an earlier run of this output left, refusing a resume with other sampling."""
     try:
-        old = json.loads(path.read_text())
-    except FileNotFoundError:
+        old = read_stats(path)
+    except MissingRecord:
         return None
-    except (OSError, ValueError) as e:
-        raise BadInput(f"{path}: cannot read the earlier run's stats ({e}); delete it to start over") from None
-    was = old.get("options", {}) if isinstance(old, dict) else {}
-    changed = [k for k, v in generation.items() if was.get(k, LATER_KEYS.get(k)) != v]
+    except RecordError as e:
+        raise BadInput(f"{e}; or delete it to start over") from None
+    changed = [k for k, v in generation.items() if old.options.get(k, LATER_KEYS.get(k)) != v]
     if changed:
-        shown = ", ".join(f"{k}: {was.get(k)!r} then, {generation[k]!r} now" for k in changed)
+        shown = ", ".join(f"{k}: {old.options.get(k)!r} then, {generation[k]!r} now" for k in changed)
         raise BadInput(f"{path}: the output was started with other options ({shown}); a resumed run must use the "
                        "same ones, or write to another --out")
     return old

@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
+from pipeline.records.train_estimate import format_estimate
 
 from .errors import Stopped
 
@@ -132,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             if got and got[0] == signal.SIGINT:  # Ctrl-C: the same checkpoint, the interrupt's exit code
                 raise KeyboardInterrupt(str(e)) from None
             raise
-        if summary.get("checkpoint"):
-            print(f"train: done: {summary['steps']} steps, loss {summary['loss']:.4f}, acc_0 {summary['acc'][0]:.3f}; "
-                  f"checkpoint {summary['checkpoint']}", flush=True)
+        if summary.checkpoint:
+            print(f"train: done: {summary.steps} steps, loss {summary.loss:.4f}, acc_0 {summary.acc[0]:.3f}; "
+                  f"checkpoint {summary.checkpoint}", flush=True)
         return 0
 
     with stop_signals(stop, got):
@@ -142,14 +143,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    import json
-
     from .estimate import describe, estimate, micro_batch_tokens
 
     est = estimate(args.target, online=args.data is not None or args.store is None,
                    batch_tokens=micro_batch_tokens(args.batch_tokens, args.batch_size, args.max_len),
                    draft_vocab=args.draft_vocab, ttt_length=args.ttt_length, max_len=args.max_len)
-    print(json.dumps(est) if args.json else describe(est), flush=True)
+    print(format_estimate(est) if args.json else describe(est), flush=True)
     return 0
 
 

@@ -25,6 +25,7 @@ import struct
 from pathlib import Path
 
 from ..drafter.config import DrafterConfig
+from ..records.train_estimate import TrainEstimate
 from ..sizes import format_bytes
 from ..target.config import read_config, text_config
 from ..target.weights import FingerprintError, weight_files
@@ -73,7 +74,7 @@ def micro_batch_tokens(batch_tokens: int | None, batch_size: int | None, max_len
 
 
 def estimate(target: Path, online: bool, batch_tokens: int, draft_vocab: int, ttt_length: int,
-             max_len: int) -> dict:
+             max_len: int) -> TrainEstimate:
     target = Path(target)
     cfg = text_config(read_config(target, "--target"))
     d = DrafterConfig.from_target(cfg, draft_vocab, where=str(target / "config.json"))
@@ -89,23 +90,23 @@ def estimate(target: Path, online: bool, batch_tokens: int, draft_vocab: int, tt
         parts["target_weights"] = _target_params(target, cfg) * BF16
         parts["target_forward"] = batch_tokens * (4 * h + (6 * h + 3 * inter)) * BF16
     need = int(sum(parts.values()) * MARGIN)
-    return {"gpu_bytes": need, "parts": parts, "online": online, "batch_tokens": batch_tokens,
-            "max_len": max_len, "draft_vocab": vd, "ttt_length": ttt_length, "margin": MARGIN}
+    return TrainEstimate(gpu_bytes=need, parts=parts, online=online, batch_tokens=batch_tokens, max_len=max_len,
+                         draft_vocab=vd, ttt_length=ttt_length, margin=MARGIN)
 
 
-def describe(est: dict) -> str:
-    parts = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in est["parts"].items())
-    how = "online (the target on the GPU, no store)" if est["online"] else "offline (states from the store)"
-    return (f"train estimate: {format_bytes(est['gpu_bytes'])} of GPU memory per rank, {how}, at "
-            f"{est['batch_tokens']} tokens a micro-batch: {parts}, and a {est['margin'] - 1:.0%} margin")
+def describe(est: TrainEstimate) -> str:
+    parts = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in est.parts.items())
+    how = "online (the target on the GPU, no store)" if est.online else "offline (states from the store)"
+    return (f"train estimate: {format_bytes(est.gpu_bytes)} of GPU memory per rank, {how}, at "
+            f"{est.batch_tokens} tokens a micro-batch: {parts}, and a {est.margin - 1:.0%} margin")
 
 
-def short_share(est: dict, share: float, total: int) -> str | None:
+def short_share(est: TrainEstimate, share: float, total: int) -> str | None:
     """What a trainer held to `share` of a GPU of `total` bytes says when the estimate needs
     more: such a run runs out of memory part-way, at its longest batch, not at the start."""
     cap = int(share * total)
-    if est["gpu_bytes"] <= cap:
+    if est.gpu_bytes <= cap:
         return None
     return (f"train: warning: --gpu-memory-share {share:g} holds this process to {format_bytes(cap)} of the GPU's "
-            f"{format_bytes(total)}, and --estimate puts this run at {format_bytes(est['gpu_bytes'])} (with its "
-            f"{est['margin'] - 1:.0%} margin); if it runs out of memory, raise the share or lower --batch-tokens")
+            f"{format_bytes(total)}, and --estimate puts this run at {format_bytes(est.gpu_bytes)} (with its "
+            f"{est.margin - 1:.0%} margin); if it runs out of memory, raise the share or lower --batch-tokens")

@@ -23,6 +23,7 @@ from typing import NoReturn
 
 import torch
 
+from ..records.train_summary import TrainSummary
 from . import checkpoint, saving, step as steps
 from .data import StepDataset
 from .loader import batches
@@ -41,7 +42,7 @@ STEP_DELAY_ENV = "EAGLE3_TRAIN_STEP_DELAY"
 __all__ = ["Options", "run"]
 
 
-def run(opts: Options, log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict:
+def run(opts: Options, log: Callable[[str], None] = print, stop: threading.Event | None = None) -> TrainSummary:
     opts.validate()
     stop = stop or threading.Event()
     dist = Dist.from_env(opts.device)
@@ -66,7 +67,7 @@ def _check_share(opts: Options, total: int, log: Callable[[str], None]) -> None:
         log(warning)
 
 
-def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.Event) -> dict:
+def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.Event) -> TrainSummary:
     r = build(opts, dist, log, stop)
     try:
         if r.state is not None:
@@ -81,14 +82,14 @@ def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.
         r.close()
 
 
-def _train(r: Run) -> dict:
+def _train(r: Run) -> TrainSummary:
     """The steps from r.start on; the loader's workers are gone when this returns or raises."""
     dataset = StepDataset(r.source, r.schedule[r.start:], r.plans, r.dist.rank, r.opts.max_len)
     with batches(dataset, r.opts.workers, r.opts.prefetch, r.cuda) as feed:
         return _steps(r, feed)
 
 
-def _steps(r: Run, feed) -> dict:
+def _steps(r: Run, feed) -> TrainSummary:
     opts, world, n = r.opts, r.dist.world_size, r.opts.ttt_length
     validate = Validator(r)
     val_every = opts.val_every or opts.save_every

@@ -1,4 +1,5 @@
-"""What a run leaves behind: checkpoints (agreed on by every rank first) and summary.json."""
+"""What a run leaves behind: checkpoints (agreed on by every rank first) and summary.json (its
+record: pipeline/records/train_summary.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..atomic_io import write_json_atomic
+from ..records.train_summary import DraftVocab, StepFigures, TrainSummary, Validation, write_summary
 from . import checkpoint
 from .errors import TrainError
 from .resume import SUMMARY
@@ -49,26 +50,42 @@ def save(run: Run, step: int, pending_tokens: torch.Tensor) -> Path | None:
     return path
 
 
-def summarize(run: Run, step: int, last: dict, stopped: bool, began: float, tokens_at_start: int) -> dict:
+def _figures(history: list[dict]) -> tuple[StepFigures, ...]:
+    return tuple(StepFigures(step=h["step"], loss=h["loss"], acc=tuple(h["acc"])) for h in history)
+
+
+def _draft_vocab(note: dict | None) -> DraftVocab | None:
+    if note is None:
+        return None
+    return DraftVocab(source=note["source"], coverage_chosen_on=note["coverage_chosen_on"],
+                      held_out_coverage=note.get("held_out_coverage"),
+                      held_out_distinct_tokens=note.get("held_out_distinct_tokens"),
+                      held_out_distinct_missing=note.get("held_out_distinct_missing"))
+
+
+def _validation(run: Run) -> Validation | None:
+    val_pos, lengths, last = run.val_pos, run.source.lengths, run.val_history[-1] if run.val_history else None
+    if not val_pos:
+        return None
+    return Validation(samples=len(val_pos), tokens=sum(lengths[p] for p in val_pos),
+                      loss=last["loss"] if last else None, acc=tuple(last["acc"]) if last else None,
+                      history=_figures(run.val_history))
+
+
+def summarize(run: Run, step: int, last: dict, stopped: bool, began: float, tokens_at_start: int) -> TrainSummary:
     seconds = time.monotonic() - began
     final = checkpoint.latest_checkpoint(run.out) if run.dist.rank == 0 else None
-    val_pos, lengths = run.val_pos, run.source.lengths
-    summary = {
-        "steps": step, "total_steps": run.total, "resumed_from": run.start if run.state is not None else None,
-        "stopped": stopped, "loss": last["loss"], "acc": last["acc"], "tokens": run.tokens_total,
-        "seconds": round(seconds, 3), "tokens_this_session": run.tokens_total - tokens_at_start,
-        "tokens_per_s": (run.tokens_total - tokens_at_start) / seconds if seconds > 0 else None,
-        "checkpoint": str(final) if final else None, "draft_vocab_size": run.vocab.size,
-        "draft_vocab_coverage": (run.vocab_note or {}).get("held_out_coverage"),
-        "draft_vocab": run.vocab_note,
-        "val": ({"samples": len(val_pos), "tokens": sum(lengths[p] for p in val_pos),
-                 "loss": run.val_history[-1]["loss"] if run.val_history else None,
-                 "acc": run.val_history[-1]["acc"] if run.val_history else None, "history": run.val_history}
-                if val_pos else None),
-        "world_size": run.dist.world_size, "device": str(run.device), "history": run.history,
-        "source": run.source.kind,
-        "peak_gpu_bytes": torch.cuda.max_memory_allocated(run.device) if run.cuda else None,
-    }
+    summary = TrainSummary(
+        steps=step, total_steps=run.total, resumed_from=run.start if run.state is not None else None,
+        stopped=stopped, loss=last["loss"], acc=tuple(last["acc"]), tokens=run.tokens_total,
+        seconds=round(seconds, 3), tokens_this_session=run.tokens_total - tokens_at_start,
+        tokens_per_s=(run.tokens_total - tokens_at_start) / seconds if seconds > 0 else None,
+        checkpoint=str(final) if final else None, draft_vocab_size=run.vocab.size,
+        draft_vocab_coverage=(run.vocab_note or {}).get("held_out_coverage"),
+        draft_vocab=_draft_vocab(run.vocab_note), val=_validation(run), world_size=run.dist.world_size,
+        device=str(run.device), history=_figures(run.history), source=run.source.kind,
+        peak_gpu_bytes=torch.cuda.max_memory_allocated(run.device) if run.cuda else None,
+    )
     if run.dist.rank == 0:
-        write_json_atomic(run.out / SUMMARY, summary)
+        write_summary(run.out / SUMMARY, summary)
     return summary

@@ -8,9 +8,9 @@ what they need from one place, and an online run differs from an offline one onl
 
 from __future__ import annotations
 
-import json
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +22,10 @@ from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig
 from ..drafter.model import Eagle3Drafter, load_drafter
 from ..events import EventWriter
+from ..records.codec import RecordError, UnknownVersion
+from ..records.train_summary import TrainSummary, read_summary
 from ..target.config import read_config
-from . import checkpoint
+from . import checkpoint, saving
 from .data import BatchPlan, count_dataset_tokens, open_store, split_validation
 from .dist import Dist
 from .errors import BadInput
@@ -258,9 +260,10 @@ def _build_optimizer(run: Run) -> None:
     run.sched = torch.optim.lr_scheduler.LambdaLR(run.opt, run.schedule_fn)
 
 
-def restore(run: Run) -> dict | None:
+def restore(run: Run) -> TrainSummary | None:
     """Put the checkpoint's optimiser, schedule, RNG and counters back; returns the run's last
-    summary instead when the checkpoint is already its last step (nothing left to train)."""
+    summary instead when the checkpoint is already its last step (nothing left to train). A
+    summary a kill left unwritten (or damaged) is written again from the checkpoint."""
     state, opt, sched = run.state, run.opt, run.sched
     opt.load_state_dict(state["optimizer"])
     sched.load_state_dict(state["scheduler"])
@@ -274,11 +277,14 @@ def restore(run: Run) -> dict | None:
         log(f"train: {run.existing} is the last step ({start}/{total}); nothing left to train (pass a larger --steps "
             "or --epochs with --resume to extend the run)")
         try:
-            return json.loads((run.out / SUMMARY).read_text())
-        except (OSError, ValueError):
-            n = run.opts.ttt_length
-            return {"steps": start, "total_steps": total, "checkpoint": str(run.existing), "loss": float("nan"),
-                    "acc": [float("nan")] * n, "history": run.history, "tokens": run.tokens_total}
+            return read_summary(run.out / SUMMARY)
+        except UnknownVersion:
+            raise
+        except RecordError as e:
+            log(f"train: {e}: writing it again from the checkpoint")
+            nothing = {"loss": float("nan"), "acc": [float("nan")] * run.opts.ttt_length}
+            last = run.history[-1] if run.history else nothing
+            return saving.summarize(run, start, last, False, time.monotonic(), run.tokens_total)
     for g, base in zip(opt.param_groups, sched.base_lrs):
         g["lr"] = base * run.schedule_fn(start)  # the new total's schedule when the run was extended
     sched._last_lr = [g["lr"] for g in opt.param_groups]

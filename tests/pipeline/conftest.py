@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import record_samples
+
+from pipeline.records import merge_stats
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_LAYERS = 8
@@ -48,17 +51,8 @@ def write_merged(path: Path, records: list[dict]) -> Path:
 
 
 def write_stats(path: Path, data: Path, records: list[dict]) -> Path:
-    tokens = sum(len(r["input_ids"]) for r in records)
-    stats = {
-        "records": len(records), "tokens": tokens,
-        "loss_tokens": sum(sum(r["loss_mask"]) for r in records),
-        "max_len": max(len(r["input_ids"]) for r in records), "seed": 0, "tokenizer": "tiny",
-        "sources": {"tiny": {"records": len(records), "tokens": tokens, "dropped_too_long": 0,
-                             "dropped_empty_mask": 0, "truncated": 0}},
-        "dropped": 0, "truncated": 0,
-        "dataset_sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
-    }
-    path.write_text(json.dumps(stats))
+    """Merge's stats for `records`, through merge's writer, tied to the dataset at `data`."""
+    merge_stats.write_stats(path, record_samples.merge_stats(records, hashlib.sha256(data.read_bytes()).hexdigest()))
     return path
 
 

@@ -14,6 +14,7 @@ from pipeline.chat.sources import SourceError, SourcePolicy, SourceReport, iter_
 from pipeline.chat.template import CHAT_TEMPLATE
 from pipeline.merge.__main__ import main as merge_main
 from pipeline.program_edge import BadInput
+from pipeline.records.merge_stats import read_stats
 from pipeline.demo.tokenizer import build_tokenizer
 
 EXPECTED = [
@@ -73,10 +74,10 @@ def test_merge_reads_every_shape_names_it_in_the_stats_and_derives_stable_ids(tm
         out = tmp_path / run / "train.jsonl"
         assert merge_main(["--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--workers", "1", str(raw)]) == 0
         outs.append(out)
-    stats = json.loads(outs[0].with_name("train.stats.json").read_text())
-    assert {name: s["shape"] for name, s in stats["sources"].items()} == {
+    stats = read_stats(outs[0].with_name("train.stats.json"))
+    assert {name: s.shape for name, s in stats.sources.items()} == {
         "conversations": "conversations", "messages": "messages", "sharegpt": "sharegpt"}
-    assert stats["sources"]["messages"]["shapes"] == {"messages": 3}
+    assert stats.sources["messages"].shapes == {"messages": 3}
     records = [json.loads(line) for line in outs[0].read_text().splitlines()]
     assert len(records) == 9
     assert len({tuple(r["input_ids"]) for r in records}) == 1, "every shape must render to the same tokens"
@@ -128,7 +129,7 @@ def test_each_kind_of_unusable_record_is_skipped_counted_and_shown_with_file_lin
     records, report = _read(src, max_invalid=1.0)
     assert [r.id for r in records] == ["g0", "g1", "g2"]
     assert dict(report.skipped) == {reason: 1} and report.records == 4 and report.usable == 3
-    assert report.to_json()["examples"][reason] == [f"{src}:2 (id x)"]
+    assert report.to_record().examples[reason] == (f"{src}:2 (id x)",)
     assert any(w.startswith(f"1 of 4 records skipped: {reason} (e.g. {src}:2 (id x)") for w in report.warnings())
     assert report.invalid_share() == 0.25
     with pytest.raises(RecordError) as err:

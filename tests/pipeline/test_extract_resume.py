@@ -8,9 +8,12 @@ import random
 import signal
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 import torch
+
+from pipeline.records import merge_stats
 
 
 def _finished_files(out) -> int:
@@ -128,10 +131,8 @@ def test_bad_dataset_record_is_refused_naming_file_line_and_key(tmp_path, tiny_t
 
 
 def test_stats_of_another_dataset_are_refused(tmp_path, tiny_target, tiny_data, run_extract, xt):
-    stats = json.loads(tiny_data.stats.read_text())
-    stats["dataset_sha256"] = "0" * 64
     bad = tmp_path / "stale.stats.json"
-    bad.write_text(json.dumps(stats))
+    merge_stats.write_stats(bad, replace(merge_stats.read_stats(tiny_data.stats), dataset_sha256="0" * 64))
     proc = run_extract(tiny_target, tiny_data.path, tmp_path / "store", "--stats", str(bad))
     assert proc.returncode == 2
     assert "dataset_sha256" in proc.stderr and str(bad) in proc.stderr

@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.chat.template import CHAT_TEMPLATE
 from pipeline.merge.__main__ import main as merge_main
+from pipeline.records import merge_stats, regenerate_stats
 from pipeline.demo.tokenizer import build_tokenizer
 from standin_sglang import StandIn
 from test_regenerate import MODEL, argv, lines, run, write_source
@@ -48,8 +49,8 @@ def test_regenerate_skips_and_counts_a_source_record_whose_text_or_id_is_a_lone_
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert [r["id"] for r in lines(tmp_path / "out.jsonl")] == [f"g{i}" for i in range(58)]
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["skipped"] == {"not_utf8": 2} and stats["status"] == "done"
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.skipped == {"not_utf8": 2} and stats.status == "done"
 
 
 def test_merge_skips_and_counts_a_lone_surrogate_under_max_invalid(tok, tmp_path, capsys):
@@ -59,8 +60,8 @@ def test_merge_skips_and_counts_a_lone_surrogate_under_max_invalid(tok, tmp_path
     err = capsys.readouterr().err
     assert rc == 0, err
     assert len(out.read_text().splitlines()) == 58
-    stats = json.loads(out.with_name("train.stats.json").read_text())
-    assert stats["sources"]["chats"]["input"]["skipped"] == {"not_utf8": 2}
+    stats = merge_stats.read_stats(out.with_name("train.stats.json"))
+    assert stats.sources["chats"].input.skipped == {"not_utf8": 2}
 
 
 def test_an_out_swapped_for_a_symlink_to_the_source_while_waiting_for_the_server_leaves_the_source_whole(tmp_path):

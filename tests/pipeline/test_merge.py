@@ -16,6 +16,7 @@ from pipeline.chat.synthetic import LONG_SOURCE, generate, write_jsonl
 from pipeline.events import read_events
 from pipeline.chat.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
 from pipeline.merge.__main__ import main as merge_main
+from pipeline.records.merge_stats import MergeStats, read_stats
 from pipeline.demo.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,8 +54,8 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _stats(out: Path) -> dict:
-    return json.loads(out.with_name(f"{out.stem}.stats.json").read_text())
+def _stats(out: Path) -> MergeStats:
+    return read_stats(out.with_name(f"{out.stem}.stats.json"))
 
 
 def _masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
@@ -74,7 +75,7 @@ def _masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
 def test_masked_tokens_decode_to_exactly_the_assistant_turns(data, tmp_path, tok, method):
     rc, out = _merge(data, tmp_path, "--max-len", "4096", tok=tok)
     assert rc == 0
-    assert _stats(out)["mask_method"] == method
+    assert _stats(out).mask_method == method
     tokenizer = data["toks"][tok]
     records = _records(out)
     assert len(records) == sum(data["counts"].values())
@@ -138,16 +139,16 @@ def test_long_source_dropped_with_drop(data, tmp_path, capsys):
     rc, out = _merge(data, tmp_path, "--max-len", "512", "--on-long", "drop")
     assert rc == 0
     stats = _stats(out)
-    long = stats["sources"][LONG_SOURCE]
-    assert long["dropped_too_long"] > long["read"] / 2
-    assert long["records"] > 0, "the long source shows a drop but must still contribute at --max-len 512"
-    assert long["records"] == long["read"] - long["dropped_too_long"]
-    assert stats["dropped"] == sum(s["dropped_too_long"] + s["dropped_empty_mask"] for s in stats["sources"].values())
-    assert stats["truncated"] == 0
+    long = stats.sources[LONG_SOURCE]
+    assert long.dropped_too_long > long.read / 2
+    assert long.records > 0, "the long source shows a drop but must still contribute at --max-len 512"
+    assert long.records == long.read - long.dropped_too_long
+    assert stats.dropped == sum(s.dropped_too_long + s.dropped_empty_mask for s in stats.sources.values())
+    assert stats.truncated == 0
     records = _records(out)
-    assert len(records) == stats["records"] == sum(s["records"] for s in stats["sources"].values())
+    assert len(records) == stats.records == sum(s.records for s in stats.sources.values())
     assert all(len(r["input_ids"]) <= 512 for r in records)
-    assert sum(r["source"] == LONG_SOURCE for r in records) == long["records"]
+    assert sum(r["source"] == LONG_SOURCE for r in records) == long.records
     assert f"warning: {LONG_SOURCE}:" in capsys.readouterr().out
 
 
@@ -155,14 +156,14 @@ def test_long_source_truncated_with_truncate(data, tmp_path):
     rc, out = _merge(data, tmp_path, "--max-len", "512", "--on-long", "truncate")
     assert rc == 0
     stats = _stats(out)
-    long = stats["sources"][LONG_SOURCE]
-    assert long["truncated"] > long["read"] / 2 and long["records"] == long["read"]
-    assert stats["truncated"] == long["truncated"] and stats["dropped"] == 0
+    long = stats.sources[LONG_SOURCE]
+    assert long.truncated > long.read / 2 and long.records == long.read
+    assert stats.truncated == long.truncated and stats.dropped == 0
     longs = [r for r in _records(out) if r["source"] == LONG_SOURCE]
-    assert sum(len(r["input_ids"]) == 512 for r in longs) == long["truncated"]
+    assert sum(len(r["input_ids"]) == 512 for r in longs) == long.truncated
     assert all(len(r["input_ids"]) <= 512 and any(r["loss_mask"]) for r in longs)
-    assert stats["tokens"] == sum(len(r["input_ids"]) for r in _records(out))
-    assert stats["loss_tokens"] == sum(sum(r["loss_mask"]) for r in _records(out))
+    assert stats.tokens == sum(len(r["input_ids"]) for r in _records(out))
+    assert stats.loss_tokens == sum(sum(r["loss_mask"]) for r in _records(out))
 
 
 def test_records_without_an_answer_are_skipped_by_reason_and_named(data, tmp_path, capsys):
@@ -178,8 +179,8 @@ def test_records_without_an_answer_are_skipped_by_reason_and_named(data, tmp_pat
     rc, out = _merge(data, tmp_path, "--max-invalid", "1", sources=[str(src)])
     assert rc == 0
     stats = _stats(out)
-    assert stats["sources"]["odd"]["input"]["skipped"] == {"no_assistant": 1, "empty_value": 1}
-    assert stats["records"] == 1 and stats["skipped"] == 2 and stats["dropped"] == 0
+    assert stats.sources["odd"].input.skipped == {"no_assistant": 1, "empty_value": 1}
+    assert stats.records == 1 and stats.skipped == 2 and stats.dropped == 0
     assert [r["id"] for r in _records(out)] == ["good"]
     printed = capsys.readouterr().out
     assert f"skipped: no_assistant (e.g. {src}:1 (id no-answer);" in printed
@@ -190,11 +191,11 @@ def test_include_and_exclude_pick_sources(data, tmp_path, capsys):
     rc, out = _merge(data, tmp_path, "--include", "arithmetic", "units", "--max-len", "4096")
     assert rc == 0
     assert {r["source"] for r in _records(out)} == {"arithmetic", "units"}
-    assert set(_stats(out)["sources"]) == {"arithmetic", "units"}
+    assert set(_stats(out).sources) == {"arithmetic", "units"}
 
     rc, out = _merge(data, tmp_path, "--exclude", LONG_SOURCE)
     assert rc == 0
-    assert set(_stats(out)["sources"]) == set(data["counts"]) - {LONG_SOURCE}
+    assert set(_stats(out).sources) == set(data["counts"]) - {LONG_SOURCE}
 
     rc, _ = _merge(data, tmp_path, "--include", "nosuch")
     assert rc == 2
@@ -263,7 +264,7 @@ def test_output_is_the_same_for_any_worker_count_and_seeded(data, tmp_path):
     assert one == two
     assert one != reseeded and sorted(one.splitlines()) == sorted(reseeded.splitlines())
     stats = _stats(outs["w2"])
-    assert stats["dataset_sha256"] == hashlib.sha256(two).hexdigest()
+    assert stats.dataset_sha256 == hashlib.sha256(two).hexdigest()
     ids = [r["id"] for r in _records(outs["w1"])]
     assert ids != sorted(ids), "records are not shuffled"
 
@@ -296,5 +297,5 @@ def test_a_sample_whose_answer_lies_past_max_len_is_dropped_not_written_with_an_
     assert rc == 0
     assert [r["id"] for r in _records(out)] == ["good"]
     assert all(any(r["loss_mask"]) for r in _records(out))
-    assert _stats(out)["sources"]["late"]["dropped_too_long"] == 1 and _stats(out)["dropped"] == 1
+    assert _stats(out).sources["late"].dropped_too_long == 1 and _stats(out).dropped == 1
     assert "no assistant tokens left after truncation" in capsys.readouterr().out

@@ -16,6 +16,7 @@ from pipeline.chat.synthetic import generate, write_jsonl
 from pipeline.chat.loss_mask import encode
 from pipeline.merge.__main__ import main as merge_main
 from pipeline.merge.chunks import char_bound
+from pipeline.records.merge_stats import MergeStats, read_stats
 from pipeline.demo.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +40,8 @@ def _huge(chars: int, rid: str = "huge") -> dict:
     ]}
 
 
-def _stats(out: Path) -> dict:
-    return json.loads(out.with_name("train.stats.json").read_text())
+def _stats(out: Path) -> MergeStats:
+    return read_stats(out.with_name("train.stats.json"))
 
 
 def test_a_50mb_record_is_dropped_unread_under_a_memory_limit_with_a_clear_message(small, tmp_path):
@@ -66,8 +67,8 @@ def test_a_50mb_record_is_dropped_unread_under_a_memory_limit_with_a_clear_messa
     assert f"1 lines longer than {16 * 2**20} bytes skipped unread" in proc.stdout
     assert f"{src}:12" in proc.stdout
     stats = _stats(out)
-    assert stats["sources"]["chat"]["lines_too_long"] == 1
-    assert stats["records"] == len(small["records"])
+    assert stats.sources["chat"].lines_too_long == 1
+    assert stats.records == len(small["records"])
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert "huge" not in ids and len(ids) == len(small["records"])
 
@@ -83,9 +84,9 @@ def test_text_beyond_what_max_len_could_keep_is_dropped_before_tokenizing(small,
     printed = capsys.readouterr().out
     assert f"1 samples hold more text than --max-len 64 tokens could ever keep (over {bound} characters)" in printed
     assert "dropped before tokenizing (e.g. over (" in printed
-    s = _stats(out)["sources"]["chat"]
-    assert s["over_char_bound"] == 1 and s["dropped_too_long"] >= 2  # `under` is still too long once tokenized
-    assert _stats(out)["char_bound"] == bound
+    s = _stats(out).sources["chat"]
+    assert s.over_char_bound == 1 and s.dropped_too_long >= 2  # `under` is still too long once tokenized
+    assert _stats(out).char_bound == bound
     assert not {"over", "under"} & {json.loads(line)["id"] for line in out.read_text().splitlines()}
 
 
@@ -101,8 +102,8 @@ def test_truncating_cuts_the_text_first_and_keeps_the_same_first_tokens(small, t
     got = json.loads(out.read_text())
     whole = encode(tok, rec["conversations"])
     assert got["input_ids"] == whole.input_ids[:64] and got["loss_mask"] == whole.loss_mask[:64]
-    s = _stats(out)["sources"]["chat"]
-    assert s["over_char_bound"] == 1 and s["truncated"] == 1 and s["records"] == 1
+    s = _stats(out).sources["chat"]
+    assert s.over_char_bound == 1 and s.truncated == 1 and s.records == 1
 
 
 def test_a_skipped_line_keeps_the_line_numbers_of_the_records_after_it(small, tmp_path):
@@ -116,4 +117,4 @@ def test_a_skipped_line_keeps_the_line_numbers_of_the_records_after_it(small, tm
     assert merge_main(argv) == 0
     ids = sorted(json.loads(line)["id"] for line in out.read_text().splitlines())
     assert ids == ["chat:1", "chat:3", "chat:4", "chat:5"]
-    assert _stats(out)["sources"]["chat"]["lines_too_long"] == 1
+    assert _stats(out).sources["chat"].lines_too_long == 1

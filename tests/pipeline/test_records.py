@@ -6,17 +6,43 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import record_samples
 from record_samples import local_report, server_report
 
 from pipeline.program_edge import BadInput
 from pipeline.records.codec import MalformedRecord, MissingRecord, NotFinite, NotThisRecord, RecordError, UnknownVersion
+from pipeline.records import (extract_estimate, merge_stats, regenerate_estimate, regenerate_stats, train_estimate,
+                              train_summary)
 from pipeline.records.evaluate_report import KIND as EVALUATE, read_report, write_report
 
+def _printed(format_line):
+    """An estimate's writer prints one line; here it lands in a file, as a config's command output would."""
+    return lambda path, record: Path(path).write_text(format_line(record) + "\n")
+
+
+def _parsed(parse):
+    return lambda path: parse(Path(path).read_bytes(), str(path))
+
+
 RECORDS = [pytest.param(EVALUATE, write_report, read_report, local_report(), id="evaluate-report-local"),
-           pytest.param(EVALUATE, write_report, read_report, server_report(), id="evaluate-report-server")]
+           pytest.param(EVALUATE, write_report, read_report, server_report(), id="evaluate-report-server"),
+           pytest.param(merge_stats.KIND, merge_stats.write_stats, merge_stats.read_stats,
+                        replace(record_samples.merge_stats([{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}], "ab" * 32),
+                                sources={"chats": replace(record_samples.merge_stats([], "").sources["tiny"],
+                                                          input=record_samples.source_reading(4, skipped=1))}),
+                        id="merge-stats"),
+           pytest.param(regenerate_stats.KIND, regenerate_stats.write_stats, regenerate_stats.read_stats,
+                        record_samples.regenerate_stats(), id="regenerate-stats"),
+           pytest.param(train_summary.KIND, train_summary.write_summary, train_summary.read_summary,
+                        record_samples.train_summary(), id="train-summary"),
+           *(pytest.param(m.KIND, _printed(m.format_estimate), _parsed(m.parse_estimate), sample(), id=m.KIND.tag)
+             for m, sample in ((train_estimate, record_samples.train_estimate),
+                               (extract_estimate, record_samples.extract_estimate),
+                               (regenerate_estimate, record_samples.regenerate_estimate)))]
 
 
 @pytest.mark.parametrize(("kind", "write", "read", "record"), RECORDS)
@@ -100,3 +126,11 @@ def test_a_report_with_a_nan_figure_is_not_written(tmp_path: Path) -> None:
     with pytest.raises(NotFinite, match="NaN or infinite; nothing is written"):
         write_report(path, local_report(acceptance_length=float("nan")))
     assert not path.exists()
+
+
+def test_a_training_summary_before_its_first_logged_step_keeps_its_nan_figures(tmp_path: Path) -> None:
+    """A run stopped before its first log has no loss yet: NaN, as the trainer wrote it, not a refusal."""
+    path = tmp_path / "summary.json"
+    train_summary.write_summary(path, record_samples.train_summary(loss=float("nan"), acc=(float("nan"),) * 3))
+    got = train_summary.read_summary(path)
+    assert got.loss != got.loss and all(a != a for a in got.acc) and got.steps == 30

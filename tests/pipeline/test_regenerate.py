@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.regenerate.conversation import seed_for
+from pipeline.records import regenerate_stats
+from pipeline.records.regenerate_estimate import parse_estimate
 from standin_sglang import StandIn, answer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,15 +100,15 @@ def test_regenerate_answers_every_user_turn_in_order_and_counts_what_it_skipped(
     assert got == expected(src)
     assert len(got) == 40 and all(m["role"] != "assistant" or m["content"].startswith("turn")
                                   for r in got for m in r["conversations"])
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["status"] == "done"
-    assert stats["records_in"] == 41 and stats["records_out"] == 40
-    assert stats["skipped"] == {"assistant_first": 1}
-    assert stats["answers"] == sum(m["role"] == "assistant" for r in got for m in r["conversations"])
-    assert stats["generated_tokens"] > 0 and stats["failures"] == {}
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.status == "done"
+    assert stats.records_in == 41 and stats.records_out == 40
+    assert stats.skipped == {"assistant_first": 1}
+    assert stats.answers == sum(m["role"] == "assistant" for r in got for m in r["conversations"])
+    assert stats.generated_tokens > 0 and stats.failures == {}
     progress = [json.loads(x) for x in events.read_text().splitlines() if '"progress"' in x]
     assert progress[-1]["done"] == progress[-1]["total"] == 40 and progress[-1]["unit"] == "records"
-    assert progress[-1]["tokens"] == stats["generated_tokens"]
+    assert progress[-1]["tokens"] == stats.generated_tokens
 
 
 def test_a_prompt_the_server_refuses_is_counted_by_reason_and_the_rest_is_written(tmp_path, src):
@@ -117,9 +119,9 @@ def test_a_prompt_the_server_refuses_is_counted_by_reason_and_the_rest_is_writte
     assert p.returncode == 0, p.stderr
     ids = [r["id"] for r in lines(tmp_path / "out.jsonl")]
     assert "chat-7" not in ids and len(ids) == 39
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["failures"] == {"prompt_too_long": 1}
-    assert stats["failure_examples"]["prompt_too_long"][0].startswith("chat-7: ")
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.failures == {"prompt_too_long": 1}
+    assert stats.failure_examples["prompt_too_long"][0].startswith("chat-7: ")
     assert "failed: 1 prompt_too_long" in p.stdout
 
 
@@ -135,7 +137,7 @@ def test_a_server_that_dies_mid_run_stops_it_with_exit_4_naming_it_and_the_rerun
     partial = lines(out)
     assert 0 < len(partial) < 40
     assert partial == expected(src)[:len(partial)], "a record was written past one the dead server lost"
-    assert json.loads((tmp_path / "out.stats.json").read_text())["status"] == "stopped"
+    assert regenerate_stats.read_stats(tmp_path / "out.stats.json").status == "stopped"
     with StandIn(MODEL, None, hidden=8) as alive:
         p = run(*argv(src, out, alive.url, more=more))
         asked = alive.chat_requests
@@ -157,9 +159,9 @@ def test_a_record_the_server_keeps_failing_is_counted_once_it_answers_others_and
     assert p.returncode == 0, p.stderr
     got = lines(tmp_path / "out.jsonl")
     assert got == [r for r in expected(src) if r["id"] != f"chat-{failing}"]
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["failures"] == {"http_5xx": 1} and stats["records_out"] == 39
-    assert stats["failure_examples"]["http_5xx"][0].startswith(f"chat-{failing}: ")
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.failures == {"http_5xx": 1} and stats.records_out == 39
+    assert stats.failure_examples["http_5xx"][0].startswith(f"chat-{failing}: ")
 
 
 def test_a_failed_record_retried_by_a_rerun_takes_its_place_in_input_order(tmp_path, src):
@@ -281,13 +283,13 @@ def test_estimate_counts_the_same_records_and_bounds_what_the_run_writes(tmp_pat
     p = run(sys.executable, "-m", "pipeline.regenerate", "--estimate", src, "--limit", "30", "--max-new-tokens",
             str(MAX_NEW), "--json")
     assert p.returncode == 0, p.stderr
-    est = json.loads(p.stdout)
+    est = parse_estimate(p.stdout, "pipeline.regenerate --estimate --json")
     with StandIn(MODEL, None, hidden=8) as server:
         assert run(*argv(src, tmp_path / "out.jsonl", server.url, more=("--limit", "30"))).returncode == 0
     got = lines(tmp_path / "out.jsonl")
-    assert est["records"] == len(got) == 30
-    assert est["answers"] == sum(m["role"] == "assistant" for r in got for m in r["conversations"])
-    assert (tmp_path / "out.jsonl").stat().st_size <= est["bytes"]
+    assert est.records == len(got) == 30
+    assert est.answers == sum(m["role"] == "assistant" for r in got for m in r["conversations"])
+    assert (tmp_path / "out.jsonl").stat().st_size <= est.bytes
 
 
 def test_an_output_folder_that_does_not_exist_yet_is_created(tmp_path, src):
@@ -308,8 +310,8 @@ def test_sigterm_stops_with_143_keeping_every_finished_record_and_the_rerun_comp
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 143, err
         assert "stopped by SIGTERM" in err and "Traceback" not in err
-        stats = json.loads((tmp_path / "out.stats.json").read_text())
-        assert stats["status"] == "stopped" and stats["records_out"] == _count(out) >= 3
+        stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+        assert stats.status == "stopped" and stats.records_out == _count(out) >= 3
         assert run(*argv(src, out, server.url)).returncode == 0
     assert lines(out) == expected(src)
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from tiny_chat_target import build_chat_target, greedy_answers
 
+from pipeline.records import regenerate_stats
+
 REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 6
 
@@ -56,8 +58,8 @@ def test_hf_greedy_answers_are_what_the_target_generates_with_its_chat_template(
         assert [m["role"] for m in conv if m["role"] != "system"] == ["user", "assistant"] * (len(conv) // 2)
         got_answers = [m["content"] for m in conv if m["role"] == "assistant"]
         assert got_answers == greedy_answers(model, tok, conv, MAX_NEW), rec["id"]
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["answers"] == 10 and stats["records_out"] == 7
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.answers == 10 and stats.records_out == 7
 
 
 @pytest.mark.slow  # four runs of the program: about 40 s on a loaded 2-core machine
@@ -96,11 +98,11 @@ def test_a_prompt_over_max_prompt_tokens_is_skipped_as_prompt_too_long(tmp_path,
     limit = len(first if isinstance(first, list) else first["input_ids"]) + 2  # first turns fit, second turns not
     p = regen(chat_target, chats, tmp_path / "out.jsonl", "--temperature", "0", "--max-prompt-tokens", str(limit))
     assert p.returncode == 0, p.stderr
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
     ids = [json.loads(x)["id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     two_turns = {"r0", "r3", "r6"}
-    assert stats["failures"].get("prompt_too_long", 0) >= len(two_turns) and not two_turns & set(ids)
-    assert f"more than --max-prompt-tokens {limit}" in stats["failure_examples"]["prompt_too_long"][0]
+    assert stats.failures.get("prompt_too_long", 0) >= len(two_turns) and not two_turns & set(ids)
+    assert f"more than --max-prompt-tokens {limit}" in stats.failure_examples["prompt_too_long"][0]
 
 
 def test_a_record_of_more_turns_than_the_target_can_hold_fails_before_any_answer(tmp_path, chat_target):

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from tiny_chat_target import build_chat_target, greedy_answers
 
+from pipeline.records import regenerate_stats
+from pipeline.records.regenerate_estimate import parse_estimate
+
 REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 10
 
@@ -258,8 +261,8 @@ def test_samples_per_prompt_writes_each_sample_as_its_own_record_and_resume_comp
     answers = {r["id"]: [m["content"] for m in r["conversations"] if m["role"] == "assistant"] for r in recs}
     for i in range(4):
         assert len({json.dumps(answers[f"r{i}#s{k}"]) for k in range(3)}) > 1, answers  # samples differ
-    stats = json.loads((tmp_path / "a.stats.json").read_text())
-    assert stats["wanted"] == 12 and stats["records_out"] == 12
+    stats = regenerate_stats.read_stats(tmp_path / "a.stats.json")
+    assert stats.wanted == 12 and stats.records_out == 12
     b = _regen(target, source, tmp_path / "b.jsonl", "--temperature", "1.0", "--samples-per-prompt", "3",
                "--limit", "2", "--batch-size", "2")
     assert b.returncode == 0, b.stderr
@@ -275,9 +278,9 @@ def test_samples_per_prompt_writes_each_sample_as_its_own_record_and_resume_comp
                         "3", "--max-new-tokens", str(MAX_NEW), "--json"], cwd=REPO, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert e.returncode == 0, e.stderr
-    figures = json.loads(e.stdout)  # the console's free-space check sizes every sample
-    assert figures["records"] == 12 and figures["answers"] == 3 * (1 + 2 + 3 + 1)
-    assert figures["bytes"] >= (tmp_path / "a.jsonl").stat().st_size
+    figures = parse_estimate(e.stdout, "pipeline.regenerate --estimate --json")  # the console's free-space check sizes every sample
+    assert figures.records == 12 and figures.answers == 3 * (1 + 2 + 3 + 1)
+    assert figures.bytes >= (tmp_path / "a.jsonl").stat().st_size
 
 
 def test_progress_reports_the_first_answered_turn_before_any_record_is_done(tmp_path, target):

@@ -16,6 +16,8 @@ import pytest
 from standin_sglang import StandIn, answer
 from test_regenerate import MODEL, argv, expected, lines, run, write_source
 
+from pipeline.records import regenerate_stats
+
 DRIP_S = 0.05  # one byte every DRIP_S seconds; --timeout 1 must end each request long before the drip does
 DRIP_BYTES = 1200
 
@@ -62,7 +64,7 @@ def test_a_server_that_refuses_every_request_is_exit_4_naming_it_and_never_done(
         p = run(*argv(src, out, server.url, more=more))
     assert p.returncode == 4, p.stdout + p.stderr
     assert f"server {server.url} failed 3 requests in a row" in p.stderr and "Traceback" not in p.stderr
-    assert json.loads((tmp_path / "out.stats.json").read_text())["status"] != "done"
+    assert regenerate_stats.read_stats(tmp_path / "out.stats.json").status != "done"
     assert not out.exists() or lines(out) == []
 
 
@@ -80,7 +82,7 @@ def test_a_run_that_wrote_nothing_is_exit_4_and_the_production_verify_does_not_p
         p = run(*argv(src, out, server.url, more=more))
     assert p.returncode == 4, p.stdout + p.stderr
     assert "wrote no record" in p.stderr and "Traceback" not in p.stderr
-    assert json.loads(stats.read_text())["status"] == "failed"
+    assert regenerate_stats.read_stats(stats).status == "failed"
     config = Path(__file__).resolve().parents[2] / "configs" / "kimi-k25-8gpu.yaml"
     results = Project.load(config, {"data": str(data)}).verify("regenerate")
     assert any(r.status == "fail" for r in results), [(r.name, r.status, r.message) for r in results]
@@ -102,12 +104,12 @@ def test_a_share_of_failed_records_past_max_failed_share_is_exit_4_and_below_it_
         q = run(*argv(src, tmp_path / "b.jsonl", server.url, more=(*more, "--max-failed-share", "0.25")))
     assert p.returncode == 4, p.stdout + p.stderr
     assert "8 of 40 records failed (20.0%), more than --max-failed-share 0.05" in p.stderr
-    stats = json.loads((tmp_path / "a.stats.json").read_text())
-    assert stats["status"] == "failed" and stats["failures"] == {"bad_response": 8}
+    stats = regenerate_stats.read_stats(tmp_path / "a.stats.json")
+    assert stats.status == "failed" and stats.failures == {"bad_response": 8}
     want = [r for r in expected(src) if int(r["id"].split("-")[1]) % 5]
     assert lines(tmp_path / "a.jsonl") == want
     assert q.returncode == 0, q.stderr
-    assert json.loads((tmp_path / "b.stats.json").read_text())["status"] == "done"
+    assert regenerate_stats.read_stats(tmp_path / "b.stats.json").status == "done"
     assert lines(tmp_path / "b.jsonl") == want
 
 
@@ -206,9 +208,9 @@ def test_one_bad_answer_is_skipped_and_counted_by_reason_and_the_rest_is_written
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert lines(tmp_path / "out.jsonl") == [r for r in expected(src) if r["id"] != "chat-7"]
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["status"] == "done" and stats["failures"] == {reason: 1}
-    assert stats["failure_examples"][reason][0].startswith("chat-7: ")
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.status == "done" and stats.failures == {reason: 1}
+    assert stats.failure_examples[reason][0].startswith("chat-7: ")
     # what was written reads back: a rerun resumes it and asks nothing but the failed record again
     with StandIn(MODEL, None, hidden=8) as server:
         again = run(*argv(src, tmp_path / "out.jsonl", server.url))
@@ -237,4 +239,4 @@ def test_a_body_cut_short_is_retried_like_a_dropped_connection(tmp_path):
         p = run(*argv(src, tmp_path / "out.jsonl", server.url, more=("--retries", "2")))
     assert p.returncode == 0, p.stdout + p.stderr
     assert lines(tmp_path / "out.jsonl") == expected(src)
-    assert json.loads((tmp_path / "out.stats.json").read_text())["failures"] == {}
+    assert regenerate_stats.read_stats(tmp_path / "out.stats.json").failures == {}

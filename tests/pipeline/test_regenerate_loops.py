@@ -14,6 +14,7 @@ import pytest
 from tiny_chat_target import build_chat_target
 
 from pipeline.regenerate.loops import loop_tail, trim
+from pipeline.records import regenerate_stats
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 48
@@ -142,10 +143,10 @@ def test_looping_answers_are_cut_and_the_next_turn_answers_the_cut_one(tmp_path,
     got = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     answers = [[m["content"] for m in r["conversations"] if m["role"] == "assistant"] for r in got]
     assert answers == [w[0] for w in want]
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["loops_cut"] == sum(w[1] for w in want) and stats["loop_tokens_cut"] == sum(w[2] for w in want)
-    assert stats["generated_tokens"] == sum(w[3] for w in want) < MAX_NEW * 8  # a loop stops its answer
-    assert f"{stats['loops_cut']} looping answers cut, {stats['loop_tokens_cut']} tokens" in p.stdout
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.loops_cut == sum(w[1] for w in want) and stats.loop_tokens_cut == sum(w[2] for w in want)
+    assert stats.generated_tokens == sum(w[3] for w in want) < MAX_NEW * 8  # a loop stops its answer
+    assert f"{stats.loops_cut} looping answers cut, {stats.loop_tokens_cut} tokens" in p.stdout
 
     whole = _regen(target, src, tmp_path / "whole.jsonl")
     assert whole.returncode == 0, whole.stderr
@@ -161,9 +162,9 @@ def test_resuming_with_the_other_choice_is_refused_and_a_server_run_cannot_ask_f
     assert _regen(target, src, out, "--trim-loops", "--limit", "1").returncode == 0
     p = _regen(target, src, out)
     assert p.returncode == 2 and "trim_loops: True then, False now" in p.stderr, p.stderr
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    del stats["options"]["trim_loops"]  # an output written before the flag existed resumes without it
-    (tmp_path / "out.stats.json").write_text(json.dumps(stats))
+    old = json.loads((tmp_path / "out.stats.json").read_text())  # as a regenerate before the flag wrote it:
+    del old["options"]["trim_loops"], old["record"], old["version"]  # no trim_loops, no record's tag or version
+    (tmp_path / "out.stats.json").write_text(json.dumps(old))
     assert _regen(target, src, out).returncode == 0
     s = subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(tmp_path / "s.jsonl"),
                         "--backend", "server", "--server", "http://127.0.0.1:9", "--served-model", "m",

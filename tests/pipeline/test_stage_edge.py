@@ -30,6 +30,7 @@ from test_regenerate import argv as regenerate_argv
 from test_regenerate import write_source
 
 from pipeline.events import iter_events
+from pipeline.records import regenerate_stats
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 240.0
@@ -230,8 +231,8 @@ def test_regenerate(tmp_path):
         stage.ctrl_c()
     line = assert_interrupted(stage, "regenerate")
     assert "rerun the same command to resume" in line
-    stats = json.loads((tmp_path / "out.stats.json").read_text())
-    assert stats["status"] == "stopped" and stats["records_out"] == out.read_bytes().count(b"\n")
+    stats = regenerate_stats.read_stats(tmp_path / "out.stats.json")
+    assert stats.status == "stopped" and stats.records_out == out.read_bytes().count(b"\n")
 
 
 

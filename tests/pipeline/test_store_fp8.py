@@ -15,6 +15,8 @@ import torch
 from pipeline.store.fp8 import dequantize, quantize
 from pipeline.store.meaning import LayoutOf
 from pipeline.train.data import read_sample
+from pipeline.records.train_summary import read_summary
+from pipeline.records.extract_estimate import ExtractEstimate, parse_estimate
 
 WIDE = 128  # hidden size of this file's target: the 16 bytes of scales a token weigh as at real sizes
 E4M3_HALF_ULP = 2.0 ** -4  # relative rounding error of a normal e4m3 value
@@ -185,8 +187,8 @@ def test_pipeline_train_trains_on_an_fp8_store(stores, wide_target, tmp_path, xt
             "--log-every", "1", "--workers", "1", "--ttt-length", "2"]
     proc = subprocess.run(argv, cwd=xt.REPO, env=xt.cli_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["steps"] == 3 and summary["loss"] == summary["loss"]  # finite, not NaN
+    summary = read_summary(tmp_path / "run" / "summary.json")
+    assert summary.steps == 3 and summary.loss == summary.loss  # finite, not NaN
 
 
 def test_a_flipped_scale_in_an_fp8_sample_fails_verification(stores, tmp_path, xt):
@@ -219,17 +221,17 @@ def test_resuming_a_store_with_the_other_store_dtype_is_refused(stores, wide_tar
 
 
 def test_estimate_of_an_fp8_store_bounds_it_and_counts_a_byte_a_value(stores, wide_target, tiny_data, xt):
-    def estimate(*more: str) -> dict:
+    def estimate(*more: str) -> ExtractEstimate:
         proc = subprocess.run([sys.executable, "-m", "pipeline.extract", "--estimate", "--model", str(wide_target),
                                "--stats", str(tiny_data.stats), "--json", *more], cwd=xt.REPO, env=xt.cli_env(),
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        return parse_estimate(proc.stdout, "pipeline.extract --estimate --json")
 
     fp8, bf16 = estimate("--store-dtype", "fp8"), estimate()
     tokens = sum(len(r["input_ids"]) for r in tiny_data.records)
-    assert fp8["store_dtype"] == "float8_e4m3fn" and fp8["hidden_state_bytes"] == tokens * 4 * WIDE
-    assert fp8["scale_bytes"] == tokens * 16 and fp8["per_token_bytes"] == 4 * WIDE + 16 + 9
-    assert fp8["per_token_bytes"] <= 0.55 * bf16["per_token_bytes"]
+    assert fp8.store_dtype == "float8_e4m3fn" and fp8.hidden_state_bytes == tokens * 4 * WIDE
+    assert fp8.scale_bytes == tokens * 16 and fp8.per_token_bytes == 4 * WIDE + 16 + 9
+    assert fp8.per_token_bytes <= 0.55 * bf16.per_token_bytes
     actual = sum(p.stat().st_size for p in stores["fp8"].rglob("*") if p.is_file())
-    assert actual <= fp8["bytes"] <= actual + len(tiny_data.records) * (4096 + 1024) + 8192
+    assert actual <= fp8.bytes <= actual + len(tiny_data.records) * (4096 + 1024) + 8192

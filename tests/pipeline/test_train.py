@@ -17,6 +17,7 @@ import torch
 from forked_signal import exit_code_of_forked_child_signalled_under
 
 from pipeline.events import iter_events
+from pipeline.records.train_summary import read_summary
 
 TRAIN_OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "1", "--workers", "1"]
 
@@ -52,18 +53,18 @@ def test_loss_falls_when_the_drafter_fits_a_tiny_store(reference_store, tiny_tar
     summary = run(Options(store=reference_store, target=tiny_target, out=tmp_path / "run", steps=15, batch_size=36,
                           max_len=256, lr=1e-2, log_every=1, save_every=15, workers=0, ttt_length=3),
                   log=lambda _s: None)
-    hist = summary["history"]
+    hist = summary.history
     assert len(hist) == 15
     first, last = hist[0], hist[-1]
-    assert last["loss"] < 0.5 * first["loss"], (first, last)
-    assert last["acc"][0] > first["acc"][0] + 0.05, (first, last)
-    ckpt = Path(summary["checkpoint"])
+    assert last.loss < 0.5 * first.loss, (first, last)
+    assert last.acc[0] > first.acc[0] + 0.05, (first, last)
+    ckpt = Path(summary.checkpoint)
     assert ckpt.name == "step_00000015"
     from pipeline.drafter import EXPORT_KEYS, load_drafter
 
     drafter = load_drafter(ckpt)
     assert sorted(drafter.state_dict()) == sorted(EXPORT_KEYS)
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 15
+    assert read_summary(tmp_path / "run" / "summary.json").steps == 15
 
 
 def test_kill_and_resume_gives_the_loss_curve_of_an_uninterrupted_run(reference_store, tiny_target, tmp_path, xt):
@@ -110,11 +111,11 @@ def test_kill_and_resume_gives_the_loss_curve_of_an_uninterrupted_run(reference_
     assert seen >= 16 + (killed_at - resumed_from)
     assert max(losses(ev)) == 16
     # summary.json after the resumes holds the whole run: every step's metrics, every token once
-    summary = json.loads((out / "summary.json").read_text())
-    reference_summary = json.loads((tmp_path / "ref" / "summary.json").read_text())
-    assert [h["step"] for h in summary["history"]] == list(range(1, 17))
-    assert summary["tokens"] == reference_summary["tokens"]
-    assert [h["loss"] for h in summary["history"]] == pytest.approx([h["loss"] for h in reference_summary["history"]],
+    summary = read_summary(out / "summary.json")
+    reference_summary = read_summary(tmp_path / "ref" / "summary.json")
+    assert [h.step for h in summary.history] == list(range(1, 17))
+    assert summary.tokens == reference_summary.tokens
+    assert [h.loss for h in summary.history] == pytest.approx([h.loss for h in reference_summary.history],
                                                                    abs=1e-5)
     kept = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
     assert kept[-1] == "step_00000016" and len(kept) <= 3
@@ -138,9 +139,9 @@ def test_two_cpu_ranks_train_with_gloo_and_write_one_checkpoint(reference_store,
     proc = subprocess.run(argv, check=False, env={**xt.cli_env(), "EAGLE3_EVENTS": str(ev)}, capture_output=True, text=True,
                           timeout=300, cwd=xt.REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["steps"] == 6
-    assert summary["source"] == ("online" if online else "store")
+    summary = read_summary(tmp_path / "run" / "summary.json")
+    assert summary.world_size == 2 and summary.steps == 6
+    assert summary.source == ("online" if online else "store")
     # rank 0 alone writes events: one loss per step, not two
     assert sorted(losses(ev)) == [1, 2, 3, 4, 5, 6]
     from pipeline.drafter import load_drafter

@@ -15,6 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 from pipeline.events import iter_events
+from pipeline.records.train_summary import read_summary
+from pipeline.records.train_estimate import TrainEstimate, parse_estimate
 
 OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "1", "--workers", "1",
         "--val-samples", "4", "--ttt-length", "3", "--device", "cpu"]
@@ -40,19 +42,19 @@ def test_online_and_offline_train_the_same_steps_over_two_shuffled_epochs(refere
     on = train(["--data", str(tiny_data.path)], tiny_target, tmp_path / "on", env, "--epochs", "2")
     assert off.returncode == 0, off.stderr
     assert on.returncode == 0, on.stderr
-    s_off = json.loads((tmp_path / "off" / "summary.json").read_text())
-    s_on = json.loads((tmp_path / "on" / "summary.json").read_text())
-    assert s_on["source"] == "online" and s_off["source"] == "store"
+    s_off = read_summary(tmp_path / "off" / "summary.json")
+    s_on = read_summary(tmp_path / "on" / "summary.json")
+    assert s_on.source == "online" and s_off.source == "store"
     # the same steps: same count, same tokens, the same held-out slice, and each step's loss and accuracy
-    assert s_on["total_steps"] == s_off["total_steps"] > 4
-    assert s_on["tokens"] == s_off["tokens"]
-    assert s_on["val"]["samples"] == s_off["val"]["samples"] == 4
-    assert s_on["draft_vocab"]["coverage_chosen_on"] == pytest.approx(s_off["draft_vocab"]["coverage_chosen_on"])
-    for a, b in zip(s_on["history"], s_off["history"], strict=True):
-        assert a["step"] == b["step"]
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-4), a["step"]
-        assert a["acc"] == pytest.approx(b["acc"], abs=2e-3), a["step"]
-    assert s_on["val"]["loss"] == pytest.approx(s_off["val"]["loss"], rel=1e-3)
+    assert s_on.total_steps == s_off.total_steps > 4
+    assert s_on.tokens == s_off.tokens
+    assert s_on.val.samples == s_off.val.samples == 4
+    assert s_on.draft_vocab.coverage_chosen_on == pytest.approx(s_off.draft_vocab.coverage_chosen_on)
+    for a, b in zip(s_on.history, s_off.history, strict=True):
+        assert a.step == b.step
+        assert a.loss == pytest.approx(b.loss, rel=1e-3, abs=1e-4), a.step
+        assert a.acc == pytest.approx(b.acc, abs=2e-3), a.step
+    assert s_on.val.loss == pytest.approx(s_off.val.loss, rel=1e-3)
     assert "online" in on.stdout
     # nothing but the run folder was written: no store
     assert sorted(p.name for p in (tmp_path / "on").iterdir() if not p.name.startswith(".")) == \
@@ -117,20 +119,20 @@ def test_online_refuses_a_record_outside_the_targets_vocabulary_naming_its_line(
 
 
 def test_the_estimate_counts_the_target_only_when_the_run_is_online(tiny_data, tiny_target, xt):
-    def est(*more: str) -> dict:
+    def est(*more: str) -> TrainEstimate:
         res = subprocess.run([sys.executable, "-m", "pipeline.train", "--estimate", "--target", str(tiny_target),
                               "--json", *more], env=xt.cli_env(), capture_output=True, text=True, timeout=120,
                              check=False)
         assert res.returncode == 0, res.stderr
-        return json.loads(res.stdout)
+        return parse_estimate(res.stdout, "pipeline.train --estimate --json")
 
     online, offline = est("--data", str(tiny_data.path)), est("--store", "anything")
     params = sum(t.numel() for t in load_file(next(tiny_target.glob("*.safetensors"))).values())
-    assert online["parts"]["target_weights"] == params * 2
-    assert "target_weights" not in offline["parts"]
-    assert online["gpu_bytes"] > offline["gpu_bytes"]
+    assert online.parts["target_weights"] == params * 2
+    assert "target_weights" not in offline.parts
+    assert online.gpu_bytes > offline.gpu_bytes
     bigger = est("--data", str(tiny_data.path), "--batch-tokens", str(4 * 16384))
-    assert bigger["gpu_bytes"] > online["gpu_bytes"]
+    assert bigger.gpu_bytes > online.gpu_bytes
 
 
 # torch's peak allocation on an H200 at 16,384 tokens, draft vocab 32,000, TTT 7, the objective's passes eager
@@ -153,8 +155,8 @@ def test_the_estimate_covers_the_peak_an_h200_measured_before_its_margin(tmp_pat
 
     LlamaConfig(**SHAPES[shape]).save_pretrained(tmp_path)
     est = estimate(tmp_path, online, 16384, 32000, 7, 2048)
-    assert sum(est["parts"].values()) / 1e9 >= H200_PEAKS_GB[(shape, online)]
-    assert est["gpu_bytes"] / 1e9 <= 1.5 * H200_PEAKS_GB[(shape, online)]  # and asks for no GPU it does not need
+    assert sum(est.parts.values()) / 1e9 >= H200_PEAKS_GB[(shape, online)]
+    assert est.gpu_bytes / 1e9 <= 1.5 * H200_PEAKS_GB[(shape, online)]  # and asks for no GPU it does not need
 
 
 def test_a_trainer_held_to_a_share_of_the_gpu_warns_when_the_estimate_needs_more(tmp_path):

@@ -5,7 +5,6 @@ extends a finished run, and stops mid-step within a stop's grace."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from pipeline.events import iter_events
+from pipeline.records.train_summary import read_summary
 
 SHARP = 30.0  # the tiny target's lm_head scaled up: peaked distributions, so top-1 agreement is learnable
 
@@ -53,11 +53,11 @@ def _run(sharp, out: Path, log: list | None = None, **opts):
 def test_a_drafter_memorises_a_handful_of_samples_and_not_the_held_out_ones(sharp, tmp_path):
     """The overfit gate: a trainer that cannot memorise six samples is broken."""
     summary = _run(sharp, tmp_path / "run", steps=120, val_samples=6)
-    assert summary["acc"][0] >= 0.95, summary["history"][-3:]
-    assert min(summary["acc"]) >= 0.85, summary["acc"]
-    val = summary["val"]
-    assert val["samples"] == 6 and val["history"][-1]["step"] == 120
-    assert val["acc"][0] < 0.5 < summary["acc"][0]  # random records: nothing learnt carries over, nothing leaked
+    assert summary.acc[0] >= 0.95, summary.history[-3:]
+    assert min(summary.acc) >= 0.85, summary.acc
+    val = summary.val
+    assert val.samples == 6 and val.history[-1].step == 120
+    assert val.acc[0] < 0.5 < summary.acc[0]  # random records: nothing learnt carries over, nothing leaked
 
 
 def test_the_held_out_slice_is_fixed_by_the_seed_and_never_in_a_training_step(reference_store, tiny_target):
@@ -82,9 +82,9 @@ def test_validation_metrics_reach_events_log_and_summary(sharp, tmp_path, monkey
     summary = _run(sharp, tmp_path / "run", log=log, steps=20, val_samples=4, val_every=10)
     names = {(e.get("name"), e.get("step")) for e in iter_events(ev) if e.kind == "metric"}
     assert {("val_loss", 10), ("val_loss", 20), ("val_acc_0", 20), ("val_acc_2", 20)} <= names
-    assert [h["step"] for h in summary["val"]["history"]] == [10, 20]
-    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert on_disk["val"]["loss"] == summary["val"]["history"][-1]["loss"]
+    assert [h.step for h in summary.val.history] == [10, 20]
+    on_disk = read_summary(tmp_path / "run" / "summary.json")
+    assert on_disk.val.loss == summary.val.history[-1].loss
     assert any("validation (4 held-out samples)" in line for line in log)
 
 
@@ -105,10 +105,10 @@ def test_draft_vocabulary_comes_from_the_merged_dataset_without_held_out_records
 
     log: list[str] = []
     summary = _run(sharp, tmp_path / "run", log=log, steps=2, val_samples=4, draft_vocab=40)
-    note = summary["draft_vocab"]
-    assert str(sharp.data) in note["source"]  # the store's meta names the dataset: chosen over it by default
-    assert 0 < note["held_out_coverage"] < 1 and note["held_out_distinct_missing"] > 0
-    assert summary["draft_vocab_coverage"] == note["held_out_coverage"]
+    note = summary.draft_vocab
+    assert str(sharp.data) in note.source  # the store's meta names the dataset: chosen over it by default
+    assert 0 < note.held_out_coverage < 1 and note.held_out_distinct_missing > 0
+    assert summary.draft_vocab_coverage == note.held_out_coverage
     assert any("held-out samples'" in line and "distinct answer tokens are missing" in line for line in log)
 
 
@@ -132,10 +132,10 @@ def test_a_finished_run_extends_with_a_larger_total_on_the_longer_schedule(sharp
     log: list[str] = []
     summary = _run(sharp, tmp_path / "run", log=log, steps=8, log_every=1, val_samples=2, warmup_ratio=0.25,
                    resume=True)
-    assert summary["steps"] == 8 and summary["resumed_from"] == 4
+    assert summary.steps == 8 and summary.resumed_from == 4
     assert any("extending the run from 4 to 8 steps" in line for line in log)
-    assert [h["step"] for h in summary["history"]] == list(range(1, 9))
-    assert summary["tokens"] == ref["tokens"]  # the same samples as the 8-step run, counted once
+    assert [h.step for h in summary.history] == list(range(1, 9))
+    assert summary.tokens == ref.tokens  # the same samples as the 8-step run, counted once
 
     def lrs(path: Path) -> dict:
         return {e.get("step"): e.get("value") for e in iter_events(path) if e.kind == "metric" and e.get("name") == "lr"}
@@ -167,8 +167,8 @@ def test_a_stop_during_a_long_step_exits_within_the_grace_and_says_what_was_kept
     assert "dropped the unfinished step 2" in stdout
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000001"  # step 2 was not finished
     print(f"exit {took:.1f}s after SIGTERM (a finished step 2 needs 12 s of TTT passes)")
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["stopped"] and summary["steps"] == 1
+    summary = read_summary(out / "summary.json")
+    assert summary.stopped and summary.steps == 1
 
 
 def test_two_trainings_of_one_store_agree_whatever_the_thread_count(sharp, tmp_path):
@@ -184,9 +184,9 @@ def test_two_trainings_of_one_store_agree_whatever_the_thread_count(sharp, tmp_p
         s = run(Options(store=sharp.store, target=sharp.target, out=tmp_path / f"t{threads}", steps=12, batch_size=8,
                         max_len=256, lr=1e-2, log_every=1, save_every=1000, workers=1, ttt_length=3,
                         val_samples=2, warmup_ratio=0.0), log=lambda _s: None)
-        runs.append((s, load_file(Path(s["checkpoint"]) / "model.safetensors")))
+        runs.append((s, load_file(Path(s.checkpoint) / "model.safetensors")))
     torch.set_num_threads(1)
     (a, wa), (b, wb) = runs
-    assert [h["loss"] for h in a["history"]] == pytest.approx([h["loss"] for h in b["history"]], rel=1e-4)
-    assert a["val"]["acc"] == b["val"]["acc"]
+    assert [h.loss for h in a.history] == pytest.approx([h.loss for h in b.history], rel=1e-4)
+    assert a.val.acc == b.val.acc
     assert max(float((wa[k].double() - wb[k].double()).abs().max()) for k in wa) < 1e-4

@@ -11,6 +11,8 @@ from typing import Any
 from console.core.checks.context import CheckContext
 from console.core.checks.fs import nearest_existing
 from console.core.checks.kind import Field, Kind, Outcome, short_path
+from pipeline.records import known
+from pipeline.records.codec import RecordError
 
 _MISSING = object()
 
@@ -28,14 +30,17 @@ def dig(obj: Any, dotted: str) -> Any:
 
 
 def _load(p: Path) -> tuple[Any, str | None]:
+    """The file's JSON, or why not; a stage's record is read through the record (its version)."""
     try:
-        return json.loads(p.read_text(encoding="utf-8")), None
+        return known.load_file(p), None
     except FileNotFoundError:
         near = nearest_existing(p.parent)
         hint = "" if near == p.parent else f" (nearest existing folder: {near})"
         return None, f"{p} does not exist{hint}"
+    except RecordError as e:
+        return None, str(e)
     except (OSError, UnicodeDecodeError) as e:
-        return None, f"cannot read {p}: {e}"
+        return None, f"cannot read {p}: {getattr(e, 'why', None) or e}"
     except ValueError as e:
         return None, f"{p} is not valid JSON: {e}"
 

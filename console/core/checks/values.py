@@ -1,9 +1,11 @@
 """Named values an expression reads (`stats.tokens`): a JSON file a phase wrote, a
-number, or the JSON a program prints (`python -m pipeline.extract --estimate --json`)."""
+number, or the JSON a program prints (`python -m pipeline.extract --estimate --json`). A stage's
+record among them (its stats, its `--estimate --json` line) is read through its record first
+(`pipeline/records/known.py`): one of a version this console does not know, or with a field of
+the wrong type, fails the check naming the file and the key, rather than lending a figure."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any, Mapping
@@ -11,6 +13,8 @@ from typing import Any, Mapping
 from console.core.checks.context import CheckContext
 from console.core.checks.subproc import run_bounded
 from console.core.leaves.expr import parse_number
+from pipeline.records import known
+from pipeline.records.codec import RecordError
 
 COMMAND_TIMEOUT = 60.0
 
@@ -20,16 +24,18 @@ class ValueSourceError(ValueError):
 
 
 def _json_file(name: str, path: Path, ctx: CheckContext) -> Any:
+    """The file's JSON; a stage's record (its stats, its report) read through the record."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return known.load_file(path)
     except FileNotFoundError:
         producer = ctx.producer_of(path)
         hint = f" (phase '{producer.id}' writes it: run it first)" if producer else ""
         raise ValueSourceError(f"value '{name}': {path} does not exist{hint}") from None
+    except RecordError as e:
+        raise ValueSourceError(f"value '{name}': {e}") from None
     except OSError as e:
-        raise ValueSourceError(f"value '{name}': cannot read {path}: {e.strerror or e}") from None
-    try:
-        return json.loads(text)
+        raise ValueSourceError(f"value '{name}': cannot read {path}: {getattr(e, 'why', None) or e.strerror or e}") \
+            from None
     except ValueError as e:
         raise ValueSourceError(f"value '{name}': {path} is not valid JSON: {e}") from None
 
@@ -48,7 +54,9 @@ def _command(name: str, entry: Mapping[str, Any], ctx: CheckContext) -> Any:
         raise ValueSourceError(f"value '{name}': `{shown}` exited {done.code}"
                                + (f": {last[0]}" if last else ""))
     try:
-        return json.loads(done.stdout)
+        return known.load_output(done.stdout, f"`{shown}`")
+    except RecordError as e:
+        raise ValueSourceError(f"value '{name}': {e}") from None
     except ValueError:
         first = done.stdout.strip().splitlines()[:1]
         raise ValueSourceError(f"value '{name}': `{shown}` did not print JSON"
