@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pipeline.records.merge_stats import MergeStats, Policy, SourceStats
 from pipeline.records.regenerate_stats import RegenerateStats
+from pipeline.records.synthesis_estimate import SynthesisEstimate
+from pipeline.records.synthesis_stats import SynthesisStats
 from pipeline.records.extract_estimate import ExtractEstimate
 from pipeline.records.regenerate_estimate import RegenerateEstimate
 from pipeline.records.train_estimate import TrainEstimate
@@ -143,3 +145,18 @@ def extract_estimate() -> ExtractEstimate:
 def regenerate_estimate() -> RegenerateEstimate:
     return RegenerateEstimate(records=30, answers=45, max_new_tokens=64, kept_bytes=9000, answer_bytes=24480,
                               bytes=35400, formula="kept text + answers*(max_new_tokens*8+32) + records*64")
+
+
+def synthesis_stats() -> SynthesisStats:
+    return SynthesisStats(
+        status="stopped", wanted=24, max_asked=48, records_out=10, resumed=3, asked=14, surplus=0,
+        dropped={"duplicate": 2, "too_short": 1}, ended_early={"unfinished": 1},
+        examples={"duplicate": ("synth-0-14: same as synth-0-13's",), "unfinished": ("synth-0-15 (turn 2): cut",)},
+        questions=16, question_tokens=200, answer_tokens=300, generated_tokens=500, answers=11, loops_cut=0,
+        loop_tokens_cut=0, seconds=42.0, options={"synthesize": 24, "seed": 0, "turns": 2, "system_prompts": None})
+
+
+def synthesis_estimate() -> SynthesisEstimate:
+    return SynthesisEstimate(records=24, turns=2, bytes=24 * (2 * ((256 + 2048) * 8 + 64) + 64),
+                             formula="records * (turns * ((max_question_tokens + max_new_tokens) * 8 + 64) + "
+                                     "longest system prompt + 64)")

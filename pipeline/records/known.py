@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.bounded_read import read_bounded
 from pipeline.records import (evaluate_report, extract_estimate, merge_stats, regenerate_estimate, regenerate_stats,
-                              train_estimate, train_summary)
+                              synthesis_estimate, synthesis_stats, train_estimate, train_summary)
 from pipeline.records.codec import MAX_BYTES, TAG
 
 FILES: dict[str, Callable[[str], object]] = {
@@ -22,11 +22,13 @@ FILES: dict[str, Callable[[str], object]] = {
     train_summary.KIND.tag: train_summary.read_summary,
     merge_stats.KIND.tag: merge_stats.read_stats,
     regenerate_stats.KIND.tag: regenerate_stats.read_stats,
+    synthesis_stats.KIND.tag: synthesis_stats.read_stats,
 }
 LINES: dict[str, Callable[[str | bytes, str], object]] = {
     train_estimate.KIND.tag: train_estimate.parse_estimate,
     extract_estimate.KIND.tag: extract_estimate.parse_estimate,
     regenerate_estimate.KIND.tag: regenerate_estimate.parse_estimate,
+    synthesis_estimate.KIND.tag: synthesis_estimate.parse_estimate,
 }
 
 

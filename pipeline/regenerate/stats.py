@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pipeline.records.codec import MissingRecord, RecordError
 from pipeline.records.regenerate_stats import RegenerateStats, read_stats, write_stats
 from pipeline.records.source_reading import SourceReading
+from pipeline.records.synthesis_stats import SynthesisStats
 
 from .errors import BadInput
 
+Earlier = TypeVar("Earlier", RegenerateStats, SynthesisStats)
 EXAMPLES = 5  # failure examples kept per reason
 LATER_KEYS = {"samples_per_prompt": 1, "trim_loops": False}  # options added after outputs existed: the value those runs had
 
@@ -64,10 +67,11 @@ class Stats:
         write_stats(path, self.to_record())
 
 
-def previous(path: Path, generation: dict) -> RegenerateStats | None:
-    """The stats an earlier run of this output left, refusing a resume with other sampling."""
+def previous(path: Path, generation: dict, read: Callable[[Path], Earlier] = read_stats) -> Earlier | None:
+    """The stats an earlier run of this output left (read by `read`: regenerate's, or
+    synthesis's), refusing a resume with other sampling."""
     try:
-        old = read_stats(path)
+        old = read(path)
     except MissingRecord:
         return None
     except RecordError as e:

@@ -15,8 +15,8 @@ from record_samples import local_report, server_report
 
 from pipeline.program_edge import BadInput
 from pipeline.records.codec import MalformedRecord, MissingRecord, NotFinite, NotThisRecord, RecordError, UnknownVersion
-from pipeline.records import (extract_estimate, merge_stats, regenerate_estimate, regenerate_stats, train_estimate,
-                              train_summary)
+from pipeline.records import (extract_estimate, merge_stats, regenerate_estimate, regenerate_stats,
+                              synthesis_estimate, synthesis_stats, train_estimate, train_summary)
 from pipeline.records.evaluate_report import KIND as EVALUATE, read_report, write_report
 
 def _printed(format_line):
@@ -37,12 +37,15 @@ RECORDS = [pytest.param(EVALUATE, write_report, read_report, local_report(), id=
                         id="merge-stats"),
            pytest.param(regenerate_stats.KIND, regenerate_stats.write_stats, regenerate_stats.read_stats,
                         record_samples.regenerate_stats(), id="regenerate-stats"),
+           pytest.param(synthesis_stats.KIND, synthesis_stats.write_stats, synthesis_stats.read_stats,
+                        record_samples.synthesis_stats(), id="synthesis-stats"),
            pytest.param(train_summary.KIND, train_summary.write_summary, train_summary.read_summary,
                         record_samples.train_summary(), id="train-summary"),
            *(pytest.param(m.KIND, _printed(m.format_estimate), _parsed(m.parse_estimate), sample(), id=m.KIND.tag)
              for m, sample in ((train_estimate, record_samples.train_estimate),
                                (extract_estimate, record_samples.extract_estimate),
-                               (regenerate_estimate, record_samples.regenerate_estimate)))]
+                               (regenerate_estimate, record_samples.regenerate_estimate),
+                               (synthesis_estimate, record_samples.synthesis_estimate)))]
 
 
 @pytest.mark.parametrize(("kind", "write", "read", "record"), RECORDS)

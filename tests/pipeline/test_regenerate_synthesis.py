@@ -20,6 +20,8 @@ import pytest
 from test_loss_mask_templates import SHAPES, _look_alike
 from tiny_chat_target import build_talking_target, greedy_answers
 
+from pipeline.records import merge_stats, synthesis_stats
+
 REPO = Path(__file__).resolve().parents[2]
 N = 24
 QUESTION_TOKENS = 16
@@ -100,9 +102,9 @@ def test_questions_are_the_targets_draws_from_its_template_up_to_a_user_turn_and
         assert [m["content"] for m in conv if m["role"] == "assistant"] == \
             greedy_answers(model, tok, conv, ANSWER_TOKENS, {end}), rec["id"]
     assert systems == set(SYSTEM_PROMPTS)  # each record drew its system prompt, "" for none
-    stats = json.loads(first_run.with_name("synth.stats.json").read_text())
-    assert stats["status"] == "done" and stats["records_out"] == N
-    assert sum(stats["dropped"].values()) + N + stats["surplus"] == stats["asked"]
+    stats = synthesis_stats.read_stats(first_run.with_name("synth.stats.json"))
+    assert stats.status == "done" and stats.records_out == N
+    assert sum(stats.dropped.values()) + N + stats.surplus == stats.asked
     events = [json.loads(x) for x in first_run.with_suffix(".events.jsonl").read_text().splitlines()]
     last = [e for e in events if e["kind"] == "progress"][-1]
     assert (last["done"], last["total"]) == (N, N) and last["tokens_per_s"] > 0
@@ -124,8 +126,8 @@ def test_a_run_killed_mid_way_and_rerun_writes_the_same_records_whatever_the_bat
     assert again.returncode == 0, again.stdout + again.stderr
     assert "already in" in again.stdout
     assert out.read_bytes() == first_run.read_bytes()
-    stats = json.loads(out.with_name("synth.stats.json").read_text())
-    assert stats["records_out"] == N and stats["resumed"] >= 3
+    stats = synthesis_stats.read_stats(out.with_name("synth.stats.json"))
+    assert stats.records_out == N and stats.resumed >= 3
 
 
 def test_another_seed_writes_other_records_and_a_rerun_of_a_full_output_writes_nothing(target, prompts, first_run,
@@ -155,8 +157,8 @@ def test_the_records_merge_as_one_more_source(target, first_run, tmp_path):
                         "--workers", "1", str(first_run), str(chats)], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    stats = json.loads(merged.with_name("train.stats.json").read_text())
-    assert stats["sources"]["synth"]["records"] == N and stats["sources"]["chats"]["records"] == 5
+    stats = merge_stats.read_stats(merged.with_name("train.stats.json"))
+    assert stats.sources["synth"].records == N and stats.sources["chats"].records == 5
     rows = lines(merged)
     assert sum(r["source"] == "synth" for r in rows) == N
     assert all(sum(r["loss_mask"]) > 0 for r in rows)  # the target's answers are learnt
@@ -286,4 +288,4 @@ def test_each_filter_drops_what_it_names_and_counts_it_with_an_example(tmp_path)
     assert any("synth-0-14:" in e and "synth-0-13's" in e for e in stats.examples["duplicate"])
     assert any(e.startswith("synth-0-15 (turn 2):") for e in stats.examples["unfinished"])
     assert stats.surplus == 1 and sink.kept == 4
-    assert stats.to_json()["dropped"] == expected
+    assert stats.to_record().dropped == expected

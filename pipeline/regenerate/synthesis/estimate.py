@@ -6,8 +6,9 @@ the console's `free_space` check: every question and answer at its longest
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from pipeline.records.synthesis_estimate import SynthesisEstimate, format_estimate
 
 from ..estimate import BYTES_PER_TOKEN, LINE_BYTES
 from ..options import MAX_NEW_TOKENS, _bound
@@ -29,11 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def estimate(records: int, turns: int, question_tokens: int, answer_tokens: int, system_bytes: int) -> dict:
+def estimate(records: int, turns: int, question_tokens: int, answer_tokens: int,
+             system_bytes: int) -> SynthesisEstimate:
     turn = (question_tokens + answer_tokens) * BYTES_PER_TOKEN + TURN_BYTES
-    return {"records": records, "turns": turns, "bytes": records * (turns * turn + system_bytes + LINE_BYTES),
-            "formula": f"records * (turns * ((max_question_tokens + max_new_tokens) * {BYTES_PER_TOKEN} + "
-                       f"{TURN_BYTES}) + longest system prompt + {LINE_BYTES})"}
+    return SynthesisEstimate(records=records, turns=turns, bytes=records * (turns * turn + system_bytes + LINE_BYTES),
+                             formula=f"records * (turns * ((max_question_tokens + max_new_tokens) * {BYTES_PER_TOKEN} "
+                                     f"+ {TURN_BYTES}) + longest system prompt + {LINE_BYTES})")
 
 
 def run(argv: list[str]) -> int:
@@ -46,7 +48,7 @@ def run(argv: list[str]) -> int:
     system = max((len(s.encode()) + 32 for s in prompts), default=0)
     figures = estimate(a.synthesize, a.turns, a.max_question_tokens, a.max_new_tokens, system)
     if a.json:
-        print(json.dumps(figures))
+        print(format_estimate(figures))
     else:
-        print(f"{a.synthesize} records of {a.turns} turns: at most {figures['bytes']} bytes")
+        print(f"{a.synthesize} records of {a.turns} turns: at most {figures.bytes} bytes")
     return 0

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 from pipeline import output_guard
 from pipeline.events import EventWriter
+from pipeline.records.synthesis_stats import SynthesisStats, read_stats
 
 from ..conversation import seed_for
 from ..errors import BadInput, PeerDead
@@ -55,13 +56,13 @@ def body(args: list[str]) -> int:
     return _run(o, output_guard.open_output(o.out, create=False))
 
 
-def _resume(o: SynthOptions, fd: int, seen: Seen) -> tuple[set[str], dict | None]:
+def _resume(o: SynthOptions, fd: int, seen: Seen) -> tuple[set[str], SynthesisStats | None]:
     """The ids already in the output, their first questions in `seen`, and the earlier stats."""
     output_guard.refuse_replaced(fd, o.out)
     cut = repair_tail(fd)
     if cut:
         print(f"{NAME}: {o.out}: cut a torn last line of {cut} bytes left by an interrupted run", flush=True)
-    old = previous(o.stats, o.generation()) if os.fstat(fd).st_size else None  # other options: said first
+    old = previous(o.stats, o.generation(), read_stats) if os.fstat(fd).st_size else None  # other options: said first
 
     def each(line: int, rec: dict) -> None:
         rid = rec["id"]
@@ -108,7 +109,7 @@ def _run(o: SynthOptions, fd: int | None) -> int:
     if fd is not None:
         done, old = _resume(o, fd, seen)
     stats = SynthStats(options=o.to_json(), wanted=o.records, max_asked=o.max_asked, resumed=len(done))
-    stats.seconds_before = float(old.get("seconds", 0.0)) if isinstance(old, dict) else 0.0
+    stats.seconds_before = old.seconds if old is not None else 0.0
     from .backend import SynthBackend  # torch and transformers: only once there is work
 
     # the target loads before anything is written: a target refused leaves no output behind

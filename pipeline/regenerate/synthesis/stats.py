@@ -9,18 +9,18 @@ whole output's: the kept records read back plus what this run decided.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from pipeline.atomic_io import write_bytes_atomic
+from pipeline.records.synthesis_stats import KIND, SynthesisStats, write_stats
 
 from .chat import SynthChat
 
 EXAMPLES = 3  # kept per reason
-KEYS = ("wanted", "dropped", "options")  # what makes a stats file this mode's own
+KEYS = KIND.legacy_keys  # what makes a stats file this mode's own
 
 
 @dataclass
@@ -43,7 +43,7 @@ class SynthStats:
     loop_tokens_cut: int = 0
     started: float = field(default_factory=time.time)
     seconds_before: float = 0.0
-    status: str = "running"
+    status: Literal["running", "done", "failed", "stopped"] = "running"
 
     def example(self, reason: str, text: str) -> None:
         shown = self.examples.setdefault(reason, [])
@@ -72,16 +72,15 @@ class SynthStats:
     def seconds(self) -> float:
         return round(self.seconds_before + time.time() - self.started, 3)
 
-    def to_json(self) -> dict:
-        return {
-            "status": self.status, "wanted": self.wanted, "max_asked": self.max_asked,
-            "records_out": self.records_out, "resumed": self.resumed, "asked": self.asked, "surplus": self.surplus,
-            "dropped": dict(sorted(self.dropped.items())), "ended_early": dict(sorted(self.ended_early.items())),
-            "examples": self.examples, "questions": self.questions, "question_tokens": self.question_tokens,
-            "answer_tokens": self.generated_tokens - self.question_tokens, "generated_tokens": self.generated_tokens,
-            "answers": self.answers, "loops_cut": self.loops_cut, "loop_tokens_cut": self.loop_tokens_cut,
-            "seconds": self.seconds(), "options": self.options,
-        }
+    def to_record(self) -> SynthesisStats:
+        return SynthesisStats(
+            status=self.status, wanted=self.wanted, max_asked=self.max_asked, records_out=self.records_out,
+            resumed=self.resumed, asked=self.asked, surplus=self.surplus, dropped=dict(sorted(self.dropped.items())),
+            ended_early=dict(sorted(self.ended_early.items())),
+            examples={k: tuple(v) for k, v in self.examples.items()}, questions=self.questions,
+            question_tokens=self.question_tokens, answer_tokens=self.generated_tokens - self.question_tokens,
+            generated_tokens=self.generated_tokens, answers=self.answers, loops_cut=self.loops_cut,
+            loop_tokens_cut=self.loop_tokens_cut, seconds=self.seconds(), options=self.options)
 
     def write(self, path: Path) -> None:
-        write_bytes_atomic(path, (json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
+        write_stats(path, self.to_record())
