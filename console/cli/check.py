@@ -30,5 +30,23 @@ def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:
     else:
         for pid, rs in report.items():
             print_results(pid, rs, out)
-        print("all checks pass" if not failed else "some checks fail (✗ blocks the start)", file=out)
+        print(summary(report), file=out)
     return EXIT_FAIL if failed else EXIT_OK
+
+
+def summary(report: dict[str, list[CheckResult]]) -> str:
+    """The one line a long listing ends with: how many checks, how they came out, and which
+    phases can start now."""
+    results = [r for rs in report.values() for r in rs]
+    n, phases = len(results), len(report)
+    where = f"{n} check{'' if n == 1 else 's'} in {phases} phase{'' if phases == 1 else 's'}"
+    blocked = [pid for pid, rs in report.items() if any(r.blocking for r in rs)]
+    if not blocked and all(r.status == "pass" for r in results):
+        return f"all {where} pass"
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "warn", "fail")}
+    ready = [pid for pid in report if pid not in blocked]
+    line = f"{where}: {counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail"
+    if not blocked:
+        return f"{line}; every phase can start (warnings do not block)"
+    can = f": {', '.join(ready)}" if ready else ""
+    return f"{line} (✗ blocks the start); {len(ready)} of {phases} can start now{can}"

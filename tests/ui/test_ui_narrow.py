@@ -34,7 +34,7 @@ def test_the_preflight_pane_never_breaks_a_check_name_mid_word() -> None:
             if row.startswith("  "):  # the passing names under their count
                 shown = [w.strip() for w in row.strip().rstrip(",").split(", ")]
             elif row.startswith("✓"):
-                shown = row.split("passed: ", 1)[1].split("  e: show")[0].split(", ") if "passed:" in row else []
+                shown = row.split("passed: ", 1)[1].split("  e: all")[0].split(", ") if "passed:" in row else []
             else:
                 shown = [row.split()[1]]
             for word in shown:
@@ -45,7 +45,7 @@ def test_the_preflight_pane_never_breaks_a_check_name_mid_word() -> None:
                 else:
                     assert any(n.startswith(stem) and n[len(stem):][:1] in "-:" for n in names), (width, row)
         assert rows[0].startswith("✗ dataset-is-what")
-        assert any("4 passed" in r and "e: show" in r for r in rows) and "needs-done" in "".join(rows)
+        assert any("4 passed" in r and "e: all" in r for r in rows) and "needs-done" in "".join(rows)
 
 
 def test_the_no_driver_gpu_line_keeps_not_found() -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from console.core.checks import hints
 from console.core.checks.sharing import Sharing
 from console.core.leaves.interpreter import path_with_interpreter, python_argv
 from console.core.telemetry.nvml import NvmlGpuSource
@@ -83,13 +84,4 @@ class CheckContext:
 
     def producer_of(self, path: Path) -> Phase | None:
         """The phase that declares `path` (or a folder holding it) among its outputs."""
-        target = Path(os.path.abspath(path))
-        inside: Phase | None = None
-        for ph in self.config.phases:
-            for out in ph.outputs:
-                o = Path(os.path.abspath(self.resolve(out)))
-                if o == target:
-                    return ph
-                if inside is None and o in target.parents:
-                    inside = ph
-        return inside
+        return hints.producer_of(self.config, path)

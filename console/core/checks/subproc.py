@@ -38,6 +38,25 @@ class Completed:
         return [ln[:300] for ln in lines[-n:]]
 
 
+def program(argv: list[str]) -> str:
+    """A command as an operator names it in one breath: `python -m pipeline.regenerate`,
+    `python -c …` (a script elided, never quoted), `nvidia-smi -L`."""
+    if not argv:
+        return "(no command)"
+    head = os.path.basename(str(argv[0]))
+    rest = [str(a) for a in argv[1:]]
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return f"{head} -m {rest[1]}"
+    if rest[:1] == ["-c"]:
+        return f"{head} -c …"
+    words = [head]
+    for word in rest[:2]:
+        if len(" ".join(words + [word])) > 40:
+            break
+        words.append(word)
+    return " ".join(words) + (" …" if len(words) < len(argv) else "")
+
+
 def _read(f) -> str:
     f.seek(0, os.SEEK_END)
     size = f.tell()

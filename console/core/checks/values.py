@@ -6,12 +6,11 @@ the wrong type, fails the check naming the file and the key, rather than lending
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
 from console.core.checks.context import CheckContext
-from console.core.checks.subproc import run_bounded
+from console.core.checks.subproc import program, run_bounded
 from console.core.leaves.expr import parse_number
 from pipeline.records import known
 from pipeline.records.codec import RecordError
@@ -44,22 +43,22 @@ def _command(name: str, entry: Mapping[str, Any], ctx: CheckContext) -> Any:
     argv = list(entry["command"])
     timeout = float(entry.get("timeout") or COMMAND_TIMEOUT)
     done = run_bounded(ctx.argv(argv), ctx.root, timeout, env=ctx.env())
-    shown = shlex.join(argv)
+    shown = program(argv)
     if done.error:
         raise ValueSourceError(f"value '{name}': {done.error}")
     if done.timed_out:
-        raise ValueSourceError(f"value '{name}': `{shown}` did not finish within {timeout:g} s")
+        raise ValueSourceError(f"value '{name}': {shown} did not finish within {timeout:g} s")
     if done.code != 0:
         last = done.tail(1)
-        raise ValueSourceError(f"value '{name}': `{shown}` exited {done.code}"
+        raise ValueSourceError(f"value '{name}': {shown} exited {done.code}"
                                + (f": {last[0]}" if last else ""))
     try:
-        return known.load_output(done.stdout, f"`{shown}`")
+        return known.load_output(done.stdout, shown)
     except RecordError as e:
         raise ValueSourceError(f"value '{name}': {e}") from None
     except ValueError:
         first = done.stdout.strip().splitlines()[:1]
-        raise ValueSourceError(f"value '{name}': `{shown}` did not print JSON"
+        raise ValueSourceError(f"value '{name}': {shown} did not print JSON"
                                + (f" (printed {first[0][:120]!r})" if first else " (printed nothing)")) from None
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from console.core.records import provenance
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
+from console.core.checks.hints import explain
 from console.core.checks.result import CheckResult, redact_results
 from console.core.checks.sharing import Sharing, share_of, shares_fit, visible_gpus
 from console.core.leaves.redaction import redactor_for
@@ -212,7 +213,7 @@ class Project:
             if extra is not None:
                 results.append(extra)
         results += run_checks(phase.checks, self.context(phase, sharing), overrides=dict(overrides or {}))
-        results = redact_results(results, self.redactor)
+        results = redact_results(explain(results, self.config, phase.id), self.redactor)
         for r in results:
             if r.name == NEEDS_CHECK and overrides and NEEDS_CHECK in overrides and r.status == "fail":
                 live = [p for p, st in r.evidence.get("missing", {}).items() if st in LIVE]

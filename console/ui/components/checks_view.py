@@ -1,8 +1,9 @@
 """The selected phase's latest pre-flight (or verify) results with their evidence.
 
 What needs the operator comes first: failing checks, then warnings and overrides; the
-checks that pass fold into one line (`✓ 5 passed`) that `e` (or enter) unfolds, so at 80x24
-a failure is never scrolled out of sight by five green lines."""
+checks that pass fold into one line (`✓ 5 passed`), so at 80x24 a failure is never scrolled
+out of sight by five green lines. `e` (or enter) opens every check full screen
+(`screens/checks_screen.py`)."""
 
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def render_results(results: Sequence[CheckResult], evidence_lines: int = 4,
         rows += _row(r, evidence_lines if r.status != "pass" or not collapse_passing else 0, width)
     if collapse_passing and passing:
         count = f"{len(passing)} passed"
-        hint = "  e: show"
+        hint = "  e: all"
         names = [r.name for r in passing]
         inline = ", ".join(names)
         more: list[str] = []
@@ -142,11 +143,10 @@ class ChecksView(VerticalScroll):
     ChecksView.-folded { scrollbar-size-vertical: 0; overflow-x: hidden; }
     """
     BINDINGS = [
-        Binding("e,enter", "toggle_passing", "Show passing", show=False, id="checks.expand",
-                tooltip="Show or fold the checks that pass"),
+        Binding("e,enter", "screen.expand_checks", "All checks", show=False, id="checks.expand",
+                tooltip="Every check full screen: verdict, message, evidence"),
     ]
 
-    expanded: reactive[bool] = reactive(False, init=False)
     shown: reactive[Shown] = reactive(Shown(None, "checks"), init=False)
 
     def __init__(self, **kw: Any) -> None:
@@ -167,9 +167,6 @@ class ChecksView(VerticalScroll):
         self.border_title = shown.title
         self._draw()
 
-    def watch_expanded(self) -> None:
-        self._draw()
-
     def _draw(self) -> None:
         body = self.query_one("#checks-body", Static)
         results = self.results
@@ -178,15 +175,12 @@ class ChecksView(VerticalScroll):
         elif not results:
             body.update(Content.styled("no checks configured", "$text-muted"))
         else:
-            # Folded: one row per line, cut at words, so no name breaks and no scrollbar
-            # covers text; unfolded (e): everything, wrapped, scrolling.
-            width = (self.scrollable_content_region.width or self.size.width or 0) if not self.expanded else 0
-            body.update(render_results(results, collapse_passing=not self.expanded, width=width or None))
-        self.set_class(not self.expanded, "-folded")
+            # One row per line, cut at words, so no name breaks and no scrollbar covers text;
+            # every check in full is `e`'s screen.
+            width = self.scrollable_content_region.width or self.size.width or 0
+            body.update(render_results(results, collapse_passing=True, width=width or None))
+        self.set_class(True, "-folded")
 
     def on_resize(self) -> None:
         if self.results:
             self._draw()
-
-    def action_toggle_passing(self) -> None:
-        self.expanded = not self.expanded

@@ -22,7 +22,7 @@ KEYS = (
     ("v", "run its verify checks on what it produced"),
     ("l", "its log full screen: f follow/pause, / search, n N next/prev"),
     ("h", "its run history: who, when, exit, overrides; enter opens a run's log"),
-    ("e", "show or fold the checks that pass"),
+    ("e", "every check of the phase full screen: verdict, message, evidence"),
     ("n", "the next running phase: its log, stats and checks"),
     ("d", "set or clear the deadline: running phases get the stop s sends at it"),
     ("J", "the journal: runs, checks, overrides and their reasons"),
@@ -88,6 +88,10 @@ class HelpText(Widget):
         return len(help_text(width or None).plain.split("\n"))
 
 
+CLOSES = "esc closes"
+MORE = "▼ more below: ↓ or pgdn · esc closes"
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close help"),
@@ -99,8 +103,22 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="dialog-box") as box:
             box.border_title = "eagle3 console: help"
-            box.border_subtitle = "esc closes"
+            box.border_subtitle = CLOSES
             yield HelpText(classes="dialog-text", id="help-text")
+
+    def on_mount(self) -> None:
+        """The arrows and page keys scroll the help; its frame says when more is below (at
+        80x24 the help is taller than the screen, and a scrollbar's thumb alone read as part
+        of the text)."""
+        box = self.query_one("#dialog-box", VerticalScroll)
+        box.focus()
+        self.watch(box, "scroll_y", self._cue, init=False)
+        self.watch(box, "virtual_size", self._cue, init=False)
+        self.call_after_refresh(self._cue)
+
+    def _cue(self, _: object = None) -> None:
+        box = self.query_one("#dialog-box", VerticalScroll)
+        box.border_subtitle = MORE if box.max_scroll_y - box.scroll_y >= 1 else CLOSES
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -64,6 +64,7 @@ from console.ui.messages import (
 )
 from console.ui.pollers import Poller
 from console.ui.screens.ask_dialog import AskDialog
+from console.ui.screens.checks_screen import ChecksScreen
 from console.ui.screens.deadline_dialog import DeadlineDialog, DeadlineTyped
 from console.ui.screens.help_screen import HelpScreen
 from console.ui.screens.history_screen import HistoryScreen
@@ -118,8 +119,8 @@ class MainScreen(WorkerNotices, Screen[None]):
         Binding("question_mark", "help", "Help", id="main.help", tooltip="Keys and state glyphs"),
         Binding("h", "history", "History", show=False, id="main.history",
                 tooltip="The selected phase's past runs; open any run's log"),
-        Binding("e", "expand_checks", "Passing checks", show=False, id="main.expand",
-                tooltip="Show or fold the checks that pass"),
+        Binding("e", "expand_checks", "Checks", show=False, id="main.expand",
+                tooltip="Every check of the phase full screen: verdict, message, evidence"),
         Binding("t", "app.next_theme", "Theme", show=False, id="main.theme", tooltip="Switch to the next theme"),
         Binding("n", "next_live", "Next live", show=False, id="main.next-live",
                 tooltip="Select the next running phase: its log, stats and checks"),
@@ -459,7 +460,8 @@ class MainScreen(WorkerNotices, Screen[None]):
             self._run_checks(pid, "verify")
 
     def action_expand_checks(self) -> None:
-        self.query_one(ChecksView).action_toggle_passing()
+        shown = self.query_one(ChecksView).shown
+        self.app.push_screen(ChecksScreen(self.selected or "", shown.title, shown.results, shown.hint))
 
     def _run_checks(self, phase_id: str, kind: str) -> None:
         self.run_worker(partial(self._checks, phase_id, kind), name=f"{kind} {phase_id}", group="checks",
