@@ -223,3 +223,35 @@ def test_a_phase_whose_launcher_is_gone_gets_the_deadline_stop_from_the_walk(tmp
     assert st["state"] == "stopped" and "stopped at the deadline" in st["reason"]
     assert (work / "count.txt").exists()  # the phase's own graceful stop ran
     assert journal(cfg, capsys, "stop")[0]["deadline"] == st["deadline"]
+
+
+def test_no_phase_starts_past_the_deadline_and_one_verifying_then_finishes(tmp_path, capsys) -> None:
+    """`slow-verify` exits 0 at once and verifies for seconds: the deadline passes meanwhile, its
+    verification ends (done, not stopped), and `next`, ready by then, is not started."""
+    (tmp_path / "work").mkdir()
+    cfg = tmp_path / "verify.yaml"
+    cfg.write_text(textwrap.dedent("""\
+        name: verify
+        vars:
+          work: ./work
+        state_dir: ${work}/state
+        phases:
+          - id: slow-verify
+            run: [python, -c, "print('made')"]
+            verify:
+              - command: [python, -c, "import time; time.sleep(5)"]
+                name: takes-a-while
+          - id: next
+            run: [python, -c, "print('next ran')"]
+        """))
+    from console.core.runs import manager
+
+    assert main(["run", str(cfg), "slow-verify"]) == EXIT_OK
+    run = manager.latest_run(tmp_path / "work" / "state", "slow-verify")
+    wait_for(lambda: run.verifying_file.exists(), "its verification to begin")
+    code = main(["run", str(cfg), "--all", "--until", "1s"])
+    cap = capsys.readouterr()
+    assert code == EXIT_DEADLINE, cap.err
+    assert "not done: next" in cap.err and "next ran" not in cap.out
+    st = status(cfg, capsys)
+    assert st["slow-verify"]["state"] == "done" and st["next"]["run_id"] is None
