@@ -37,9 +37,11 @@ def dry_run_sets() -> dict[str, str]:
 
 def test_the_recipe_phases_are_its_inputs_then_the_pipeline_and_four_evaluations_that_need_only_export():
     cfg = load_config(CONFIG)
-    assert [p.id for p in cfg.phases] == ["split", "target", "regenerate", "merge", "train", "export", *EVALUATIONS]
+    assert [p.id for p in cfg.phases] == ["split", "target", "regenerate", "synthesize", "merge", "train", "export",
+                                          *EVALUATIONS]
     needs = {p.id: set(p.needs) for p in cfg.phases}
     assert needs["regenerate"] == {"split", "target"}
+    assert needs["synthesize"] == {"target"} and needs["merge"] == {"regenerate", "synthesize"}
     assert all(needs[e] == {"export"} for e in EVALUATIONS)
 
 
@@ -49,6 +51,7 @@ def test_every_phase_runs_its_stage_with_arguments_the_stage_accepts_and_trains_
     from pipeline.merge.options import build_parser as merge_parser
     from pipeline.prepare.options import parse as prepare_parse
     from pipeline.regenerate.options import parse as regen_parse
+    from pipeline.regenerate.synthesis.options import parse as synth_parse
     from pipeline.train.__main__ import build_parser as train_parser
 
     cfg = load_config(CONFIG)
@@ -56,8 +59,12 @@ def test_every_phase_runs_its_stage_with_arguments_the_stage_accepts_and_trains_
     target = prepare_parse(list(cfg.phase("target").argv[3:]))
     regen = regen_parse(list(cfg.phase("regenerate").argv[3:]))
     assert Path(regen.sources[0]) == split.out / "train.jsonl" and Path(regen.model) == target.out
+    synth = synth_parse(list(cfg.phase("synthesize").argv[3:]))
+    assert synth.records == 0 and Path(synth.model) == target.out  # off unless synth_records is set
+    on = synth_parse(list(load_config(CONFIG, {"synth_records": "100000"}).phase("synthesize").argv[3:]))
+    assert (on.records, on.temperature, on.max_new_tokens, on.batch_size) == (100000, 0, 384, 1024)
     merged = merge_parser().parse_args(list(cfg.phase("merge").argv[3:]))
-    assert [Path(s) for s in merged.sources] == [regen.out]
+    assert [Path(s) for s in merged.sources] == [regen.out, synth.out]
     train = train_parser().parse_args(list(cfg.phase("train").argv[3:]))
     assert train.data == Path(merged.out) and train.store is None  # online: no store
     export_parser().parse_args(list(cfg.phase("export").argv[3:]))
@@ -116,6 +123,7 @@ def test_the_headers_cpu_dry_run_goes_through_every_phase_with_eagle3_run_all(tm
     held = {json.loads(line)["id"] for line in (work / "split" / "heldout-sharegpt.jsonl").read_text().splitlines()}
     regenerated = {json.loads(line)["id"] for line in (work / "regenerated" / "chats-target.jsonl").read_text().splitlines()}
     assert held and regenerated and not held & regenerated
+    assert (work / "regenerated" / "synth-target.jsonl").read_bytes() == b""  # synthesis off: an empty source
     for name in ("sharegpt-3", "sharegpt-5", "mtbench-3", "mtbench-5"):
         report = json.loads((work / "eval" / f"{name}.json").read_text())
         assert report["acceptance_length"] >= 1.0 and report["prompts"] == 4, name

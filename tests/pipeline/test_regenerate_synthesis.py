@@ -22,6 +22,8 @@ from tiny_chat_target import build_talking_target, greedy_answers
 
 from pipeline.records import merge_stats, synthesis_stats
 
+pytestmark = pytest.mark.timeout(900)  # the module's target and first run load a loaded 2-core machine for minutes
+
 REPO = Path(__file__).resolve().parents[2]
 N = 24
 QUESTION_TOKENS = 16
@@ -75,7 +77,7 @@ def test_questions_are_the_targets_draws_from_its_template_up_to_a_user_turn_and
     tok = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, attn_implementation="sdpa").eval()
     end = tok.convert_tokens_to_ids("<|end|>")
-    sampler = Sampler(model.lm_head.weight.shape[0], torch.device("cpu"), 1.0, 1.0)
+    sampler = Sampler(model.lm_head.weight.shape[0], torch.device("cpu"), 0.0, 1.0, per_row=True)
     records = lines(first_run)
     assert [r["id"] for r in records] == sorted((r["id"] for r in records), key=lambda i: int(i.split("-")[2]))
     assert len(records) == N
@@ -92,7 +94,7 @@ def test_questions_are_the_targets_draws_from_its_template_up_to_a_user_turn_and
         with torch.inference_mode():
             while len(drawn) < QUESTION_TOKENS:
                 logits = model(torch.tensor([ids + drawn])).logits[:, -1, :]
-                drawn.append(int(sampler(logits, seed, torch.tensor([len(drawn)]))[0]))
+                drawn.append(int(sampler(logits, seed, torch.tensor([len(drawn)]), torch.tensor([1.0]))[0]))
                 if drawn[-1] == end:
                     break
         assert drawn[-1] == end, rec["id"]  # the target closed its turn, and the question stops there
@@ -146,22 +148,34 @@ def test_another_seed_writes_other_records_and_a_rerun_of_a_full_output_writes_n
     assert changed.returncode == 2 and "other options" in changed.stderr and out.read_bytes() == before
 
 
-def test_the_records_merge_as_one_more_source(target, first_run, tmp_path):
+def merge(target: Path, out: Path, *sources: Path) -> Path:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run([sys.executable, "-m", "pipeline.merge", "--tokenizer", str(target), "--out", str(out),
+                        "--workers", "1", *map(str, sources)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return out
+
+
+def test_the_records_merge_as_one_more_source_and_none_leave_the_merged_set_as_it_was(target, first_run, tmp_path):
     chats = tmp_path / "chats.jsonl"
     chats.write_text("".join(json.dumps({"id": f"c{i}", "conversations": [
         {"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i * 7}"}]}) + "\n"
         for i in range(5)))
-    merged = tmp_path / "merged" / "train.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
-    p = subprocess.run([sys.executable, "-m", "pipeline.merge", "--tokenizer", str(target), "--out", str(merged),
-                        "--workers", "1", str(first_run), str(chats)], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
+    merged = merge(target, tmp_path / "merged" / "train.jsonl", first_run, chats)
     stats = merge_stats.read_stats(merged.with_name("train.stats.json"))
     assert stats.sources["synth"].records == N and stats.sources["chats"].records == 5
     rows = lines(merged)
     assert sum(r["source"] == "synth" for r in rows) == N
     assert all(sum(r["loss_mask"]) > 0 for r in rows)  # the target's answers are learnt
+    # switched off (--synthesize 0): an empty output at once, no target loaded, and the same merged set
+    off = tmp_path / "off" / "synth.jsonl"
+    p = synth(tmp_path / "no-such-target", off, records=0)
+    assert p.returncode == 0 and off.read_bytes() == b"", p.stdout + p.stderr
+    assert synthesis_stats.read_stats(off.with_name("synth.stats.json")).status == "done"
+    alone = merge(target, tmp_path / "alone" / "train.jsonl", chats)
+    beside = merge(target, tmp_path / "beside" / "train.jsonl", chats, off)
+    assert alone.read_bytes() == beside.read_bytes()
 
 
 @pytest.mark.parametrize("shape, end", [("llama3", "<|eot_id|>"), ("chatml", "<|im_end|>"),
@@ -289,3 +303,26 @@ def test_each_filter_drops_what_it_names_and_counts_it_with_an_example(tmp_path)
     assert any(e.startswith("synth-0-15 (turn 2):") for e in stats.examples["unfinished"])
     assert stats.surplus == 1 and sink.kept == 4
     assert stats.to_record().dropped == expected
+
+
+def test_rows_of_their_own_temperature_draw_from_their_softmax_and_greedy_rows_take_the_argmax():
+    import torch
+
+    from pipeline.regenerate.backends.sampler import Sampler
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0, 1.5, 0.2])
+    sampler = Sampler(len(logits), torch.device("cpu"), 0.0, 1.0, per_row=True)
+    n = 20000
+    seeds = torch.arange(n, dtype=torch.int64) * 7919 + 12345
+    temps = torch.where(torch.arange(n) % 4 == 0, 0.0, 0.8)  # every fourth row greedy (an answer)
+    draws = sampler(logits.expand(n, -1), seeds, torch.full((n,), 3, dtype=torch.int64), temps)
+    assert set(draws[temps == 0].tolist()) == {0}
+    sampled = draws[temps > 0]
+    freq = torch.bincount(sampled, minlength=len(logits)).double() / len(sampled)
+    want = torch.softmax(logits.double() / 0.8, dim=-1)
+    assert (freq - want).abs().max() < 0.015, (freq, want)
+    alone = [int(sampler(logits[None], seeds[i:i + 1], torch.tensor([3]), temps[i:i + 1])) for i in range(1, 200, 7)]
+    assert alone == draws[1:200:7].tolist()  # a row's draw is its own: seed, token index and logits
+    other = sampler(logits.expand(n, -1), seeds, torch.full((n,), 4, dtype=torch.int64), temps)
+    assert (other[temps > 0] != sampled).float().mean() > 0.3
+

@@ -68,6 +68,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
      2, "cannot load a tokenizer"),
     ("regenerate", lambda t: [*_server(t), "--role-map", "foo", str(_bad_record(t))], 2, "--role-map entry 'foo'"),
     ("regenerate", lambda t: [*_server(t), str(_bad_record(t))], 4, "is not answering"),
+    ("regenerate", lambda t: ["--synthesize", "4", "--out", str(t / "s.jsonl"), "--model", str(_folder(t, "m")),
+                              "--system-prompts", str(_bad_record(t))], 2, "a non-empty JSON array of strings"),
     ("extract", lambda t: ["--model", str(_folder(t, "m")), "--data", str(_bad_record(t)), "--out", str(t / "x")],
      2, "config.json: missing; --model"),
     ("extract", lambda t: ["--model", str(_folder(t, "m", text="{")), "--data", str(_bad_record(t)), "--out",

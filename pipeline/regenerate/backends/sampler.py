@@ -8,6 +8,13 @@ for (seed, step, vocabulary id), turned into Gumbel noise, and `argmax(logits / 
 is a draw from softmax(logits / T) (the Gumbel-max trick). Top-p removes the tail first.
 The hash works on 32-bit values held in int64 with factors below 2**27, so no product
 overflows and CPU and CUDA give the same bits.
+
+With a temperature per row (regenerate --synthesize: questions sampled, answers greedy), most
+rows of a step need no noise at all, and Gumbel noise for every row and vocabulary id is some
+twenty passes over [rows, vocab] each step. So a per-row sampler draws by the inverse of each
+row's distribution instead: one seeded uniform per row (the same hash), found in the row's
+cumulative softmax: three passes, still a draw from softmax(logits / T) and still a function
+of the row's own seed, token index and logits only.
 """
 
 from __future__ import annotations
@@ -52,10 +59,16 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
+def uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """[rows] float32 uniforms strictly inside (0, 1), one per (seed, token index)."""
+    k1, _ = row_keys(seeds, steps)
+    return ((k1 >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
 class Sampler:
     """The next token of each row: greedy at temperature 0, else seeded Gumbel-max. With
-    `per_row` each row may have its own temperature (a call passes `temps`); a row at the
-    sampler's own temperature draws exactly what it would draw without."""
+    `per_row` each row has its own temperature (a call passes `temps`, 0 for greedy) and a
+    sampled row draws by the inverse of its cumulative distribution (the module's docstring)."""
 
     def __init__(self, vocab: int, device: torch.device, temperature: float, top_p: float,
                  per_row: bool = False) -> None:
@@ -65,15 +78,22 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
                  temps: torch.Tensor | None = None) -> torch.Tensor:
         if temps is not None:
-            drawn = self._draw(logits, seeds, steps, temps.clamp(min=1e-6)[:, None])
-            return torch.where(temps > 0, drawn, logits.argmax(dim=-1))
+            return torch.where(temps > 0, self._inverse(logits, seeds, steps, temps), logits.argmax(dim=-1))
         if self.temperature == 0:
             return logits.argmax(dim=-1)
-        return self._draw(logits, seeds, steps, self.temperature)
+        return self._gumbel(logits, seeds, steps)
 
-    def _draw(self, logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
-              temperature: float | torch.Tensor) -> torch.Tensor:
-        scaled = logits.float() / temperature
+    def _inverse(self, logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
+                 temps: torch.Tensor) -> torch.Tensor:
+        scaled = logits.float() / torch.where(temps > 0, temps, 1.0)[:, None]
+        if self.top_p < 1:
+            scaled = top_p_filter(scaled, self.top_p)
+        cdf = torch.softmax(scaled, dim=-1).cumsum(dim=-1)
+        u = uniform(seeds, steps) * cdf[:, -1]
+        return torch.searchsorted(cdf, u[:, None]).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+
+    def _gumbel(self, logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        scaled = logits.float() / self.temperature
         if self.top_p < 1:
             scaled = top_p_filter(scaled, self.top_p)
         noise = gumbel(seeds, steps, self.vocab_hash[: scaled.shape[-1]])

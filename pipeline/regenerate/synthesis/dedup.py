@@ -12,7 +12,8 @@ estimated similarity to an earlier kept one reaches the threshold is a near dupl
 Everything is fixed: the hashes (no per-process salt), the permutations (a constant seed) and
 the order. A question is compared only with kept questions of a lower record number, so a
 resumed run, which knows the kept questions of the whole output at once, decides as an
-uninterrupted one did. Memory: about 1 KB a kept question.
+uninterrupted one did. Memory: about 2 KB a kept question (measured: 2.2 KB, 160 µs of CPU
+a question).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def estimate(records: int, turns: int, question_tokens: int, answer_tokens: int,
 
 def run(argv: list[str]) -> int:
     a, _ = build_parser().parse_known_args(argv)  # the run's own flags may come along: they change nothing here
-    _bound("--synthesize", a.synthesize, 1, MAX_RECORDS)
+    _bound("--synthesize", a.synthesize, 0, MAX_RECORDS)
     _bound("--turns", a.turns, 1, MAX_TURNS)
     _bound("--max-question-tokens", a.max_question_tokens, 1, MAX_NEW_TOKENS)
     _bound("--max-new-tokens", a.max_new_tokens, 1, MAX_NEW_TOKENS)

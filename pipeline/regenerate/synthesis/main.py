@@ -102,6 +102,25 @@ def _verdict(o: SynthOptions, stats: SynthStats, kept: int) -> str | None:
             "loosen the filter that drops most, or give --system-prompts, and rerun the same command")
 
 
+def _target(o: SynthOptions, done: set[str]):
+    """The target, loaded (and its template checked) before anything is written, so a target
+    refused leaves no output behind; None when the output already holds --synthesize records
+    (--synthesize 0, a phase switched off, writes an empty output without loading it)."""
+    if len(done) >= o.records:
+        print(f"{NAME}: {o.out} holds {len(done)} records of the {o.records} asked for: nothing to synthesize",
+              flush=True)
+        return None
+    from .backend import SynthBackend  # torch and transformers: only once there is work
+
+    backend = SynthBackend(o.model, o.device, o.dtype, max(o.max_new_tokens, o.max_question_tokens), o.temperature,
+                           o.top_p, o.max_prompt_tokens, o.trim_loops, o.system_prompts)
+    print(f"{NAME}: synthesizing {o.records} records of {o.turns} user turn{'s' if o.turns > 1 else ''} with "
+          f"{o.model} (a user turn ends at {' or '.join(backend.turn_ends)}"
+          + (f"; {len(o.system_prompts)} system prompts" if o.system_prompts else "") + ")"
+          + (f", {len(done)} already in {o.out}" if done else ""), flush=True)
+    return backend
+
+
 def _run(o: SynthOptions, fd: int | None) -> int:
     seen = Seen(o.near_duplicate)
     done: set[str] = set()
@@ -110,24 +129,22 @@ def _run(o: SynthOptions, fd: int | None) -> int:
         done, old = _resume(o, fd, seen)
     stats = SynthStats(options=o.to_json(), wanted=o.records, max_asked=o.max_asked, resumed=len(done))
     stats.seconds_before = old.seconds if old is not None else 0.0
-    from .backend import SynthBackend  # torch and transformers: only once there is work
-
-    # the target loads before anything is written: a target refused leaves no output behind
-    backend = SynthBackend(o.model, o.device, o.dtype, max(o.max_new_tokens, o.max_question_tokens), o.temperature,
-                           o.top_p, o.max_prompt_tokens, o.trim_loops, o.system_prompts)
-    print(f"{NAME}: synthesizing {o.records} records of {o.turns} user turn{'s' if o.turns > 1 else ''} with "
-          f"{o.model} (a user turn ends at {' or '.join(backend.turn_ends)}"
-          + (f"; {len(o.system_prompts)} system prompts" if o.system_prompts else "") + ")"
-          + (f", {len(done)} already in {o.out}" if done else ""), flush=True)
+    backend = _target(o, done)
     out = open_appender(o.out, o.stats, fd, KEYS, NAME)
     events = EventWriter.from_env()
     sink = SynthSink(out, stats, o.stats, events, seen)
-    judge = Questions(backend.controls, o.min_question_chars, o.max_question_tokens, o.question_temperature, seen)
     stats.write(o.stats)
+
+    def work() -> None:
+        if backend is None:
+            return
+        judge = Questions(backend.controls, o.min_question_chars, o.max_question_tokens, o.question_temperature,
+                          seen)
+        backend.run(_todo(o, done, sink, judge, stats), sink, lambda chat: seed_for(o.seed, chat.id, chat.turn),
+                    o.batch_size)
+
     started = time.monotonic()
-    short = drive(sink, lambda: backend.run(_todo(o, done, sink, judge, stats), sink,
-                                            lambda chat: seed_for(o.seed, chat.id, chat.turn), o.batch_size),
-                  lambda: _verdict(o, stats, sink.kept))
+    short = drive(sink, work, lambda: _verdict(o, stats, sink.kept))
     took = time.monotonic() - started
     dropped = ", ".join(f"{n} {k}" for k, n in sorted(stats.dropped.items()))
     print(f"{NAME}: wrote {out.records} records ({stats.records_out} in {o.out}); asked {stats.asked}"

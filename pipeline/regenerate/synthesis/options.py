@@ -17,7 +17,7 @@ from ..errors import BadInput
 from ..options import MAX_BATCH, MAX_NEW_TOKENS, _bound
 
 PROG = "python -m pipeline.regenerate"
-MAX_RECORDS = 10_000_000
+MAX_RECORDS = 2_000_000  # the duplicate index holds about 2 KB a kept question: 4 GB at the bound
 MAX_TURNS = 8
 MAX_SYSTEM_PROMPTS = 10_000
 MAX_SYSTEM_CHARS = 8_000
@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "answers; filtered, deduplicated, resumable. docs/datasets.md, 'Growing the data "
                                 "with the target'.")
     p.add_argument("--synthesize", required=True, type=int, metavar="N",
-                   help=f"records to write (1..{MAX_RECORDS}); a rerun resumes, a larger N extends the output")
+                   help=f"records to write (0..{MAX_RECORDS}: 0 writes an empty output and loads nothing); a rerun "
+                   "resumes, a larger N extends the output")
     p.add_argument("--out", required=True, type=Path, help="output JSONL; rerunning the same command resumes it")
     p.add_argument("--stats", type=Path, help="stats JSON (default <out stem>.stats.json beside --out)")
     p.add_argument("--backend", default="hf", choices=["hf"], help="the target runs in this process (the only one)")
@@ -145,7 +146,7 @@ def read_system_prompts(path: Path) -> tuple[str, ...]:
 
 def parse(argv: list[str]) -> SynthOptions:
     a = build_parser().parse_args(argv)
-    _bound("--synthesize", a.synthesize, 1, MAX_RECORDS)
+    _bound("--synthesize", a.synthesize, 0, MAX_RECORDS)
     _bound("--batch-size", a.batch_size, 1, MAX_BATCH)
     if a.max_prompt_tokens is not None:
         _bound("--max-prompt-tokens", a.max_prompt_tokens, 1, 10**7)
