@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..atomic_io import write_json_atomic
 from ..target.config import TargetError, capture_layers, read_config, text_config
-from ..target.weights import target_fingerprint
+from ..target.weights import check_weights, target_fingerprint
 from ..program_edge import BadInput
 from .layout import FP8, META, SCALING
 
@@ -52,6 +52,7 @@ class TargetInfo:
     def from_dir(cls, model_dir: Path) -> "TargetInfo":
         cfg = read_config(model_dir, "--model")
         info = cls.from_config(cfg, os.path.abspath(model_dir), Path(model_dir) / "config.json")
+        check_weights(model_dir, "--model")  # a config that lies about the weights: refused before they load
         try:
             fingerprint = target_fingerprint(model_dir)
         except TargetError as e:

@@ -4,6 +4,8 @@ fingerprint.
 - `weight_map(model_dir)`: tensor name -> shard file, from the safetensors index (INDEX);
   `weight_files(model_dir)`: every file that holds weights.
 - `target_fingerprint(model_dir)`: the target's identity by its weights, not its path.
+- `check_weights(model_dir, cfg)`: the config's layers, hidden size and vocabulary against
+  what the weights' safetensors headers hold, and every file as long as its header says.
 
 A store must never mix hidden states of two targets, and the same path can hold other
 weights tomorrow (a fine-tune saved in place, a re-download of another revision). The
@@ -24,10 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
-from pipeline.target.config import TargetError
+from pipeline.target.config import CONFIG, TargetError, read_config, text_config
 
 INDEX = "model.safetensors.index.json"
 PREFIX = "wfp1:"
@@ -108,3 +111,65 @@ def target_fingerprint(model_dir: Path | str) -> str:
         except OSError as e:
             raise FingerprintError(f"cannot read {path}: {e.strerror or e}") from None
     return PREFIX + h.hexdigest()[:32]
+
+
+def _headers(files: list[Path]) -> dict[str, list[int]]:
+    """Every tensor's shape across the safetensors files; a file shorter or longer than its
+    header says (a cut download) is refused naming it."""
+    shapes: dict[str, list[int]] = {}
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head, start = _header(f, path, size)
+            header = json.loads(head)
+            ends = [int(e["data_offsets"][1]) for k, e in header.items() if k != "__metadata__"]
+            shapes.update({k: [int(d) for d in e["shape"]] for k, e in header.items() if k != "__metadata__"})
+        except OSError as e:
+            raise FingerprintError(f"cannot read {path}: {e.strerror or e}") from None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise FingerprintError(f"{path}: its safetensors header is not readable; the file is damaged") from None
+        if start + max(ends, default=0) != size:
+            raise FingerprintError(f"{path}: {size:,} bytes, its header describes {start + max(ends, default=0):,}; "
+                                   "the file is cut or padded (an interrupted download?): fetch it again")
+    return shapes
+
+
+def _model_shape(shapes: dict[str, list[int]]) -> tuple[str, int, int, int] | None:
+    """(the embedding's name, its rows, its width, the decoder layers beside it) as the
+    weights hold them, or None when no `*embed_tokens.weight` names the language model."""
+    for name, shape in shapes.items():
+        if not name.endswith("embed_tokens.weight") or len(shape) != 2:
+            continue
+        prefix = re.escape(name[: -len("embed_tokens.weight")])
+        layer = re.compile(rf"^{prefix}layers\.(\d+)\.")
+        ids = {int(m.group(1)) for k in shapes if (m := layer.match(k))}
+        if ids:
+            return name, shape[0], shape[1], max(ids) + 1
+    return None
+
+
+def check_weights(model_dir: Path | str, flag: str = "the target") -> None:
+    """The target's config.json against its weights, before anything loads them: the decoder
+    layers, hidden size and vocabulary it claims must be what the safetensors headers hold
+    (a config that claims 12 layers for 8 stored would load with 4 random ones), and every
+    weight file as long as its header says. Weights that are not safetensors are not read.
+    TargetError (exit 2) names the file and the key."""
+    d = Path(model_dir)
+    files = [f for f in weight_files(d) if f.suffix == ".safetensors"]
+    shapes = _headers(files)
+    found = _model_shape(shapes)
+    if found is None:
+        return
+    cfg = text_config(read_config(d, flag))
+    name, rows, width, layers = found
+    extra = cfg.get("num_nextn_predict_layers") or 0  # DeepSeek's MTP layers are stored after the decoder's
+    held = {"num_hidden_layers": layers, "hidden_size": width, "vocab_size": rows}
+    why = {"num_hidden_layers": f"layers 0..{layers - 1} beside {name}",
+           "hidden_size": f"{name} is {rows} x {width}", "vocab_size": f"{name} is {rows} x {width}"}
+    for key, have in held.items():
+        claim = cfg.get(key)
+        ok = claim in (have, have - extra) if key == "num_hidden_layers" else claim == have
+        if not ok:
+            raise TargetError(f"{d / CONFIG}: {key} is {claim!r}, but the weights hold {have} ({why[key]}); the "
+                              f"config does not describe these weights ({flag}): restore the model's own config.json")

@@ -34,6 +34,7 @@ from ..store.integrity import verify_store
 from ..store.manifest import read_manifest
 from ..store.meaning import LayoutOf, Meaningless, check_header, rows_problem
 from ..target.config import read_config, text_config
+from ..target.weights import check_weights
 from .errors import BadInput
 from pipeline.jsonfile import read_json
 
@@ -103,6 +104,7 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
     meta = read_json(meta_path, f"{meta_path}: missing; {root} is not a finished hidden-state store")
     cfg_path = target / "config.json"
     layout = LayoutOf.of_meta(meta, meta_path)
+    check_weights(target, "--target")  # a config that lies about its weights is named as such, not as another target
     cfg = text_config(read_config(target, "--target"))
     for mkey, ckey in SHAPE_KEYS.items():
         if meta.get(mkey) != cfg.get(ckey):

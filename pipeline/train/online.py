@@ -22,7 +22,7 @@ from ..capture import Capturer, StoppedInForward
 from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
 from ..target.config import capture_layers, read_config, text_config
 from ..target.model import load_target
-from ..target.weights import target_fingerprint
+from ..target.weights import check_weights, target_fingerprint
 from .errors import TrainError
 from .loss import StepAborted
 
@@ -60,7 +60,10 @@ class Records:
         return self._reader.read(p)
 
     def batch(self, positions: list[int], max_len: int) -> dict[str, torch.Tensor]:
-        """Right-padded input_ids, loss_mask and lengths; the states come from `TargetStates`."""
+        """Right-padded input_ids, loss_mask and lengths; the states come from `TargetStates`.
+        The file must still be the one indexed at the start (merged_dataset: its pin, and each
+        line's crc32), else BadInput naming it: a read window never trusts stale offsets."""
+        self.index.check_unchanged()
         rows = [self._read(p) for p in positions]
         t = min(max(len(r.input_ids) for r in rows), max_len)
         ids = torch.zeros(len(rows), t, dtype=torch.int64)
@@ -91,6 +94,7 @@ def open_records(data: Path, target: Path) -> Records:
     cfg = text_config(read_config(target, "--target"))
     vocab = cfg.get("vocab_size")
     index = index_dataset(Path(data), vocab_size=vocab if isinstance(vocab, int) else None)
+    check_weights(target, "--target")  # before the target loads: its config must describe its weights
     return Records(index, target_fingerprint(target))
 
 

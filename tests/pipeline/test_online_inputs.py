@@ -1,0 +1,137 @@
+"""Online training proves its inputs belong together (issue 39): the target's config.json
+against its weights (layers, hidden size, vocabulary, a cut file), for training and
+extraction alike, and the merged file pinned for the whole run, so a rewrite mid-run stops it
+with exit 2 naming the file instead of training on whatever the old offsets now hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.events import iter_events
+
+BOUND = 240
+OPTS = ["--batch-tokens", "256", "--max-len", "256", "--ttt-length", "1", "--val-share", "0", "--log-every", "1",
+        "--device", "cpu"]
+
+
+def _train(*argv: str) -> int:
+    from pipeline.train.__main__ import main
+
+    return main(list(argv))
+
+
+def _lying(target: Path, tmp_path: Path, **change) -> Path:
+    out = tmp_path / "target"
+    shutil.copytree(target, out)
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**cfg, **change}))
+    return out
+
+
+LIES = {"12 layers for 8 stored": {"num_hidden_layers": 12}, "7 layers for 8 stored": {"num_hidden_layers": 7},
+        "a hidden size of 48 for 32": {"hidden_size": 48}, "a vocabulary of 256 for 128": {"vocab_size": 256}}
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_online_training_refuses_a_target_whose_config_lies_about_its_weights(tiny_target, tiny_data, tmp_path, lie,
+                                                                             capsys):
+    change = LIES[lie]
+    target = _lying(tiny_target, tmp_path, **change)
+    rc = _train("--data", str(tiny_data.path), "--target", str(target), "--out", str(tmp_path / "run"), "--steps", "1",
+                "--workers", "0", *OPTS)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    key = next(iter(change))
+    assert err.startswith(f"train: error: {target / 'config.json'}: {key} is {change[key]}, but the weights hold "), err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_offline_training_refuses_it_too_naming_the_config_not_the_store(tiny_target, reference_store, tmp_path,
+                                                                         capsys):
+    target = _lying(tiny_target, tmp_path, num_hidden_layers=12)
+    rc = _train("--store", str(reference_store), "--target", str(target), "--out", str(tmp_path / "run"), "--steps",
+                "1", "--workers", "0", *OPTS)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"train: error: {target / 'config.json'}: num_hidden_layers is 12, but the weights hold 8")
+
+
+def test_online_training_and_extraction_refuse_a_cut_target_naming_the_file(tiny_target, tiny_data, tmp_path, capsys,
+                                                                           run_extract):
+    target = tmp_path / "target"
+    shutil.copytree(tiny_target, target)
+    weights = target / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size - 1000)
+    rc = _train("--data", str(tiny_data.path), "--target", str(target), "--out", str(tmp_path / "run"), "--steps", "1",
+                "--workers", "0", *OPTS)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"train: error: {weights}: ") and "the file is cut" in err, err
+    proc = run_extract(target, tiny_data.path, tmp_path / "store")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{weights}: " in proc.stderr and "the file is cut" in proc.stderr
+
+
+@pytest.mark.parametrize("lie", ["12 layers for 8 stored", "a hidden size of 48 for 32"])
+def test_extraction_refuses_a_target_whose_config_lies_about_its_weights(tiny_target, tiny_data, tmp_path, run_extract,
+                                                                        lie):
+    target = _lying(tiny_target, tmp_path, **LIES[lie])
+    proc = run_extract(target, tiny_data.path, tmp_path / "store")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{target / 'config.json'}: {next(iter(LIES[lie]))} is " in proc.stderr
+    assert not (tmp_path / "store" / "manifest.jsonl").exists()
+
+
+def _reverse_every_record(path: Path, keep_mtime: bool) -> None:
+    """The same bytes count, other records: each record's token ids in reverse order."""
+    st = path.stat()
+    lines = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        rec["input_ids"].reverse()
+        lines.append(json.dumps(rec))
+    with open(path, "r+") as f:  # in place, as a merge writing over it would
+        f.write("".join(x + "\n" for x in lines))
+    assert path.stat().st_size == st.st_size
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True], ids=["rewritten", "rewritten-mtime-kept"])
+def test_a_merged_file_rewritten_mid_run_stops_online_training_naming_it(tiny_data, tiny_target, tmp_path, xt,
+                                                                         keep_mtime):
+    data = tmp_path / "train.jsonl"
+    shutil.copy(tiny_data.path, data)
+    shutil.copy(tiny_data.stats, tmp_path / "train.stats.json")
+    events, out = tmp_path / "events.jsonl", tmp_path / "run"
+    argv = [sys.executable, "-m", "pipeline.train", "--data", str(data), "--target", str(tiny_target), "--out",
+            str(out), "--steps", "400", "--workers", "1", "--prefetch", "1", *OPTS]
+    proc = subprocess.Popen(argv, env=xt.cli_env(EAGLE3_EVENTS=str(events), EAGLE3_TRAIN_STEP_DELAY="0.3"),
+                            cwd=xt.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + BOUND
+    while not any(e.kind == "metric" and e.get("step", 0) >= 2 for e in iter_events(events)):
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "no step within the bound"
+        time.sleep(0.05)  # wait-ok: polling the events file with a deadline
+    _reverse_every_record(data, keep_mtime)
+    try:
+        _, err = proc.communicate(timeout=BOUND)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError("train did not stop after its merged file was rewritten") from None
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"train: error: {data}: changed since this run indexed it"), err
+    trained = max(e.get("step", 0) for e in iter_events(events) if e.kind == "metric")
+    assert trained < 400
