@@ -46,6 +46,7 @@ from pipeline.merge.output import default_stats_path, remove_stale_leftovers, sh
 from pipeline.merge.pool import Progress, check_tokenizer, run_chunks
 from pipeline.merge.reading import read_chunks, resolve_sources, source_policy
 from pipeline.merge.stats import refuse_empty, report_drops, stats_of, summary, tally
+from pipeline.target.tokenizer import tokenizer_identity
 from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 from pipeline.records import merge_stats
 
@@ -129,7 +130,7 @@ def merge(opts: MergeOptions, events: EventWriter) -> merge_stats.MergeStats:
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
 
-    stats = stats_of(counted, reports, opts, policy, method, (max_chars, max_line), sha)
+    stats = stats_of(counted, reports, opts, policy, method, (max_chars, max_line), sha, tokenizer_identity(tokenizer))
     merge_stats.write_stats(stats_path, stats)
     events.artifact(str(out), bytes=out.stat().st_size, records=counted.kept)
     events.artifact(str(stats_path), bytes=stats_path.stat().st_size)

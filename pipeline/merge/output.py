@@ -14,6 +14,7 @@ from pipeline import output_guard
 from pipeline.atomic_io import fsync_dir
 from pipeline.merge.chunks import ChunkResult
 from pipeline.process_alive import pid_alive
+from pipeline.records import merge_stats
 
 
 class _PartReader:
@@ -70,7 +71,7 @@ def write_merged(out: Path, entries: list[tuple[str, int, int]], stats_path: Pat
 
 
 def default_stats_path(out: Path) -> Path:
-    return out.with_name(f"{out.stem}.stats.json")
+    return merge_stats.beside(out)
 
 
 def remove_stale_leftovers(out: Path) -> list[Path]:

@@ -123,8 +123,9 @@ def _source_stats(t: Tally, name: str, report: SourceReport) -> SourceStats:
 
 
 def stats_of(t: Tally, reports: dict[str, SourceReport], opts: MergeOptions, policy: SourcePolicy, method: str,
-             bounds: tuple[int, int], sha: str) -> MergeStats:
-    """The stats file's content; `dataset_sha256` ties it to the dataset it describes."""
+             bounds: tuple[int, int], sha: str, tokenizer_identity: str) -> MergeStats:
+    """The stats file's content; `dataset_sha256` ties it to the dataset it describes, and
+    `tokenizer_identity` to the tokenizer its ids mean text under."""
     counts = t.counts.values()
     return MergeStats(
         records=t.kept,
@@ -149,6 +150,7 @@ def stats_of(t: Tally, reports: dict[str, SourceReport], opts: MergeOptions, pol
         dropped=sum(c.dropped_too_long + c.dropped_empty_mask for c in counts),
         truncated=sum(c.truncated for c in counts),
         dataset_sha256=sha,
+        tokenizer_identity=tokenizer_identity,
     )
 
 

@@ -1,7 +1,9 @@
 """Merge's stats, written beside the merged dataset (`<out stem>.stats.json`, or `--stats`): what
 each source gave and lost, the settings of the merge, and the dataset's sha256 that ties the
-two files together. Read by extraction (`--stats`: its estimate and the dataset check) and by
-the console's checks (a free-space need over `stats.tokens`, the sha256 check).
+two files together, and the tokenizer's identity (its vocabulary and merges, not its path).
+Read by extraction (`--stats`: its estimate and the dataset check), by online training (the
+tokenizer the data was merged with must be the target's) and by the console's checks (a
+free-space need over `stats.tokens`, the sha256 check).
 
 `write_stats` is the one writer, `read_stats` the one reader.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pipeline.records.codec import Kind
 from pipeline.records.source_reading import SourceReading
@@ -63,12 +66,18 @@ class MergeStats:
     dropped: int
     truncated: int
     dataset_sha256: str  # of the dataset these stats describe
+    tokenizer_identity: str | None = None  # pipeline.target.tokenizer's "tok1:...": its vocabulary and merges
     version: int = field(default=VERSION, init=False)
 
     def __post_init__(self) -> None:
         for name in ("records", "tokens", "max_len"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} is {getattr(self, name)}, a count that cannot be negative")
+
+
+def beside(dataset: Path) -> Path:
+    """Where merge writes the stats of `dataset` unless --stats says otherwise."""
+    return dataset.with_name(f"{dataset.stem}.stats.json")
 
 
 def write_stats(path: str | os.PathLike[str], stats: MergeStats) -> None:

@@ -3,7 +3,7 @@ online on the merged dataset (the target, loaded here, computes the states batch
 
     python -m pipeline.train --store STORE | --data MERGED.jsonl --target TARGET --out RUN_DIR [--epochs N | --steps N]
         [--batch-tokens N | --batch-size N] [--lr X] [--ttt-length 7] [--draft-vocab 32000] [--resume]
-        [--val-share 0.02 | --val-samples N] [--vocab-data MERGED.jsonl|store]
+        [--val-share 0.02 | --val-samples N] [--vocab-data MERGED.jsonl|store] [--stats STATS.json|none]
     torchrun --nproc-per-node 8 -m pipeline.train ...      (DDP; --nnodes/--rdzv-* work unchanged)
     python -m pipeline.train --estimate --target TARGET [--data MERGED.jsonl] [--batch-tokens N] [--json]
 
@@ -11,8 +11,13 @@ Writes RUN_DIR/checkpoints/step_*/ (+ `latest`), RUN_DIR/summary.json, and event
 $EAGLE3_EVENTS (progress in steps, metrics loss, acc_<i>, loss_<i>, tokens_per_s, lr,
 val_loss, val_acc_<i>). `--resume` with a larger --steps/--epochs extends a finished run.
 
-Exit codes: 0 finished, 2 bad input (store incomplete or from another target, missing
-files, bad arguments, a checkpoint that does not fit), 3 stopped by SIGTERM after writing a
+Online, --data must come with merge's stats (beside it, or --stats) recording the target's
+tokenizer: data merged with another tokenizer (even a permutation of the same size) is exit 2.
+
+Exit codes: 0 finished, 2 bad input (store incomplete or from another target, a sample that
+means nothing, a target whose config does not describe its weights, data merged with another
+tokenizer or changed mid-run, missing files, bad arguments, a checkpoint that does not fit;
+each names the file), 3 stopped by SIGTERM after writing a
 checkpoint (rerun with --resume), or stopped at a step whose loss, gradient or weights are not
 finite (the checkpoints kept are all finite), 130 the same after Ctrl-C, 1 anything else.
 """
@@ -93,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: --save-every)")
     p.add_argument("--vocab-data", default=None, help="merged JSONL to choose the draft vocabulary over (default: "
                    "the store's meta.json dataset when it is there unchanged; 'store' for the store's samples)")
+    p.add_argument("--stats", default=None, metavar="STATS.json|none",
+                   help="online: merge's stats of --data (default: <data stem>.stats.json beside it); the tokenizer "
+                        "they record must be the target's. 'none' trains without that check")
     return p
 
 

@@ -104,8 +104,8 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
     meta = read_json(meta_path, f"{meta_path}: missing; {root} is not a finished hidden-state store")
     cfg_path = target / "config.json"
     layout = LayoutOf.of_meta(meta, meta_path)
-    check_weights(target, "--target")  # a config that lies about its weights is named as such, not as another target
     cfg = text_config(read_config(target, "--target"))
+    check_weights(target, "--target")  # a config that lies about its weights is named as such, not as another target
     for mkey, ckey in SHAPE_KEYS.items():
         if meta.get(mkey) != cfg.get(ckey):
             raise BadInput(f"{meta_path}: {mkey} is {meta.get(mkey)!r} but {cfg_path} has {ckey} "

@@ -20,10 +20,12 @@ import torch
 
 from ..capture import Capturer, StoppedInForward
 from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
+from ..records import merge_stats
 from ..target.config import capture_layers, read_config, text_config
 from ..target.model import load_target
+from ..target.tokenizer import load_identity
 from ..target.weights import check_weights, target_fingerprint
-from .errors import TrainError
+from .errors import BadInput, TrainError
 from .loss import StepAborted
 
 
@@ -89,13 +91,40 @@ class Records:
         return {self._read(p).id for p in positions}
 
 
-def open_records(data: Path, target: Path) -> Records:
-    """Index and validate every record (file:line on the first bad one) against the target's vocabulary."""
+def open_records(data: Path, target: Path, stats: str | None, log: Callable[[str], None]) -> Records:
+    """Index and validate every record (file:line on the first bad one) against the target's
+    vocabulary, and check that the data was tokenized by the target's tokenizer."""
     cfg = text_config(read_config(target, "--target"))
     vocab = cfg.get("vocab_size")
     index = index_dataset(Path(data), vocab_size=vocab if isinstance(vocab, int) else None)
     check_weights(target, "--target")  # before the target loads: its config must describe its weights
+    check_tokenizer(index, Path(target), stats, log)
     return Records(index, target_fingerprint(target))
+
+
+def check_tokenizer(index: DatasetIndex, target: Path, stats: str | None, log: Callable[[str], None]) -> None:
+    """The tokenizer merge recorded for the data (its stats: beside it, or --stats) must be the
+    target's, by vocabulary and merges (pipeline/target/tokenizer.py): the same ids mean other
+    text under another tokenizer, and a drafter trained on them learns noise without a word."""
+    if stats == "none":
+        log(f"train: warning: --stats none: the tokenizer {index.path} was merged with is not checked against "
+            f"{target}'s")
+        return
+    path = Path(stats) if stats else merge_stats.beside(index.path)
+    recorded = merge_stats.read_stats(path, f"{path}: missing; online training reads merge's stats of --data to "
+                                            "prove it was tokenized by the target's tokenizer: pass them with --stats "
+                                            "(or --stats none to train without that check)")
+    if recorded.dataset_sha256 != index.sha256:
+        raise BadInput(f"{path}: dataset_sha256 {recorded.dataset_sha256[:12]}... but {index.path} hashes to "
+                       f"{index.sha256[:12]}...: these stats describe another dataset; pass the merge's own --stats")
+    if recorded.tokenizer_identity is None:
+        raise BadInput(f"{path}: records no tokenizer_identity (merged before merge recorded it), so nothing proves "
+                       f"{index.path} was tokenized by {target}'s tokenizer: merge again, or pass --stats none")
+    have = load_identity(target, "--target")
+    if have != recorded.tokenizer_identity:
+        raise BadInput(f"{index.path} was merged with the tokenizer {recorded.tokenizer} ({recorded.tokenizer_identity}, "
+                       f"{path}) but the target {target} has {have}: its vocabulary or merges differ, so the same ids "
+                       f"mean other text; merge again with --tokenizer {target}")
 
 
 class TargetStates:

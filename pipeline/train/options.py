@@ -48,6 +48,7 @@ class Options:
     val_samples: int | None = None
     val_every: int | None = None
     vocab_data: str | None = None
+    stats: str | None = None  # online: merge's stats of --data ("none": its tokenizer unchecked)
     compile_target: bool | None = None  # online: torch.compile the target's layers (None: on CUDA)
     compile_loss: bool | None = None  # torch.compile the objective's vocabulary-wide passes (None: on CUDA)
     gpu_memory_share: float | None = None  # the most of its GPU this process's allocator may hold
@@ -77,6 +78,8 @@ class Options:
             raise BadInput(f"--init-head {self.init_head!r}: use target or random")
         if self.checksums not in ("all", "sample", "none"):
             raise BadInput(f"--checksums {self.checksums!r}: use all, sample or none")
+        if self.stats is not None and not self.online:
+            raise BadInput("--stats is merge's stats of --data, for online training; a store carries its own meta.json")
         if self.online and self.vocab_data == "store":
             raise BadInput("--vocab-data store: an online run has no store; leave --vocab-data out (the draft "
                            "vocabulary is chosen over --data) or name a merged JSONL")

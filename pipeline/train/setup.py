@@ -101,10 +101,11 @@ def val_count(opts: Options, samples: int) -> int:
     return min(int(opts.val_share * samples), DEFAULT_VAL_MAX)
 
 
-def open_source(opts: Options, dist: Dist):
-    """(source, where it is): the store, checked as the extractor checks it, or the merged dataset."""
+def open_source(opts: Options, dist: Dist, log: Callable[[str], None]):
+    """(source, where it is): the store, checked as the extractor checks it, or the merged dataset
+    (with merge's stats proving it was tokenized by the target's tokenizer)."""
     if opts.online:
-        return open_records(opts.data, opts.target)
+        return open_records(opts.data, opts.target, opts.stats, log)
     return open_store(opts.store, opts.target, checksums=opts.checksums if dist.rank == 0 else "none")
 
 
@@ -117,7 +118,7 @@ def build(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading
     dist.barrier()  # every rank judged the folder before rank 0 marks it
     if rank == 0:
         checkpoint.claim_run_folder(out)
-    source = open_source(opts, dist)
+    source = open_source(opts, dist, log)
     cfg_json = read_config(opts.target, "--target")
     dcfg = DrafterConfig.from_target(cfg_json, opts.draft_vocab, where=str(Path(opts.target) / "config.json"))
     if opts.max_len > dcfg.max_position_embeddings:

@@ -9,7 +9,7 @@ import os
 import random
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +32,20 @@ class TinyData:
     records: list[dict]
 
 
+def tiny_tokenizer(order: list[int] | None = None):
+    """A word-level tokenizer of VOCAB tokens `t0`..: token `t<i>` has id `order[i]` (default i),
+    so a permutation gives a tokenizer of the same size that means other text by the same ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    order = order or list(range(VOCAB))
+    tok = Tokenizer(models.WordLevel({f"t{i}": order[i] for i in range(VOCAB)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0")
+
+
 def save_tiny_llama(path: Path, seed: int = 0) -> Path:
+    """A random 8-layer Llama of VOCAB tokens, with the tiny tokenizer the tiny data was merged with."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -40,6 +53,7 @@ def save_tiny_llama(path: Path, seed: int = 0) -> Path:
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=NUM_LAYERS,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
     LlamaForCausalLM(cfg).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
     return path
 
 
@@ -51,8 +65,12 @@ def write_merged(path: Path, records: list[dict]) -> Path:
 
 
 def write_stats(path: Path, data: Path, records: list[dict]) -> Path:
-    """Merge's stats for `records`, through merge's writer, tied to the dataset at `data`."""
-    merge_stats.write_stats(path, record_samples.merge_stats(records, hashlib.sha256(data.read_bytes()).hexdigest()))
+    """Merge's stats for `records`, through merge's writer, tied to the dataset at `data` and
+    to the tiny tokenizer (save_tiny_llama's)."""
+    from pipeline.target.tokenizer import tokenizer_identity
+
+    stats = record_samples.merge_stats(records, hashlib.sha256(data.read_bytes()).hexdigest())
+    merge_stats.write_stats(path, replace(stats, tokenizer_identity=tokenizer_identity(tiny_tokenizer())))
     return path
 
 
@@ -153,6 +171,6 @@ def xt():
     from types import SimpleNamespace
 
     return SimpleNamespace(load_store=load_store, store_files=store_files, make_records=make_records,
-                           write_merged=write_merged, write_stats=write_stats, save_tiny_llama=save_tiny_llama,
+                           tiny_tokenizer=tiny_tokenizer, write_merged=write_merged, write_stats=write_stats, save_tiny_llama=save_tiny_llama,
                            extract_argv=extract_argv, cli_env=cli_env, REPO=REPO, NUM_LAYERS=NUM_LAYERS,
                            HIDDEN=HIDDEN, VOCAB=VOCAB)

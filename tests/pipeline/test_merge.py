@@ -58,6 +58,26 @@ def _stats(out: Path) -> MergeStats:
     return read_stats(out.with_name(f"{out.stem}.stats.json"))
 
 
+def test_the_stats_name_the_tokenizer_by_its_vocabulary_and_merges(data, tmp_path):
+    """What online training compares with the target's tokenizer: not the path, not the size."""
+    from pipeline.target.tokenizer import load_identity, tokenizer_identity
+
+    rc, out = _merge(data, tmp_path)
+    assert rc == 0
+    recorded = _stats(out).tokenizer_identity
+    assert recorded == load_identity(data["root"] / "plain") == tokenizer_identity(data["toks"]["marked"])
+    vocab = data["toks"]["plain"].get_vocab()
+    first, second = sorted(vocab, key=vocab.get)[100:102]
+    swapped = json.loads((data["root"] / "plain" / "tokenizer.json").read_text())
+    model = swapped["model"]["vocab"]
+    model[first], model[second] = model[second], model[first]
+    (tmp_path / "swapped").mkdir()
+    for f in (data["root"] / "plain").iterdir():
+        (tmp_path / "swapped" / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "swapped" / "tokenizer.json").write_text(json.dumps(swapped))
+    assert load_identity(tmp_path / "swapped") != recorded  # two tokens' ids swapped: another tokenizer
+
+
 def _masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
     runs, cur = [], []
     for i, m in zip(ids, mask):

@@ -135,3 +135,59 @@ def test_a_merged_file_rewritten_mid_run_stops_online_training_naming_it(tiny_da
     assert len(lines) == 1 and lines[0].startswith(f"train: error: {data}: changed since this run indexed it"), err
     trained = max(e.get("step", 0) for e in iter_events(events) if e.kind == "metric")
     assert trained < 400
+
+
+def _online(data: Path, target: Path, out: Path, *more: str) -> int:
+    return _train("--data", str(data), "--target", str(target), "--out", str(out), "--steps", "1", "--workers", "0",
+                  *OPTS, *more)
+
+
+def test_online_training_refuses_a_target_whose_tokenizer_is_a_permutation_of_the_datas(tiny_target, tiny_data,
+                                                                                      tmp_path, capsys, xt):
+    import random
+
+    target = tmp_path / "target"
+    shutil.copytree(tiny_target, target)
+    order = list(range(xt.VOCAB))
+    random.Random(0).shuffle(order)
+    xt.tiny_tokenizer(order).save_pretrained(target)  # the same size, other text for the same ids
+    rc = _online(tiny_data.path, target, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"train: error: {tiny_data.path} was merged with the tokenizer tiny (tok1:") and \
+        f", {tiny_data.stats}) but the target {target} has tok1:" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_online_training_refuses_data_merged_with_another_tokenizer_and_says_both(tiny_target, tiny_data, tmp_path,
+                                                                                 capsys):
+    from dataclasses import replace
+
+    from pipeline.records import merge_stats
+
+    data = tmp_path / "train.jsonl"
+    shutil.copy(tiny_data.path, data)
+    other = replace(merge_stats.read_stats(tiny_data.stats), tokenizer="/models/other", tokenizer_identity="tok1:" + "0" * 32)
+    merge_stats.write_stats(tmp_path / "train.stats.json", other)
+    rc = _online(data, tiny_target, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"merged with the tokenizer /models/other (tok1:{'0' * 32}" in err and f"the target {tiny_target} has" in err
+
+
+def test_online_training_without_the_datas_stats_is_refused_unless_told_to_go_unchecked(tiny_target, tiny_data,
+                                                                                       tmp_path, capsys):
+    data = tmp_path / "train.jsonl"
+    shutil.copy(tiny_data.path, data)
+    assert _online(data, tiny_target, tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'train.stats.json'}: missing; online training reads merge's stats" in err
+    assert "--stats none" in err
+    assert _online(data, tiny_target, tmp_path / "run", "--stats", str(tiny_data.stats)) == 0  # the same bytes
+    capsys.readouterr()
+    with open(data, "a") as f:
+        f.write(data.read_text().splitlines()[0] + "\n")
+    assert _online(data, tiny_target, tmp_path / "run2", "--stats", str(tiny_data.stats)) == 2
+    assert f"{tiny_data.stats}: dataset_sha256 " in capsys.readouterr().err
+    assert _online(data, tiny_target, tmp_path / "run3", "--stats", "none") == 0
+    assert "--stats none: the tokenizer" in capsys.readouterr().out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -177,10 +176,11 @@ def test_refuses_a_target_the_store_was_not_built_from(reference_store, tiny_tar
     err = capsys.readouterr().err
     assert rc == 2 and "target_fingerprint" in err, err
 
-    wider = tmp_path / "wider"
-    shutil.copytree(tiny_target, wider)
-    cfg = json.loads((wider / "config.json").read_text())
-    (wider / "config.json").write_text(json.dumps({**cfg, "hidden_size": 48}))
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    wider = tmp_path / "wider"  # a real target of another width (a config that only claims one: test_online_inputs)
+    LlamaForCausalLM(LlamaConfig(vocab_size=xt.VOCAB, hidden_size=48, intermediate_size=64, num_hidden_layers=8,
+                                 num_attention_heads=4, num_key_value_heads=2)).save_pretrained(wider)
     rc = _main("--store", str(reference_store), "--target", str(wider), "--out", str(tmp_path / "run"))
     err = capsys.readouterr().err
     assert rc == 2 and "hidden_size" in err and "another target" in err, err
