@@ -29,6 +29,7 @@ device, launching prefills and the host's own work. This prints figures; it asse
 from __future__ import annotations
 
 import argparse
+import gc
 import shlex
 import subprocess
 import sys
@@ -311,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"{mtok} tokens in {msec:.2f} s = {mtok / msec:,.0f} generated tokens/s ({mfail} failed)")
             lines.append(lanes_line(fast, msec))
         if a.synthesize:
+            del fast  # its slot cache (48 GB at 1,024 slots of 2,049 positions) goes before synthesis makes its own
+            gc.collect()
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
             kept, qtok, stok, ssec = run_synth(model_dir, a, device, dtype, max_new, batch, graphs)
             lines.append(f"synthesis: {a.synthesize} records asked, {kept} answered; {qtok} question and "
                          f"{stok - qtok} answer tokens in {ssec:.2f} s = {stok / ssec:,.0f} generated tokens/s; "
