@@ -48,6 +48,8 @@ def test_a_saved_value_with_shell_code_never_runs_through_a_shell_script(tmp_pat
     ('[zsh, -c, "print ${env:HOME}"]', "phases.a.run[2]", "zsh"),
     ('[python, -c, "open(\'${x}\').read()"]', "phases.a.run[2]", "python"),
     ('[python3, -u, -c, "print(\'${x}\')"]', "phases.a.run[3]", "python3"),
+    ('[python3, -Xdev, -W, ignore, -c, "print(\'${x}\')"]', "phases.a.run[5]", "python3"),
+    ('[bash, --rcfile, rc.sh, -c, "ls ${x}"]', "phases.a.run[4]", "bash"),
 ])
 def test_a_value_inside_a_shell_or_python_script_is_refused_naming_key_and_line(
         run: str, key: str, program: str, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ _MARK = re.compile("\ue002(\\d+)\ue003")
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh"})
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _SHELL_OPTION_ARGS = set("oO")  # `bash -o pipefail -c ...`: the option's name is the next word
+_SHELL_LONG_OPTION_ARGS = {"--rcfile", "--init-file"}  # bash's, whose file is the next word
 
 
 def references(text: str) -> list[str]:
@@ -72,7 +73,7 @@ def _shell_script(words: list[str], shell: int) -> int | None:
             j += 1
             break
         if w.startswith("--"):
-            j += 1
+            j += 2 if w in _SHELL_LONG_OPTION_ARGS else 1
             continue
         if len(w) > 1 and w[0] in "-+" and w[1:].isalpha():
             given_c = given_c or "c" in w[1:]
@@ -89,8 +90,8 @@ def _python_code(words: list[str], python: int) -> int | None:
         w = words[j]
         if not w.startswith("-") or w == "-" or w.startswith("--") or w.startswith("-m"):
             return None
-        if w in ("-W", "-X"):  # their value is the next word
-            j += 2
+        if w[1] in "WX":  # a warning filter or an -X option: its value is attached or the next word
+            j += 2 if len(w) == 2 else 1
             continue
         if "c" in w[1:]:
             return j + 1 if w.endswith("c") and j + 1 < len(words) else j
