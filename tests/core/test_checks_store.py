@@ -13,9 +13,11 @@ from core_harness import ctx_for
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.config.model import CheckSpec
 from pipeline.checksum import file_checksum
+from pipeline.store.layout import header, sample_bytes
 from pipeline.target.weights import target_fingerprint
 
 SAMPLES = 5
+HIDDEN = 8
 
 
 def _safetensors(path, payload: bytes) -> None:
@@ -33,18 +35,20 @@ def _target(root):
 
 
 def _store(root, target):
-    """A finished store of SAMPLES samples, as pipeline.extract leaves it."""
+    """A finished store of SAMPLES samples, as pipeline.extract leaves it: each sample the
+    tensors meta.json declares (all zeros: states that mean something, for the verifier)."""
     out = root / "store"
     (out / "rows_0").mkdir(parents=True)
     lines = []
     for i in range(SAMPLES):
         path = out / f"rows_0/{i}.safetensors"
-        _safetensors(path, os.urandom(1000 + 10 * i))
+        head = header(10 + i, HIDDEN, "bfloat16")
+        path.write_bytes(head + bytes(sample_bytes(10 + i, HIDDEN, "bfloat16") - len(head)))
         lines.append({"index": i, "id": f"s{i}", "tokens": 10 + i, "bytes": path.stat().st_size,
                       "file": f"rows_0/{i}.safetensors", "xxh3": file_checksum(path)})
     (out / "manifest.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
-    meta = {"format": "eagle3-hidden-store/2", "records": SAMPLES, "limit": None,
-            "target_fingerprint": target_fingerprint(target)}
+    meta = {"format": "eagle3-hidden-store/2", "records": SAMPLES, "limit": None, "hidden_size": HIDDEN,
+            "dtype": "bfloat16", "target_fingerprint": target_fingerprint(target)}
     (out / "meta.json").write_text(json.dumps(meta))
     return out
 

@@ -63,5 +63,6 @@ async def test_d_sets_a_deadline_the_runs_are_stopped_at_and_clears_one(project)
         await wait_for(pilot, lambda: showing(app, DeadlineDialog), what="the deadline dialog")
         await pilot.press(*"1s", "enter")
         await answered(pilot, app, DeadlineDialog)
-        await wait_for(pilot, lambda: state_of(app, "sleeper") == "stopped", timeout=30, what="stopped at the deadline")
+        await wait_for(pilot, lambda: state_of(app, "sleeper") == "stopped", timeout=120,
+                       what="stopped at the deadline")
         assert "stopped at the deadline" in app.main_screen().by_id["sleeper"].reason
