@@ -294,10 +294,12 @@ def trainer_figures(events: Path, summary: Path, err: Path, a: argparse.Namespac
     hi = max((p for p in prog if p[0] <= a.rate_to), key=lambda p: p[0])
     loss = {r["step"]: r["value"] for r in rows if r.get("kind") == "metric" and r.get("name") == "loss"}
     val = [r["value"] for r in rows if r.get("kind") == "metric" and r.get("name") == "val_loss"]
-    s = json.loads(summary.read_text())
+    from pipeline.records.train_summary import read_summary  # here: a --trainer child imports --code's pipeline
+
+    peak = read_summary(summary).peak_gpu_bytes
     rate = (hi[0] - lo[0]) / (hi[1] - lo[1])
     return {"rate": rate, "ms": 1e3 / rate, "tok_s": (hi[2] - lo[2]) / (hi[1] - lo[1]), "loss": loss, "val": val,
-            "peak": (s.get("peak_gpu_bytes") or 0) / 2**30, "window": f"{lo[0]}-{hi[0]}",
+            "peak": (peak or 0) / 2**30, "window": f"{lo[0]}-{hi[0]}",
             "recompiles": sum("Recompiling function" in line for line in err.read_text().splitlines())}
 
 
