@@ -61,7 +61,7 @@ RECIPE = ["--batch-tokens", "16384", "--max-len", "2048", "--lr", "1e-3", "--war
           "--draft-vocab", "32000", "--val-samples", "200", "--log-every", "10", "--device", "cuda"]
 
 
-def build(a: argparse.Namespace, device: torch.device, kernels):
+def build(a: argparse.Namespace, device: torch.device):
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
     from pipeline.drafter.model import Eagle3Drafter
@@ -80,6 +80,7 @@ def build(a: argparse.Namespace, device: torch.device, kernels):
     drafter.set_vocab(vocab)
     head_w = torch.randn(v, h, device=device, dtype=torch.bfloat16) * 0.02
     amp = torch.bfloat16 if device.type == "cuda" else torch.float32
+    kernels, merge = step_kernels(drafter, a.loss == "compiled", amp)
     head = TargetHead(head_w, vocab.ids, vocab.t2d, device, amp, kernels)
     g = torch.Generator(device=device).manual_seed(1)
     mask = torch.zeros(rows, tokens, dtype=torch.uint8, device=device)
@@ -96,7 +97,18 @@ def build(a: argparse.Namespace, device: torch.device, kernels):
         pass
     else:
         batch["scored"] = scored_positions(batch["loss_mask"])
-    return drafter, head, batch, amp, rows * tokens
+    return drafter, head, batch, amp, rows * tokens, kernels, merge
+
+
+def step_kernels(drafter, compile: bool, amp: torch.dtype):
+    """(the loss's kernels, the TTT merge's or None) as setup builds them, in this tree or an older one."""
+    try:
+        from pipeline.train.drafter_compile import training_kernels
+    except ImportError:  # before the drafter was compiled: the loss's kernels alone
+        from pipeline.train.vocab_kernels import VocabKernels
+
+        return VocabKernels(compile=compile), None
+    return training_kernels(drafter, compile, amp, print)
 
 
 def category(name: str) -> str:
@@ -137,18 +149,20 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def step_fn(a: argparse.Namespace, device: torch.device, kernels) -> tuple[Callable[[], None], int]:
-    """(one training step as pipeline.train takes it, on a resident batch; the batch's tokens)."""
+def step_fn(a: argparse.Namespace, device: torch.device) -> tuple[Callable[[], None], int, bool]:
+    """(one training step as pipeline.train takes it, on a resident batch; the batch's tokens; whether
+    the loss's kernels are compiled)."""
     from pipeline.train import step as steps
     from pipeline.train.dist import Dist
     from pipeline.train.loss import TTTObjective
 
-    drafter, head, batch, amp, tokens = build(a, device, kernels)
+    drafter, head, batch, amp, tokens, kernels, merge = build(a, device)
     params = [q for q in drafter.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), fused=True)
     run = SimpleNamespace(opts=SimpleNamespace(ttt_length=TTT, max_grad_norm=0.5), dist=Dist(0, 1, 0, device),
                           device=device, cuda=device.type == "cuda", head=head, amp_dtype=amp, params=params, opt=opt,
-                          objective=TTTObjective(drafter, TTT, kernels), stop=threading.Event(), total=1 << 30,
+                          objective=TTTObjective(drafter, TTT, kernels, *([merge] if merge else [])),
+                          stop=threading.Event(), total=1 << 30,
                           sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), out=Path(tempfile.gettempdir()))
     if hasattr(steps, "FiniteGuard"):
         run.guard = steps.FiniteGuard(device)
@@ -159,7 +173,7 @@ def step_fn(a: argparse.Namespace, device: torch.device, kernels) -> tuple[Calla
         steps.apply(run, done[0], loss, batch)
         done[0] += 1
 
-    return step, tokens
+    return step, tokens, kernels.compiled
 
 
 def kernel_lines(prof, steps: int, top: int) -> list[str]:
@@ -184,14 +198,11 @@ def profile_step(a: argparse.Namespace) -> int:
         import pipeline.drafter.model as model
 
         model.flash_supported = lambda _q: False
-    from pipeline.train.vocab_kernels import VocabKernels
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu" and a.shape == "llama8b":
         a.shape = "small"
     cuda = device.type == "cuda"
-    kernels = VocabKernels(compile=a.loss == "compiled")
-    step, tokens = step_fn(a, device, kernels)
+    step, tokens, compiled = step_fn(a, device)
 
     def sync() -> None:
         if cuda:
@@ -211,7 +222,7 @@ def profile_step(a: argparse.Namespace) -> int:
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     print(f"train_profile: {a.shape} (H {PROFILE_SHAPES[a.shape][0]['hidden_size']}, {tokens} tokens, "
           f"{a.answer_share:.0%} answer, TTT {TTT}), attention {a.attention}, loss "
-          f"{'compiled' if kernels.compiled else 'eager'}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
+          f"{'compiled' if compiled else 'eager'}, {name}, torch {torch.__version__}: {dt * 1e3:.1f} ms/step, "
           f"{tokens / dt:,.0f} tok/s{peak}", flush=True)
     if a.no_profile or not cuda:
         return 0

@@ -45,8 +45,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..atomic_io import write_json_atomic
+from ..compiled_ops import CompiledOps
 from .config import DrafterConfig, DrafterConfigError
-from .ttt_attention import causal_plus_diagonal, flash_supported, score_matrix
+from .ttt_attention import EAGER_MERGE, causal_plus_diagonal, flash_supported, score_matrix
 from .vocab import DraftVocab
 
 EXPORT_KEYS = (
@@ -136,12 +137,13 @@ class KVCache:
 
 class TTTCache:
     """Training-time-test cache: call 0's keys over the sequence, then one diagonal key per call.
-    Calls >= 1 go through ttt_attention's flash merge, or its written-out score matrix
-    where flash attention is not available."""
+    Calls >= 1 go through ttt_attention's flash merge (its elementwise parts `merge`'s, compiled
+    in training), or its written-out score matrix where flash attention is not available."""
 
-    def __init__(self) -> None:
+    def __init__(self, merge: CompiledOps = EAGER_MERGE) -> None:
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
+        self.merge = merge
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int) -> torch.Tensor:
         k, v = _expand_kv(k, groups), _expand_kv(v, groups)
@@ -151,7 +153,7 @@ class TTTCache:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         scale = 1.0 / math.sqrt(q.shape[-1])
         if flash_supported(q):
-            return causal_plus_diagonal(q, self.k[0], self.v[0], self.k[1:], self.v[1:], scale)
+            return causal_plus_diagonal(q, self.k[0], self.v[0], self.k[1:], self.v[1:], scale, self.merge)
         return score_matrix(q, self.k, self.v, scale)
 
 
@@ -168,19 +170,28 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: KVCache | TTTCache | None) -> torch.Tensor:
+        return self.o_proj(self.attend(*self.project(x, cos, sin), cache))
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v [B, heads, T, D], rope applied to q and k."""
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = cos[:, None], sin[:, None]
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               cache: KVCache | TTTCache | None) -> torch.Tensor:
+        """The attention's output [B, T, heads * D], before o_proj."""
+        b, _, t, _ = q.shape
         if cache is None:
             out = F.scaled_dot_product_attention(q, _expand_kv(k, self.groups), _expand_kv(v, self.groups),
                                                  is_causal=True)
         else:
             out = cache.attend(q, k, v, self.groups)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+        return out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
 
 
 class DecoderLayer(nn.Module):
@@ -194,8 +205,18 @@ class DecoderLayer(nn.Module):
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: KVCache | TTTCache | None) -> torch.Tensor:
+        q, k, v = self.before_attention(embeds, hidden, cos, sin)
+        return self.after_attention(hidden, self.self_attn.attend(q, k, v, cache))
+
+    def before_attention(self, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor,
+                         sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The layer up to its attention (norms, projections, rope): one of the two halves training
+        compiles around the attention, whose TTT cache keeps Python state."""
         x = torch.cat((self.input_layernorm(embeds), self.hidden_norm(hidden)), dim=-1)
-        h = hidden + self.self_attn(x, cos, sin, cache)
+        return self.self_attn.project(x, cos, sin)
+
+    def after_attention(self, hidden: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        h = hidden + self.self_attn.o_proj(attn)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from ..compiled_ops import CompiledOps
+
 
 def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
     """(out, lse [B,H,T] fp32, what backward needs)."""
@@ -91,7 +93,7 @@ def _self_check(device: torch.device, dtype: torch.dtype, dim: int) -> bool:
         with torch.enable_grad(), torch.autocast(device.type, enabled=False):
             got_leaves = [x.clone().requires_grad_() for x in leaves]
             q, k0, v0, k1, v1, k2, v2 = got_leaves
-            got = CausalPlusDiagonal.apply(q, k0, v0, scale, k1, k2, v1, v2)
+            got = CausalPlusDiagonal.apply(q, k0, v0, scale, EAGER_MERGE, k1, k2, v1, v2)
             got_grads = torch.autograd.grad(got, got_leaves, grad)
             ref_leaves = [x.clone().requires_grad_() for x in leaves]
             q, k0, v0, k1, v1, k2, v2 = ref_leaves
@@ -113,56 +115,68 @@ def _self_check(device: torch.device, dtype: torch.dtype, dim: int) -> bool:
     return True
 
 
+def merge_forward(q: torch.Tensor, out0: torch.Tensor, lse0: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor,
+                  scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The causal part's output and log-sum-exp merged with the i diagonal keys and values
+    (ks, vs [i,B,H,T,D]): (output in q's dtype, the causal part's weight alpha [B,H,T], each
+    diagonal key's weight beta [i,B,H,T], both fp32)."""
+    s = (q.float() * ks.float()).sum(-1) * scale  # [i,B,H,T]
+    lse = torch.logaddexp(lse0, torch.logsumexp(s, dim=0))
+    alpha = torch.exp(lse0 - lse)
+    beta = torch.exp(s - lse)
+    merged = alpha[..., None] * out0.float() + (beta[..., None] * vs.float()).sum(0)
+    return merged.to(q.dtype), alpha, beta
+
+
+def merge_grad_out(grad: torch.Tensor, out: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the gradient flash attention's backward is given: the incoming one scaled by the causal
+    weight, in out's dtype; rowsum(dO * O) of the merged attention [B,H,T] fp32)."""
+    g = grad.float()
+    return (alpha[..., None] * g).to(out.dtype), (g * out.float()).sum(-1)
+
+
+def merge_grad_diag(grad: torch.Tensor, q: torch.Tensor, dq: torch.Tensor, d: torch.Tensor, beta: torch.Tensor,
+                    ks: torch.Tensor, vs: torch.Tensor, scale: float) -> tuple[torch.Tensor, ...]:
+    """(dq with the diagonal keys' part added, the diagonal keys' gradients, their values')."""
+    g = grad.float()
+    ds = beta * ((g * vs.float()).sum(-1) - d) * scale  # [i,B,H,T]
+    dq = dq.float() + (ds[..., None] * ks.float()).sum(0)
+    return dq.to(q.dtype), (ds[..., None] * q.float()).to(ks.dtype), (beta[..., None] * g).to(vs.dtype)
+
+
+MERGE = {"merge_forward": merge_forward, "merge_grad_out": merge_grad_out, "merge_grad_diag": merge_grad_diag}
+EAGER_MERGE = CompiledOps(MERGE, compile=False, what="the TTT attention's merge", flag="")
+"""The merge written out op by op; training compiles the same table (pipeline.train.drafter_compile)."""
+
+
 class CausalPlusDiagonal(torch.autograd.Function):
     """softmax over [causal keys of step 0 ; one own key per later step] times the values.
     q, k0, v0: [B,H,T,D] (keys already expanded to q's heads); then the i diagonal keys and
-    the i diagonal values, each [B,H,T,D]."""
+    the i diagonal values, each [B,H,T,D]. `merge` runs the elementwise parts, compiled or not."""
 
     @staticmethod
     def forward(ctx, q: torch.Tensor, k0: torch.Tensor, v0: torch.Tensor, scale: float,  # noqa: ANN001
-                *diag: torch.Tensor) -> torch.Tensor:
+                merge: CompiledOps, *diag: torch.Tensor) -> torch.Tensor:
         n = len(diag) // 2
-        ks, vs = diag[:n], diag[n:]
+        ks, vs = torch.stack(diag[:n]), torch.stack(diag[n:])  # one [i,B,H,T,D] each: one graph for every i
         with torch.autocast(q.device.type, enabled=False):
             out0, lse_kernel, aux = _flash_forward(q, k0, v0, scale)
-            lse0 = lse_kernel[..., :q.shape[2]].float()
-            qf = q.float()
-            s = torch.stack([(qf * kj.float()).sum(-1) * scale for kj in ks])  # [n,B,H,T]
-            lse = torch.logaddexp(lse0, torch.logsumexp(s, dim=0))
-            alpha = torch.exp(lse0 - lse)
-            beta = torch.exp(s - lse)
-            merged = alpha[..., None] * out0.float()
-            for j in range(n):
-                merged += beta[j, ..., None] * vs[j].float()
-            out = merged.to(q.dtype)
-        ctx.scale = scale
-        ctx.aux = aux
-        ctx.n = n
-        ctx.save_for_backward(q, k0, v0, out, lse_kernel, alpha, beta, *ks, *vs)
+            out, alpha, beta = merge.call("merge_forward", q, out0, lse_kernel[..., :q.shape[2]].float(), ks, vs,
+                                          scale)
+        ctx.scale, ctx.aux, ctx.merge = scale, aux, merge
+        ctx.save_for_backward(q, k0, v0, out, lse_kernel, alpha, beta, ks, vs)
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # noqa: ANN001
-        q, k0, v0, out, lse_kernel, alpha, beta, *diag = ctx.saved_tensors
-        n, scale = ctx.n, ctx.scale
-        ks, vs = diag[:n], diag[n:]
+        q, k0, v0, out, lse_kernel, alpha, beta, ks, vs = ctx.saved_tensors
         with torch.autocast(q.device.type, enabled=False):
-            g = grad.float()
-            d = (g * out.float()).sum(-1)  # rowsum(dO * O) of the merged attention
-            g0 = (alpha[..., None] * g).to(q.dtype)
-            dq, dk0, dv0 = _flash_backward(g0, q, k0, v0, out, lse_kernel, ctx.aux, scale)
-            dq = dq.float()
-            dks, dvs = [], []
-            qf = q.float()
-            for j in range(n):
-                vj = vs[j].float()
-                ds = beta[j] * ((g * vj).sum(-1) - d) * scale  # [B,H,T]
-                dq += ds[..., None] * ks[j].float()
-                dks.append((ds[..., None] * qf).to(ks[j].dtype))
-                dvs.append((beta[j, ..., None] * g).to(vs[j].dtype))
-        return (dq.to(q.dtype), dk0, dv0, None, *dks, *dvs)
+            g0, d = ctx.merge.call("merge_grad_out", grad, out, alpha)
+            dq, dk0, dv0 = _flash_backward(g0, q, k0, v0, out, lse_kernel, ctx.aux, ctx.scale)
+            dq, dks, dvs = ctx.merge.call("merge_grad_diag", grad, q, dq, d, beta, ks, vs, ctx.scale)
+        return (dq, dk0, dv0, None, None, *dks.unbind(0), *dvs.unbind(0))
 
 
 def causal_plus_diagonal(q: torch.Tensor, k0: torch.Tensor, v0: torch.Tensor, ks: list[torch.Tensor],
-                         vs: list[torch.Tensor], scale: float) -> torch.Tensor:
-    return CausalPlusDiagonal.apply(q, k0, v0, scale, *ks, *vs)
+                         vs: list[torch.Tensor], scale: float, merge: CompiledOps = EAGER_MERGE) -> torch.Tensor:
+    return CausalPlusDiagonal.apply(q, k0, v0, scale, merge, *ks, *vs)

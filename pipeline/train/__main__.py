@@ -54,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile-target", dest="compile_target", action="store_const", const=False, default=None,
                    help="online: run the target's layers eagerly (default: torch.compile on CUDA)")
     p.add_argument("--no-compile-loss", dest="compile_loss", action="store_const", const=False, default=None,
-                   help="run the objective's passes over the vocabulary eagerly (default: torch.compile on CUDA, "
-                   "one fused kernel each)")
+                   help="run the drafter's step eagerly: the objective's passes over the vocabulary, the TTT "
+                   "attention's merge, the layer around it (default: torch.compile on CUDA)")
     p.add_argument("--draft-vocab", type=int, default=32000, help="draft vocabulary size (default 32000, capped at "
                    "the target's)")
     p.add_argument("--ttt-length", type=int, default=7, help="training-time-test steps (default 7)")

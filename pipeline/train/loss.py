@@ -32,7 +32,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..compiled_ops import CompiledOps
 from ..drafter.model import Eagle3Drafter, TTTCache
+from ..drafter.ttt_attention import EAGER_MERGE
 from .head_loss import head_soft_cross_entropy
 from .vocab_kernels import EAGER_KERNELS, VocabKernels
 
@@ -132,18 +134,20 @@ class TTTObjective(nn.Module):
     `should_stop` is asked before each TTT step, so a stop on a slow device waits for one
     drafter forward, not a whole step (a step of TTT 7 on CPU can outlast a stop's grace)."""
 
-    def __init__(self, drafter: Eagle3Drafter, steps: int, kernels: VocabKernels = EAGER_KERNELS) -> None:
+    def __init__(self, drafter: Eagle3Drafter, steps: int, kernels: VocabKernels = EAGER_KERNELS,
+                 merge: CompiledOps = EAGER_MERGE) -> None:
         super().__init__()
         self.drafter = drafter
         self.steps = steps
         self.kernels = kernels
+        self.merge = merge
         self.should_stop: Callable[[], bool] | None = None
 
     def forward(self, p: Prepared) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss sum per step [n] with grad, correct top-1 per step [n])."""
         b, t = p.input_ids.shape
         pos = torch.arange(t, device=p.input_ids.device).expand(b, t)
-        cache = TTTCache()
+        cache = TTTCache(self.merge)
         hidden = p.aux
         d = self.drafter
         sums, correct = [], []

@@ -20,7 +20,9 @@ import torch
 from ..drafter import target_head
 from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig
+from ..compiled_ops import CompiledOps
 from ..drafter.model import Eagle3Drafter, load_drafter
+from ..drafter.ttt_attention import EAGER_MERGE
 from ..events import EventWriter
 from ..records.codec import RecordError, UnknownVersion
 from ..records.train_summary import TrainSummary, read_summary
@@ -30,6 +32,7 @@ from .data import BatchPlan, count_dataset_tokens, open_store, split_validation
 from .dist import Dist
 from .errors import BadInput
 from .loss import TargetHead, TTTObjective
+from .drafter_compile import training_kernels
 from .vocab_kernels import EAGER_KERNELS, VocabKernels
 from .online import TargetStates, open_records
 from .options import DEFAULT_VAL_MAX, Options
@@ -63,6 +66,7 @@ class Run:
     head: TargetHead | None = None
     objective: torch.nn.Module | None = None
     kernels: VocabKernels = EAGER_KERNELS
+    merge: CompiledOps = EAGER_MERGE
     params: list = field(default_factory=list)
     opt: torch.optim.Optimizer | None = None
     guard: FiniteGuard | None = None
@@ -190,7 +194,8 @@ def _build_drafter(run: Run) -> None:
         with torch.no_grad():
             drafter.lm_head.weight.copy_(head_weight[vocab.ids].float())
     drafter.to(run.device)
-    run.kernels = VocabKernels(opts.compile_loss if opts.compile_loss is not None else run.cuda, run.log)
+    run.kernels, run.merge = training_kernels(drafter, opts.compile_loss if opts.compile_loss is not None else run.cuda,
+                                              run.amp_dtype, run.log)
     run.head = TargetHead(head_weight, vocab.ids, vocab.t2d, run.device, run.amp_dtype, run.kernels)
     run.drafter, run.vocab = drafter, vocab
 
@@ -248,7 +253,7 @@ def _held_out_keys(run: Run) -> tuple[set[str], set[int]]:
 
 def _build_optimizer(run: Run) -> None:
     opts = run.opts
-    raw_objective = TTTObjective(run.drafter, opts.ttt_length, run.kernels)
+    raw_objective = TTTObjective(run.drafter, opts.ttt_length, run.kernels, run.merge)
     if run.dist.world_size == 1:
         raw_objective.should_stop = run.stop.is_set  # a stop lands between TTT steps, not only between steps
     run.objective = run.dist.wrap(raw_objective)

@@ -30,7 +30,7 @@ class Validator:
         n, device = run.opts.ttt_length, run.device
         acc_sum = torch.zeros(4 * n, device=device)
         run.drafter.eval()
-        check = TTTObjective(run.drafter, n, run.kernels)
+        check = TTTObjective(run.drafter, n, run.kernels, run.merge)
         try:
             with torch.no_grad():
                 for mb in self.batches:

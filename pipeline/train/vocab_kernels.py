@@ -11,10 +11,8 @@ keep the fp32 math in registers. The math is the eager one, so the two agree to 
 rounding. The target's probabilities are never stored: they are exp(logits - lse) of its
 bf16 logits, formed inside each pass, exactly as a stored fp32 softmax of those logits.
 
-Compiled by default on CUDA (`--no-compile-loss` turns it off); eager on CPU. If compiling
-fails (no Triton, an unsupported op) the kernels go back to eager with one warning line,
-rather than the run failing. Shapes are compiled dynamic: every batch has its own row count,
-which would otherwise each cost a recompile.
+Compiled by default on CUDA (`--no-compile-loss` turns it off); eager on CPU. A compile that
+fails goes back to eager with one warning line (pipeline/compiled_ops.py).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..capture import compile_failed
+from ..compiled_ops import CompiledOps
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -63,38 +61,22 @@ def head_grad(z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,
 EAGER = {"target_stats": target_stats, "head_forward": head_forward, "head_grad": head_grad}
 
 
-class VocabKernels:
+class VocabKernels(CompiledOps):
     """The three passes, compiled or eager; one instance per run, shared by training and validation."""
 
     def __init__(self, compile: bool, log: Callable[[str], None] = print) -> None:
-        self.log = log
-        self._compiled = {name: torch.compile(fn, dynamic=True) for name, fn in EAGER.items()} if compile else None
-
-    @property
-    def compiled(self) -> bool:
-        return self._compiled is not None
-
-    def _call(self, name: str, *args: torch.Tensor):
-        if self._compiled is not None:
-            try:
-                return self._compiled[name](*args)
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as e:  # noqa: BLE001 - any compile failure falls back to the same math, eagerly
-                self._compiled = None
-                self.log(compile_failed("train", "the loss kernels", e, "--no-compile-loss"))
-        return EAGER[name](*args)
+        super().__init__(EAGER, compile, "the loss kernels", "--no-compile-loss", log)
 
     def target_stats(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._call("target_stats", logits)
+        return self.call("target_stats", logits)
 
     def head_forward(self, z: torch.Tensor, t_logits: torch.Tensor,
                      t_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._call("head_forward", z, t_logits, t_lse)
+        return self.call("head_forward", z, t_logits, t_lse)
 
     def head_grad(self, z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,
                   w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self._call("head_grad", z, t_logits, t_lse, w)
+        return self.call("head_grad", z, t_logits, t_lse, w)
 
 
 EAGER_KERNELS = VocabKernels(compile=False)

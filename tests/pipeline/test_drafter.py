@@ -132,7 +132,9 @@ def test_training_time_test_step_sees_what_the_inference_chain_sees():
 @pytest.mark.parametrize("steps", [1, 3])
 def test_flash_merge_of_ttt_attention_equals_the_score_matrix_in_values_and_gradients(monkeypatch, steps):
     """The merge that trains on GPU (flash over step 0's keys + one key per later step) must
-    give the outputs and gradients of the written-out [T, T+i] softmax it replaces."""
+    give the outputs and gradients of the written-out [T, T+i] softmax it replaces, at every
+    step (one diagonal key, then several: its keys are stacked; test_train_objective runs it
+    compiled)."""
     import pipeline.drafter.model as model
 
     torch.manual_seed(5)
@@ -146,10 +148,9 @@ def test_flash_merge_of_ttt_attention_equals_the_score_matrix_in_values_and_grad
         monkeypatch.setattr(model, "flash_supported", lambda _q: flash)
         leaves = [x.clone().requires_grad_() for pair in kv for x in pair] + [q.clone().requires_grad_()]
         cache = TTTCache()
-        for j in range(steps):
-            cache.attend(leaves[-1], leaves[2 * j], leaves[2 * j + 1], groups=2)
-        out = cache.attend(leaves[-1], leaves[2 * steps], leaves[2 * steps + 1], groups=2)
-        return out, torch.autograd.grad(out, leaves, grad)
+        outs = [cache.attend(leaves[-1], leaves[2 * j], leaves[2 * j + 1], groups=2) for j in range(steps + 1)]
+        out = torch.stack(outs)
+        return out, torch.autograd.grad(out, leaves, grad.expand_as(out))
 
     ref, ref_grads = run(False)
     got, got_grads = run(True)

@@ -1,6 +1,6 @@
 """The fused, chunked objective is the EAGLE-3 objective written out: the same loss, accuracy
-and gradients on every TTT step, whatever the chunk size, compiled or not, with or without
-the loader's precomputed positions; and the kernels fall back to eager when compiling fails."""
+and gradients on every TTT step, whatever the chunk size, with the drafter compiled or not,
+with or without the loader's precomputed positions; and what fails to compile runs eagerly."""
 
 from __future__ import annotations
 
@@ -70,17 +70,25 @@ def written_out(drafter: Eagle3Drafter, vocab, head_w: torch.Tensor, batch: dict
     return torch.stack(sums), torch.stack(correct), torch.stack(loss_rows), torch.stack(acc_rows)
 
 
-def ours(drafter, vocab, head_w, batch, steps, kernels=None, with_positions=False):
+def ours(drafter, vocab, head_w, batch, steps, kernels=None, with_positions=False, merge=None):
+    from pipeline.drafter.ttt_attention import EAGER_MERGE
     from pipeline.train.loss import TargetHead, TTTObjective, prepare, scored_positions
     from pipeline.train.vocab_kernels import EAGER_KERNELS
 
-    kernels = kernels or EAGER_KERNELS
+    kernels, merge = kernels or EAGER_KERNELS, merge or EAGER_MERGE
     head = TargetHead(head_w, vocab.ids, vocab.t2d, torch.device("cpu"), head_w.dtype, kernels)
     if with_positions:
         batch = {**batch, "scored": scored_positions(batch["loss_mask"])}
     prep = prepare(head, batch, steps, head_w.dtype)
-    sums, correct = TTTObjective(drafter, steps, kernels)(prep)
+    sums, correct = TTTObjective(drafter, steps, kernels, merge)(prep)
     return sums, correct, prep
+
+
+def broken_compile(fn, **_kw):
+    """torch.compile where it cannot compile (no Triton): the compiled function raises when called."""
+    def run(*_a):
+        raise RuntimeError("triton not found\nsecond line")
+    return run
 
 
 def close(got: torch.Tensor, want: torch.Tensor, rel: float) -> bool:
@@ -120,21 +128,44 @@ def test_the_objective_equals_the_written_out_definition_on_every_ttt_step(chunk
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_fp32_objective_matches_the_definition_and_validation_reports_the_same_loss(compiled):
-    """The dtype CPU training runs in, through the kernels CUDA compiles; under no_grad (validation)
-    the same sums and counts, with no gradient work."""
-    from pipeline.train.vocab_kernels import VocabKernels
+    """The dtype CPU training runs in, with every part CUDA compiles compiled (the loss's passes,
+    the TTT attention's merge, the layer around it): the definition's sums, counts and gradients;
+    under no_grad (validation) the same sums and counts, with no gradient work."""
+    from pipeline.train.drafter_compile import training_kernels
+    from pipeline.train.loss import weights
 
-    kernels = VocabKernels(compile=compiled)
     drafter, vocab, head_w, batch = _setup(torch.float32, seed=1)
-    want_sums, want_correct, *_ = written_out(drafter, vocab, head_w, batch, STEPS)
-    sums, correct, _prep = ours(drafter, vocab, head_w, batch, STEPS, kernels)
-    assert torch.allclose(sums.double(), want_sums, rtol=1e-5, atol=1e-5)
+    lines: list[str] = []
+    kernels, merge = training_kernels(drafter, compiled, torch.float32, lines.append)
+    want_sums, want_correct, want_rows, _ = written_out(drafter, vocab, head_w, batch, STEPS)
+    w = weights(STEPS, torch.device("cpu"))
+    want_grads = grads(drafter, (w * want_sums.float() / want_rows.clamp(min=1)).sum())
+    sums, correct, prep = ours(drafter, vocab, head_w, batch, STEPS, kernels, merge=merge)
+    assert close(sums, want_sums.float(), 1e-5)
     assert torch.equal(correct, want_correct)
+    got_grads = grads(drafter, (w * sums / prep.loss_count.clamp(min=1)).sum())
+    for name, g in want_grads.items():
+        assert close(got_grads[name], g, 1e-4), name
     with torch.no_grad():
-        v_sums, v_correct, _ = ours(drafter, vocab, head_w, batch, STEPS, kernels)
+        v_sums, v_correct, _ = ours(drafter, vocab, head_w, batch, STEPS, kernels, merge=merge)
     assert not v_sums.requires_grad
     assert torch.allclose(v_sums, sums.detach(), rtol=1e-6, atol=1e-6) and torch.equal(v_correct, correct)
-    assert kernels.compiled == compiled  # the compiled run did not fall back to eager
+    assert kernels.compiled == merge.compiled == compiled and not lines  # nothing fell back to eager
+    assert ("before_attention" in vars(drafter.midlayer)) == compiled  # the layer runs compiled too
+
+
+def test_a_drafter_that_fails_to_compile_trains_eagerly_with_one_warning(monkeypatch):
+    from pipeline.train import drafter_compile
+
+    monkeypatch.setattr(drafter_compile.torch, "compile", broken_compile)
+    drafter, vocab, head_w, batch = _setup(torch.float32, seed=1)
+    lines: list[str] = []
+    kernels, merge = drafter_compile.training_kernels(drafter, True, torch.float32, lines.append)
+    assert not merge.compiled and "before_attention" not in vars(drafter.midlayer)
+    assert len(lines) == 1 and "the drafter's layer" in lines[0] and "--no-compile-loss" in lines[0]
+    sums, _correct, _prep = ours(drafter, vocab, head_w, batch, STEPS, kernels, merge=merge)
+    want_sums, *_ = written_out(drafter, vocab, head_w, batch, STEPS)
+    assert close(sums, want_sums.float(), 1e-5)
 
 
 def test_compiled_kernels_match_eager_on_bf16_rows_of_every_count():
@@ -163,12 +194,7 @@ def test_compiled_kernels_match_eager_on_bf16_rows_of_every_count():
 def test_loss_kernels_that_fail_to_compile_fall_back_to_eager_with_one_warning(monkeypatch):
     from pipeline.train import vocab_kernels
 
-    def broken(fn, **_kw):
-        def run(*_a):
-            raise RuntimeError("triton not found\nsecond line")
-        return run
-
-    monkeypatch.setattr(vocab_kernels.torch, "compile", broken)
+    monkeypatch.setattr(vocab_kernels.torch, "compile", broken_compile)
     lines: list[str] = []
     kernels = vocab_kernels.VocabKernels(compile=True, log=lines.append)
     z = torch.randn(3, 5)
