@@ -50,9 +50,12 @@ class Window:
 
 def to_device(run: Run, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The batch on the run's device, with the positions the objective scores (found on the host,
-    where the mask is: no device sync) and the target's states when the run is online."""
+    where the mask is: no device sync) and the target's states when the run is online. Every
+    copy is from pinned memory (the loader pins its batches): a copy from pageable memory waits
+    for the device to finish all the work queued before it."""
     lengths = batch["lengths"].tolist() if run.states is not None else None
-    batch = {**batch, "scored": scored_positions(batch["loss_mask"])}
+    scored = scored_positions(batch["loss_mask"])
+    batch = {**batch, "scored": scored.pin_memory() if run.cuda else scored}
     moved = {k: v.to(run.device, non_blocking=True) for k, v in batch.items()}
     if run.states is not None:
         run.states.fill(moved, lengths)
