@@ -59,6 +59,9 @@ PROFILE_SHAPES = {**{k: (cfg, dv, 1, t) for k, (cfg, dv, t) in SHAPES.items()},
                   "smollm2": (SMOLLM2_135M, 32000, 8, 2048)}
 RECIPE = ["--batch-tokens", "16384", "--max-len", "2048", "--lr", "1e-3", "--warmup-ratio", "0.02", "--ttt-length", "7",
           "--draft-vocab", "32000", "--val-samples", "200", "--log-every", "10", "--device", "cuda"]
+SMOKE = ["--batch-tokens", "1024", "--max-len", "512", "--lr", "1e-3", "--ttt-length", "3", "--draft-vocab", "256",
+         "--val-samples", "8", "--log-every", "2", "--workers", "1", "--device", "cpu"]
+"""--speed --smoke: the comparison's every part on a CPU in minutes (a tiny target), to try the bench itself."""
 
 
 def build(a: argparse.Namespace, device: torch.device):
@@ -143,6 +146,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rate-to", type=int, default=200)
     p.add_argument("--result", type=Path, help="--speed: also write the report here")
     p.add_argument("--commit", help="--speed: the commit named at the top, where the tree has no .git")
+    p.add_argument("--smoke", action="store_true", help="--speed on a CPU: a tiny target and settings (try the bench)")
     p.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)  # internal: run pipeline.train, traced
     p.add_argument("--trace-from", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -269,7 +273,10 @@ def trainer(a: argparse.Namespace) -> int:
                   + "\n".join(kernel_lines(prof, 8, a.top) + host_lines(prof, 8, 12)), flush=True)
 
     steps.apply = traced
-    return main([x for x in a.rest if x != "--"])
+    rc = main([x for x in a.rest if x != "--"])
+    if torch.cuda.is_available():
+        print(f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    return rc
 
 
 def synthetic_records(path: Path, n: int, vocab: int, seed: int = 0) -> Path:
@@ -298,19 +305,19 @@ def child(code: Path, argv: list[str], log: Path, env: dict | None = None, timeo
     return done.stdout
 
 
-def trainer_figures(events: Path, summary: Path, err: Path, a: argparse.Namespace) -> dict:
-    rows = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
-    prog = [(r["done"], r["t"], r.get("tokens", 0)) for r in rows if r.get("kind") == "progress"]
+def trainer_figures(events: Path, traced: str, err: Path, a: argparse.Namespace) -> dict:
+    from pipeline.events import iter_events
+
+    rows = list(iter_events(events))
+    prog = [(r.get("done"), r.t, r.get("tokens", 0)) for r in rows if r.kind == "progress"]
     lo = min((p for p in prog if p[0] >= a.rate_from), key=lambda p: p[0])
     hi = max((p for p in prog if p[0] <= a.rate_to), key=lambda p: p[0])
-    loss = {r["step"]: r["value"] for r in rows if r.get("kind") == "metric" and r.get("name") == "loss"}
-    val = [r["value"] for r in rows if r.get("kind") == "metric" and r.get("name") == "val_loss"]
-    from pipeline.records.train_summary import read_summary  # here: a --trainer child imports --code's pipeline
-
-    peak = read_summary(summary).peak_gpu_bytes
+    loss = {r.get("step"): r.get("value") for r in rows if r.kind == "metric" and r.get("name") == "loss"}
+    val = [r.get("value") for r in rows if r.kind == "metric" and r.get("name") == "val_loss"]
+    peak = [x.split()[1] for x in traced.splitlines() if x.startswith("peak ")]
     rate = (hi[0] - lo[0]) / (hi[1] - lo[1])
     return {"rate": rate, "ms": 1e3 / rate, "tok_s": (hi[2] - lo[2]) / (hi[1] - lo[1]), "loss": loss, "val": val,
-            "peak": (peak or 0) / 2**30, "window": f"{lo[0]}-{hi[0]}",
+            "peak": float(peak[-1]) if peak else 0.0, "window": f"{lo[0]}-{hi[0]}",
             "recompiles": sum("Recompiling function" in line for line in err.read_text().splitlines())}
 
 
@@ -330,18 +337,24 @@ def speed(a: argparse.Namespace) -> int:
         f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'}, torch {torch.__version__}")
     codes = (("before", a.old_code.resolve()), ("after", REPO))
     log("\n## the profiled step (bench/train_profile.py --shape smollm2, loss compiled, step.forward_backward + apply)")
-    ms = {}
+    ms, shape = {}, ["--shape", "small", "--rows", "2"] if a.smoke else ["--shape", "smollm2"]
     for label, code in codes:
-        out = child(code, ["--shape", "smollm2", "--steps", str(a.steps), "--top", str(a.top),
-                           "--answer-share", str(a.answer_share)], work / f"profile-{label}.log")
+        out = child(code, [*shape, "--steps", str(a.steps), "--top", str(a.top), "--answer-share", str(a.answer_share)],
+                    work / f"profile-{label}.log")
         lines = [x for x in out.splitlines() if x.strip()]
-        ms[label] = float(lines[0].split(": ")[-1].split(" ms/step")[0])
+        ms[label] = float(next(x for x in lines if x.startswith("train_profile:")).split(": ")[-1].split(" ms/step")[0])
         log(f"{label}: " + "\n".join(lines))
     log(f"after/before: {ms['before'] / ms['after']:.2f}x the steps a second")
-    target = random_target(work / "target")
-    data = synthetic_records(work / "train.jsonl", a.records, SMOLLM2_135M["vocab_size"])
+    if a.smoke:
+        from evaluate_speed import TINY, build_target
+
+        target, vocab, settings = build_target(work / "target", "tiny"), TINY["vocab_size"], SMOKE
+    else:
+        target, vocab, settings = random_target(work / "target"), SMOLLM2_135M["vocab_size"], RECIPE
+    data = synthetic_records(work / "train.jsonl", a.records, vocab)
     log(f"\n## the real trainer: python -m pipeline.train --data ({a.records} synthetic records) --target (random "
-        f"SmolLM2-135M shape) --steps {a.trainer_steps} --save-every {a.trainer_steps // 2} {' '.join(RECIPE)}")
+        f"{'tiny' if a.smoke else 'SmolLM2-135M'} shape) --steps {a.trainer_steps} --save-every "
+        f"{a.trainer_steps // 2} {' '.join(settings)}")
     figs = {}
     for label, code in codes:
         out, events, err = work / f"run-{label}", work / f"events-{label}.jsonl", work / f"trainer-{label}.log"
@@ -349,14 +362,15 @@ def speed(a: argparse.Namespace) -> int:
         # synthetic records have no merge stats and the random target no tokenizer: a tree that checks them is told not to
         unchecked = ["--stats", "none"] if (code / "pipeline" / "target" / "tokenizer.py").is_file() else []
         args = ["--data", str(data), "--target", str(target), "--out", str(out), "--steps", str(a.trainer_steps),
-                "--save-every", str(a.trainer_steps // 2), "--overwrite", *RECIPE, *unchecked]
+                "--save-every", str(a.trainer_steps // 2), "--overwrite", *settings, *unchecked]
         traced = child(code, ["--trainer", "--trace-from", str(a.rate_to + 5), "--top", str(a.top), "--", *args], err,
                        env={"EAGLE3_EVENTS": str(events), "TORCH_LOGS": "recompiles"})
-        figs[label] = f = trainer_figures(events, out / "summary.json", err, a)
+        figs[label] = f = trainer_figures(events, traced, err, a)
         log(f"{label}: {f['rate']:.2f} steps/s ({f['ms']:.1f} ms a step, steps {f['window']}), {f['tok_s']:,.0f} real "
             f"tokens/s, peak {f['peak']:.1f} GiB, {f['recompiles']} recompiles; loss at step {max(f['loss'])} "
             f"{f['loss'][max(f['loss'])]:.4f}, val loss " + " ".join(f"{v:.4f}" for v in f["val"]))
-        log("\n".join("  " + x for x in traced.splitlines() if x.strip() and (not x.startswith("train:") or "warning" in x)))
+        log("\n".join("  " + x for x in traced.splitlines()
+                       if x.strip() and not x.startswith("peak ") and (not x.startswith("train:") or "warning" in x)))
     b, f = figs["before"], figs["after"]
     common = sorted(set(b["loss"]) & set(f["loss"]))
     worst = max(abs(f["loss"][s] - b["loss"][s]) / max(abs(b["loss"][s]), 1e-9) for s in common)
