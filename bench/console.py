@@ -267,7 +267,7 @@ async def spew(project: Project, seconds: float, rate: int) -> None:
     rss_peak = 0
     async with app.run_test(size=(160, 48)) as pilot:
         main = app.main_screen()
-        while "spew" not in main.by_id:
+        while "spew" not in main.follow.by_id:
             await pilot.pause(0.05)
         main.query_one("#phases").select_id("spew")
         main.start_phase("spew", {}, False)
@@ -291,7 +291,7 @@ async def spew(project: Project, seconds: float, rate: int) -> None:
                     pass
         c1 = proc.cpu_times()
         wall = time.monotonic() - w0
-        st = main.by_id["spew"]
+        st = main.follow.by_id["spew"]
     cpu = (c1.user + c1.system - c0.user - c0.system) / wall * 100
     if lags:
         lags.sort()

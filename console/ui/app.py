@@ -22,8 +22,9 @@ from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.shm import ShmSource
 from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
 from console.ui.screens.ask_dialog import AskDialog
-from console.ui.screens.main_screen import Intervals, MainScreen
-from console.ui.screens.startflow import StartsLanded
+from console.ui.messages import StartsLanded
+from console.ui.screens.main.reads import Intervals
+from console.ui.screens.main.screen import MainScreen
 from console.ui.theming import load_themes, resolve_theme
 from console.ui.watchdog import TtyWatchdog
 
@@ -110,7 +111,7 @@ class ConsoleApp(App[int]):
         """After `screenshot_after`, and once the main screen has drawn its first reading: on a
         loaded machine the timer can fire before the first snapshot, which left an empty picture."""
         try:
-            ready = self.main_screen().snapshots_handled > 0
+            ready = self.main_screen().follow.looks > 0
         except LookupError:
             ready = False
         if not ready and waited < SCREENSHOT_WAIT_S:
@@ -133,7 +134,7 @@ class ConsoleApp(App[int]):
 
     def action_request_quit(self) -> None:
         main = self.main_screen()
-        running = [s for s in main.running()]
+        running = main.follow.running()
         starting = sorted(main.flow.starting - {s.phase.id for s in running})
         if not running and not starting:
             self.exit(0)
@@ -162,7 +163,7 @@ class ConsoleApp(App[int]):
     def on_starts_landed(self, msg: StartsLanded) -> None:
         """The starts the operator quit during have landed: quit, naming what runs on."""
         main = self.main_screen()
-        self.still_running = sorted({*self.still_running, *msg.started, *(s.phase.id for s in main.running())})
+        self.still_running = sorted({*self.still_running, *msg.started, *(s.phase.id for s in main.follow.running())})
         self.exit(0)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -190,7 +191,7 @@ class ConsoleApp(App[int]):
             yield SystemCommand(title, help_text, action)
         for name in self.theme_names:
             yield SystemCommand(f"Theme: {name}", "Switch theme", lambda n=name: setattr(self, "theme", n), False)
-        for st in main.statuses:
+        for st in main.follow.statuses:
             pid = st.phase.id
             yield SystemCommand(f"Select {pid}", f"{st.phase.title} ({st.state})",
                                 lambda p=pid: main.query_one("#phases").select_id(p), False)

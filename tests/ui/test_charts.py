@@ -37,7 +37,7 @@ def charts_project(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
 
 async def _select(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-def]
     main = pilot.app.main_screen()
-    await wait_for(pilot, lambda: phase_id in main.by_id, what=f"{phase_id} listed")
+    await wait_for(pilot, lambda: phase_id in main.follow.by_id, what=f"{phase_id} listed")
     main.query_one("#phases").select_id(phase_id)
     await wait_for(pilot, lambda: main.selected == phase_id, what=f"{phase_id} selected")
 
@@ -145,12 +145,12 @@ async def _pin(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-def]
     for poller in [*main.pollers.values(), main.query_one(DetailCharts).poller]:
         poller.stop(wait=10)
     status = main.pollers["status"]
-    await wait_for(pilot, lambda: main.snapshots_handled == status.posted, what="the last snapshot handled")
+    await wait_for(pilot, lambda: main.follow.looks == status.posted, what="the last snapshot handled")
     await pilot.pause()
-    for i, st in enumerate(main.statuses):
+    for i, st in enumerate(main.follow.statuses):
         if st.started_at is not None:
             st.started_at, st.ended_at = T0 + 600 * i, T0 + 600 * i + 95
-    main.query_one("#phases").show(main.statuses, main.stalled, main.flow.starting)
+    main.query_one("#phases").show(main.follow.statuses, main.follow.stalled, main.flow.starting)
     log = main.query_one("#log", LogView)
     log.clear()
     log.set_source(f"/data/eagle3/state/runs/{phase_id}/20260101-000000-abcd/output.log")
@@ -159,7 +159,7 @@ async def _pin(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-def]
         [{"t": T0, "event": "run_started", "phase": phase_id, "run_id": "20260101-000000-abcd", "user": "ops"},
          {"t": T0 + 95, "event": "run_ended", "phase": phase_id, "run_id": "20260101-000000-abcd", "code": 0}],
         show_phase=False)
-    main._show_detail()
+    main.show_detail()
     pilot.app.clear_notifications()
     await pilot.pause()
     await wait_for(pilot, lambda: log.settled, what="the pinned log drawn")
@@ -169,7 +169,7 @@ async def _pin(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-def]
 def _settle_on(phase_id: str):  # type: ignore[no-untyped-def]
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
         main = pilot.app.main_screen()
-        await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).view is not None
+        await wait_for(pilot, lambda: main.follow.statuses and main.query_one(GpuPanel).view is not None
                        and main.query_one(DiskPanel).view is not None, what="first reads")
         await _select(pilot, phase_id)
         charts = main.query_one(DetailCharts)

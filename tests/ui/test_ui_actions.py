@@ -46,7 +46,7 @@ async def test_run_shows_log_then_done_with_bell(project) -> None:  # type: igno
         await wait_for(pilot, lambda: "progress 100%" in log.lines, what="last log line")
         assert "prep line 39" in log.lines
         assert "progress 50%" not in log.lines  # the carriage-return rewrite replaced it
-        assert ("prep", "done") in app.main_screen().ended
+        assert ("prep", "done") in app.main_screen().follow.ended
         assert bells, "a phase that ends rings the terminal bell"
         await wait_for(pilot, lambda: any("prep done" in t for t in toasts), what="a 'prep done' toast")
 
@@ -146,7 +146,7 @@ async def test_check_and_verify_show_results(project) -> None:  # type: ignore[n
         await wait_for(pilot, lambda: state_of(app, "gated") == "blocked", what="blocked after check")
         await select(pilot, app, "prep")
         await pilot.press("v")
-        await wait_for(pilot, lambda: app.main_screen().shown.get("prep", ("",))[0] == "verify",
+        await wait_for(pilot, lambda: app.main_screen().memory.shown.get("prep", ("",))[0] == "verify",
                        what="verify results")
         assert "exists" in _checks_text(app)
 
@@ -216,7 +216,7 @@ async def test_palette_runs_a_phase_command(project) -> None:  # type: ignore[no
 
         await wait_for(pilot, gated_highlighted, what="'Check gated' highlighted in the palette")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "gated" in app.main_screen().shown, what="checks of gated via palette")
+        await wait_for(pilot, lambda: "gated" in app.main_screen().memory.shown, what="checks of gated via palette")
         assert app.main_screen().selected == "gated"
 
 
@@ -254,7 +254,7 @@ async def test_reattach_shows_running_phase_and_its_log(project) -> None:  # typ
         await select(pilot, app, "sleeper")
         log = app.main_screen().query_one("#log", LogView)
         await wait_for(pilot, lambda: "sleeping" in log.lines, what="log of the attached run")
-        assert app.main_screen().ended == []  # attaching is not an ending
+        assert app.main_screen().follow.ended == []  # attaching is not an ending
 
 
 async def test_two_consoles_do_not_launch_a_phase_twice(project) -> None:  # type: ignore[no-untyped-def]
@@ -330,14 +330,14 @@ async def test_started_phase_shows_the_checks_it_passed(project) -> None:  # typ
 async def test_ready_phases_are_preflighted_without_a_key(project) -> None:  # type: ignore[no-untyped-def]
     from ui_harness import FAST
 
-    from console.ui.screens.main_screen import Intervals
+    from console.ui.screens.main.reads import Intervals
 
     iv = Intervals(**{**vars(FAST), "preflight": 60.0})
     app = make_app(project, intervals=iv)
     checks_before = len(project.journal.read(events={"checks"}))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: state_of(app, "gated") == "blocked", what="gated blocked by its checks")
-        assert "input-present" in app.main_screen().by_id["gated"].reason
+        assert "input-present" in app.main_screen().follow.by_id["gated"].reason
         await select(pilot, app, "gated")
         assert "input-present" in _checks_text(app)
     assert len(project.journal.read(events={"checks"})) == checks_before  # not a decision: not journaled

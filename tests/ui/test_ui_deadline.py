@@ -65,4 +65,4 @@ async def test_d_sets_a_deadline_the_runs_are_stopped_at_and_clears_one(project)
         await answered(pilot, app, DeadlineDialog)
         await wait_for(pilot, lambda: state_of(app, "sleeper") == "stopped", timeout=120,
                        what="stopped at the deadline")
-        assert "stopped at the deadline" in app.main_screen().by_id["sleeper"].reason
+        assert "stopped at the deadline" in app.main_screen().follow.by_id["sleeper"].reason

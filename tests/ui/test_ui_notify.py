@@ -46,15 +46,15 @@ async def test_an_open_console_sends_the_end_of_a_run_whose_launcher_died_and_on
         async with app.run_test(size=(100, 30)) as pilot:
             main = app.main_screen()
             boom = project.start("boom")
-            await wait_for(pilot, lambda: main.by_id.get("boom") is not None and main.by_id["boom"].state == "running",
+            await wait_for(pilot, lambda: main.follow.by_id.get("boom") is not None and main.follow.by_id["boom"].state == "running",
                            timeout=30, what="boom seen running")
             (tmp_path / "go").write_text("")
-            await wait_for(pilot, lambda: ("boom", "failed") in main.ended, timeout=30, what="boom seen ending")
+            await wait_for(pilot, lambda: ("boom", "failed") in main.follow.ended, timeout=30, what="boom seen ending")
             await wait_for(pilot, lambda: _sent_records(project, "boom"), timeout=30, what="boom's end sent")
 
             doomed = project.start("doomed")
-            await wait_for(pilot, lambda: main.by_id.get("doomed") is not None
-                           and main.by_id["doomed"].state == "running" and doomed.read_pid()
+            await wait_for(pilot, lambda: main.follow.by_id.get("doomed") is not None
+                           and main.follow.by_id["doomed"].state == "running" and doomed.read_pid()
                            and doomed.read_pid().child_pid, timeout=30, what="doomed running")
             pid = doomed.read_pid()
             os.kill(pid.pid, signal.SIGKILL)  # the launcher first: nobody records the end

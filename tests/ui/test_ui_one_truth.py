@@ -15,7 +15,7 @@ from pathlib import Path
 from ui_harness import FROZEN, Notices, make_app, select, state_of, stop_all, wait_for
 
 from console.core.lifecycle.project import Project
-from console.ui.screens.main_screen import Intervals
+from console.ui.screens.main.reads import Intervals
 
 CFG = textwrap.dedent("""\
     name: truth
@@ -90,7 +90,7 @@ async def test_a_phase_done_with_old_values_reads_stale_as_eagle3_status_says(tm
             assert {p["phase"]: p["state"] for p in json.loads(status.stdout)["phases"]} == {"train": "stale"}
             # ...and so does the console, without a restart
             await wait_for(pilot, lambda: state_of(app, "train") == "stale", timeout=30, what="train stale")
-            assert "command changed" in (main.by_id["train"].reason or "")
+            assert "command changed" in (main.follow.by_id["train"].reason or "")
             title = str(main.query_one("#phases").border_title)
             assert "steps=40" in title  # the header shows the values now in effect
 

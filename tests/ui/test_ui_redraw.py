@@ -91,7 +91,7 @@ async def _pinned(pilot, selected: str = "train") -> None:  # type: ignore[no-un
     for poller in main.pollers.values():
         poller.stop(wait=10)
     status = main.pollers["status"]
-    await wait_for(pilot, lambda: main.snapshots_handled == status.posted, what="the last snapshot handled")
+    await wait_for(pilot, lambda: main.follow.looks == status.posted, what="the last snapshot handled")
     await app.workers.wait_for_complete()
     log = main.query_one("#log", LogView)
     main.post_message(LogLines("pinned", [f"{selected}: done"], "", reset=True, path=LOG_PATH))

@@ -266,7 +266,7 @@ async def test_a_phase_that_goes_silent_is_flagged_rung_journaled_and_notified(t
             await select(pilot, app, "quiet")
             await pilot.press("r")
             main = app.main_screen()
-            await wait_for(pilot, lambda: "quiet" in main.stalled, timeout=30, what="stall flagged")
+            await wait_for(pilot, lambda: "quiet" in main.follow.stalled, timeout=30, what="stall flagged")
             assert "⚠ stalled" in _rows(main.query_one(PhaseList))[0]
             assert "⚠ stalled" in _text(main.query_one("#detail-header"))
             assert bells

@@ -46,7 +46,7 @@ async def _quiet(pilot) -> None:  # type: ignore[no-untyped-def]
     for poller in main.pollers.values():
         poller.stop(wait=10)
     status = main.pollers["status"]
-    await wait_for(pilot, lambda: main.snapshots_handled == status.posted, what="the last snapshot handled")
+    await wait_for(pilot, lambda: main.follow.looks == status.posted, what="the last snapshot handled")
     await pilot.pause()
     await pilot.app.workers.wait_for_complete()
     await _laid_out(pilot)
@@ -58,7 +58,7 @@ async def _laid_out(pilot) -> None:  # type: ignore[no-untyped-def]
 
     main = pilot.app.main_screen()
     plist, disk = main.query_one(PhaseList), main.query_one(DiskPanel)
-    await wait_for(pilot, lambda: plist.region.height >= min(len(main.statuses), plist.styles.max_height.value
+    await wait_for(pilot, lambda: plist.region.height >= min(len(main.follow.statuses), plist.styles.max_height.value
                                                             if plist.styles.max_height else 99)
                    and (disk.view is None or disk.region.height >= len(disk.view.reading.volumes)),
                    what="the layout to take the last data")
@@ -68,7 +68,7 @@ async def _reselect(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-de
     """Select another phase and `phase_id` again, as an operator would: its detail redrawn."""
     main = pilot.app.main_screen()
     plist = main.query_one("#phases")
-    other = next(s.phase.id for s in main.statuses if s.phase.id != phase_id)
+    other = next(s.phase.id for s in main.follow.statuses if s.phase.id != phase_id)
     for pick in (other, phase_id):
         plist.select_id(pick)
         await wait_for(pilot, lambda p=pick: main.selected == p, what=f"{pick} selected")
@@ -77,7 +77,7 @@ async def _reselect(pilot, phase_id: str) -> None:  # type: ignore[no-untyped-de
 async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
     main = app.main_screen()
-    await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).view is not None
+    await wait_for(pilot, lambda: main.follow.statuses and main.query_one(GpuPanel).view is not None
                    and main.query_one(DiskPanel).view is not None, what="first reads")
     if not run:
         await _quiet(pilot)
@@ -90,16 +90,16 @@ async def _settle(pilot, run: bool = True) -> None:  # type: ignore[no-untyped-d
         def running() -> bool:
             main.pollers["status"].poke()
             main.pollers["log"].poke()
-            snap = main.stats.get("stream")
-            return (main.by_id["stream"].state == "running" and snap is not None and snap.done == 3000
+            snap = main.follow.stats.get("stream")
+            return (main.follow.by_id["stream"].state == "running" and snap is not None and snap.done == 3000
                     and log.last_line == "stream: waiting for stream.stop")
 
         await wait_for(pilot, running, timeout=30, what="stream running with its events and log")
         await _quiet(pilot)
         await wait_for(pilot, lambda: log.settled, what="the log's last lines drawn")
         log.set_source(LOG_PATH)
-        main.by_id["stream"].started_at = T0 + 3000  # the header names when it started: pin it
-        main.query_one("#phases").show(main.statuses, main.stalled, main.flow.starting)  # and the row
+        main.follow.by_id["stream"].started_at = T0 + 3000  # the header names when it started: pin it
+        main.query_one("#phases").show(main.follow.statuses, main.follow.stalled, main.flow.starting)  # and the row
         await _reselect(pilot, "stream")
         main.query_one("#journal", JournalView).show(
             [{"t": T0 + 3000, "event": "run_started", "phase": "stream", "run_id": "20260101-000000-abcd",
@@ -133,7 +133,7 @@ def test_no_driver_is_one_line(snap_compare, snap_project) -> None:  # type: ign
 
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
         main = pilot.app.main_screen()
-        await wait_for(pilot, lambda: main.statuses and main.query_one(GpuPanel).view is not None)
+        await wait_for(pilot, lambda: main.follow.statuses and main.query_one(GpuPanel).view is not None)
         await _quiet(pilot)
         await pilot.wait_for_scheduled_animations()
 

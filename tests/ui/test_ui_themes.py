@@ -31,7 +31,7 @@ async def test_console_starts_with_every_theme(one_project, theme: str) -> None:
     app = make_app(one_project, intervals=FROZEN, theme=theme)
     async with app.run_test(size=(80, 24)) as pilot:
         main = app.main_screen()
-        await wait_for(pilot, lambda: main.statuses, what="first statuses")
+        await wait_for(pilot, lambda: main.follow.statuses, what="first statuses")
         assert app.theme == theme
         app.push_screen(AskDialog("a question?", "with buttons", yes="Yes"))
         app.notify("a toast")

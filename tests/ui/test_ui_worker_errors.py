@@ -12,7 +12,7 @@ from console.core.flow import startflow
 from console.core.leaves.errors import Eagle3Error
 from console.core.lifecycle.project import Project
 from console.ui.components.phase_list import PhaseList
-from console.ui.screens.main_screen import Intervals
+from console.ui.screens.main.reads import Intervals
 
 
 class Seen(Notices):

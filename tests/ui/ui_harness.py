@@ -15,7 +15,7 @@ from console.core.runs import procs
 from console.core.runs.rundir import RunDir
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource, FakeHostSource, FakeShmSource
 from console.ui.app import ConsoleApp
-from console.ui.screens.main_screen import Intervals
+from console.ui.screens.main.reads import Intervals
 
 T0 = 1_750_000_000.0
 
@@ -146,13 +146,13 @@ class Notices:
 
 
 def state_of(app: ConsoleApp, phase_id: str) -> str | None:
-    st = app.main_screen().by_id.get(phase_id)
+    st = app.main_screen().follow.by_id.get(phase_id)
     return st.state if st is not None else None
 
 
 async def select(pilot, app: ConsoleApp, phase_id: str) -> None:  # type: ignore[no-untyped-def]
     main = app.main_screen()
-    await wait_for(pilot, lambda: phase_id in main.by_id, what=f"{phase_id} listed")
+    await wait_for(pilot, lambda: phase_id in main.follow.by_id, what=f"{phase_id} listed")
     main.query_one("#phases").select_id(phase_id)
     await wait_for(pilot, lambda: main.selected == phase_id, what=f"{phase_id} selected")
 

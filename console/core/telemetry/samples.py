@@ -4,6 +4,16 @@ that failed, never a crash."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Source(Protocol[R_co]):
+    """What a panel polls: NVML, the volumes, /dev/shm, the host, or a fake of any of them
+    (`telemetry/fake.py`). A read never raises for a failed query: it says so in the reading."""
+
+    def read(self) -> R_co: ...
 
 
 @dataclass(frozen=True)

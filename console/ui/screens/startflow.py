@@ -15,13 +15,9 @@ there what the owner may want to draw (`StartsChanged`, `StartChecked`, `StartLa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from textual.content import Content
-from textual.message import Message
 from textual.widget import Widget
 
-from console.core.checks.result import CheckResult
 from console.core.flow import startflow
 from console.core.flow.startflow import (
     AlreadyLive,
@@ -34,50 +30,11 @@ from console.core.flow.startflow import (
     StartResult,
 )
 from console.core.lifecycle.project import Project
+from console.ui.messages import StartChecked, StartLaunched, StartOutcome, StartsChanged, StartsLanded
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.confirm_dialog import ConfirmDialog
 from console.ui.worker_notices import NOTICE_TIMEOUT, failure_text
-
-
-@dataclass
-class StartOutcome(Message):
-    """A step of the flow done in a worker. `launched`: the step ran the checks and the
-    start (else it only asked the questions; None then means there are none left).
-    `error`: what went wrong when the step raised instead."""
-
-    request: StartRequest
-    result: StartResult | None
-    launched: bool
-    error: str | None = None
-
-
-class StartsChanged(Message):
-    """A start began or landed: the phase list draws `StartFlow.starting` again."""
-
-
-@dataclass
-class StartChecked(Message):
-    """A start ran the phase's pre-flight checks (they failed, or passed it on): the detail
-    shows these results as the phase's latest checks."""
-
-    phase_id: str
-    results: list[CheckResult]
-
-
-@dataclass
-class StartLaunched(Message):
-    """The phase runs: its status and log are worth a look now, not at the next poll."""
-
-    phase_id: str
-
-
-@dataclass
-class StartsLanded(Message):
-    """The operator quit while starts were in flight (`StartFlow.quit_when_landed`) and the
-    last has now landed; `started`: those that launched, which keep running."""
-
-    started: tuple[str, ...]
 
 
 class StartFlow:
