@@ -1,12 +1,14 @@
 """Training never hangs on what a data-loader worker meets: a sample it cannot read ends the run
-with exit 2 naming the file and the sample, a worker killed outright ends it with exit 1, and
-either way every worker is gone and the run folder's lock is free, within a bound. Before, the
+with exit 2 naming the file and the sample, a worker killed outright or one whose reader has a
+bug ends it with exit 1, and whichever way the run ends (a worker stuck in a read included) every
+worker is gone and the run folder's lock is free, within a bound. Before, the
 three samples below made train print the worker's traceback and then hang until killed, holding
 `.train.lock`, with and without --resume."""
 
 from __future__ import annotations
 
 import fcntl
+import multiprocessing
 import os
 import shutil
 import signal
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import store_tamper
 from pipeline.events import iter_events
@@ -134,3 +137,53 @@ def test_a_loader_worker_killed_outright_ends_the_run(fp8_store, tiny_target, tm
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "data-loader worker" in lines[0] and "--resume" in lines[0], stderr
     _nothing_left(proc, out)
+
+
+class _Items(torch.utils.data.Dataset):
+    """Item k is k, except `raises` (a bug: not bad input) and `stuck` (a read that never returns)."""
+
+    def __init__(self, raises: int = -1, stuck: int = -1) -> None:
+        self.raises, self.stuck = raises, stuck
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, k: int):
+        if k == self.raises:
+            raise KeyError("a bug in the reader")
+        if k == self.stuck:
+            time.sleep(BOUND)  # wait-ok: a worker stuck in a read (an NFS hang), never woken
+        return torch.tensor([k])
+
+
+def test_a_worker_that_raises_a_bug_is_exit_1_in_one_line_and_its_workers_are_gone():
+    from pipeline.train.loader import LoaderError, batches
+
+    seen, workers = [], []
+    with pytest.raises(LoaderError) as raised, batches(_Items(raises=2), workers=2, prefetch=1, pin=False) as items:
+        for item in items:
+            workers = workers or multiprocessing.active_children()
+            seen.append(int(item))
+    assert seen == [0, 1]  # in order, up to the item that failed
+    assert raised.value.exit_code == 1  # a bug, not the operator's input
+    text = str(raised.value)
+    assert "\n" not in text and "KeyError" in text and "reading item 2" in text, text
+    assert workers and not any(w.is_alive() for w in workers)
+
+
+def test_a_worker_stuck_in_a_read_is_killed_when_the_run_ends_though_it_ignores_stops():
+    """The workers ignore SIGTERM (a stop is the trainer's, ended in its checkpoint), so torch's
+    own shutdown cannot end one that never returns from a read; the run's end must."""
+    from pipeline.train.loader import batches
+
+    workers = []
+    try:
+        with pytest.raises(RuntimeError, match="the trainer ends"), \
+                batches(_Items(stuck=1), workers=1, prefetch=1, pin=False) as items:
+            assert int(next(items)) == 0
+            workers = multiprocessing.active_children()
+            raise RuntimeError("the trainer ends (a stop, an error) while item 1 is being read")
+        assert workers and not any(w.is_alive() for w in workers)
+    finally:
+        for w in workers:
+            w.kill()
