@@ -6,16 +6,31 @@ for its interval (or a poke). The next read starts only when the last one has fi
 the bus, a stat on a dead NFS mount) delays its own panel and never stacks up threads or
 stalls the screen. One thread per poller, not a Textual worker per read: at 1-4 reads a
 second, creating workers was most of the idle console's CPU.
-"""
+
+Readings are handed to the screen on one clock: a poller posts at the next multiple of
+`FRAME_S` (the log's frame period) after its read, not when the read happens to finish, so the
+status, GPU, host and disk readings and the log's new lines land in the same moment and the
+screen repaints once for all of them (a repaint costs about the same whatever changed in it:
+following a log, four repaints a second became two). A read an action asked for (a poke)
+posts at once, and so does the first after a quiet spell (a log line after a pause shows within
+a poll). A poller faster than the frame keeps its own pace (tests shorten them)."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
 
 from textual.dom import DOMNode
 from textual.message import Message
+
+from console.ui.components.log_view import FRAME_S
+
+
+def next_tick(now: float, period: float = FRAME_S) -> float:
+    """The first multiple of `period` on the monotonic clock at or after `now`."""
+    return math.ceil(now / period) * period
 
 
 class Poller:
@@ -28,6 +43,8 @@ class Poller:
         self.runs = 0
         self.posted = 0  # messages handed to the owner (tests wait for them to be handled)
         self.last_error: str | None = None
+        self.period = FRAME_S if interval >= FRAME_S / 2 else 0.0  # the clock its posts keep; 0: none
+        self._last_post = -math.inf
         self._stopped = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -52,6 +69,7 @@ class Poller:
         self._wake.set()
 
     def _loop(self) -> None:
+        poked = False
         while not self._stopped.is_set():
             self._wake.clear()
             started = time.monotonic()
@@ -61,13 +79,18 @@ class Poller:
             except Exception as exc:  # noqa: BLE001 - a poll that fails tries again next time
                 msg = None
                 self.last_error = f"{type(exc).__name__}: {exc}"
+            now = time.monotonic()
+            if msg is not None and self.period and not poked and now - self._last_post <= self.interval + 2 * self.period:
+                # On the clock; a poke meanwhile (an operator's action) posts at once.
+                self._wake.wait(max(0.0, next_tick(now, self.period) - now))
             if self._stopped.is_set():
                 return
             if msg is not None:
                 try:
                     self.owner.post_message(msg)
                     self.posted += 1
+                    self._last_post = time.monotonic()
                 except Exception:  # noqa: BLE001 - the app is closing
                     return
             self.runs += 1
-            self._wake.wait(max(0.0, self.interval - (time.monotonic() - started)))
+            poked = self._wake.wait(max(0.0, self.interval - (time.monotonic() - started)))

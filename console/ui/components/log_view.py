@@ -15,6 +15,7 @@ walks the DOM, and per row they cost more than drawing the row."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterable
@@ -174,11 +175,14 @@ class LogView(ScrollView, can_focus=True):
         self._pending = True
         if self._frame_timer is not None:
             return
-        wait = self._last_frame + self._gap - FRAME_SLACK - time.monotonic()
-        if wait <= 0:
+        now = time.monotonic()
+        due = self._last_frame + self._gap - FRAME_SLACK
+        if due <= now:
             self._frame()
         else:
-            self._frame_timer = self.set_timer(wait, self._frame)
+            # On the frame clock the pollers post by (pollers.py), so this frame and their
+            # readings share one repaint.
+            self._frame_timer = self.set_timer(math.ceil(due / FRAME_S) * FRAME_S - now, self._frame)
 
     def _frame(self) -> None:
         self._frame_timer = None

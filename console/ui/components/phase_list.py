@@ -32,6 +32,17 @@ def phase_duration(status: Any, now: float) -> float | None:
     return max(0.0, (ended if ended is not None else now) - started)
 
 
+def running_for(seconds: float) -> str:
+    """How long a live phase has run, as its row says it: by the minute (`<1m`, `4m`,
+    `2h03m`). A row that changed every second repainted the list, and with it every panel
+    between it and the detail, once a second; the detail header keeps the seconds."""
+    if seconds < 60:
+        return "<1m"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m"
+    return fmt_duration(seconds)
+
+
 def _title(title: str, width: int) -> str:
     """The title cut at a word with an ellipsis (the full one is in the detail header)."""
     return fit_words(title, width).ljust(width) if width > 0 else ""
@@ -51,12 +62,19 @@ class PhaseRow:
     starting: bool  # its start's checks are running (r): not the last run's ✓ or ✗ any more
 
 
+def _duration(status: Any, now: float) -> str:
+    took = phase_duration(status, now)
+    if took is None:
+        return ""
+    return running_for(took) if getattr(status, "ended_at", None) is None else fmt_duration(took)
+
+
 def phase_rows(statuses: Sequence[Any], stalled: Collection[str], starting: Collection[str],
                now: float) -> tuple[PhaseRow, ...]:
     return tuple(PhaseRow(
         id=s.phase.id, title=s.phase.title, state=s.state,
         reason=s.reason.splitlines()[0] if s.reason else "",
-        duration=fmt_duration(phase_duration(s, now)) if s.started_at is not None else "",
+        duration=_duration(s, now),
         stalled=s.phase.id in stalled and s.state == State.RUNNING,
         starting=s.phase.id in starting and s.state not in LIVE,
     ) for s in statuses)
