@@ -7,11 +7,11 @@ the bus, a stat on a dead NFS mount) delays its own panel and never stacks up th
 stalls the screen. One thread per poller, not a Textual worker per read: at 1-4 reads a
 second, creating workers was most of the idle console's CPU.
 
-Readings are handed to the screen on one clock: a poller posts at the next multiple of
-`FRAME_S` (the log's frame period) after its read, not when the read happens to finish, so the
-status, GPU, host and disk readings and the log's new lines land in the same moment and the
-screen repaints once for all of them (a repaint costs about the same whatever changed in it:
-following a log, four repaints a second became two). A read an action asked for (a poke)
+Readings are handed to the screen on one clock: a poller posts at the next tick after its
+read (the log's half-second frames for the log, whole seconds for the others), not when the
+read happens to finish, so the status, GPU, host and disk readings and the log's new lines land
+in the same moment and the screen repaints once for all of them (following a log at 80x24, four
+repaints a second became two). A read an action asked for (a poke)
 posts at once, and so does the first after a quiet spell (a log line after a pause shows within
 a poll). A poller faster than the frame keeps its own pace (tests shorten them)."""
 
@@ -43,7 +43,10 @@ class Poller:
         self.runs = 0
         self.posted = 0  # messages handed to the owner (tests wait for them to be handled)
         self.last_error: str | None = None
-        self.period = FRAME_S if interval >= FRAME_S / 2 else 0.0  # the clock its posts keep; 0: none
+        # The clock its posts keep: the log's half second for a poller as fast, whole seconds for
+        # the slower ones (status, GPUs, host, disks: they and a big pane's frames share them);
+        # none for one faster than that (tests shorten them).
+        self.period = 0.0 if interval < FRAME_S / 2 else FRAME_S if interval < 2 * FRAME_S else 2 * FRAME_S
         self._last_post = -math.inf
         self._stopped = threading.Event()
         self._wake = threading.Event()

@@ -85,6 +85,7 @@ class LogView(ScrollView, can_focus=True):
         self._gap = frame_s
         self._pending = False
         self._in_pass = False
+        self._rows_memo: tuple[list[str], list[str]] | None = None  # the wrapped rows, for a pass
         self._view: tuple[int, int, int, int] | None = None  # in a pass: width, height, top line, x
         self._style: Style | None = None  # in a pass: the style rows inherit
         self.add_class("-following")
@@ -141,9 +142,16 @@ class LogView(ScrollView, can_focus=True):
         return self.scrollable_content_region.width if self.is_attached else 0
 
     def _rows(self) -> tuple[list[str], list[str]]:
-        """The rows of the complete lines and of the partial one, at the pane's width."""
+        """The rows of the complete lines and of the partial one, at the pane's width; worked
+        out once a pass (the pane's width is a walk of the DOM, once a row it cost more than
+        the row)."""
+        if self._rows_memo is not None:
+            return self._rows_memo
         self._wrapped.sync(self.lines, self._wrap_width())
-        return self._wrapped.rows, self._wrapped.partial_rows(self.partial)
+        rows = self._wrapped.rows, self._wrapped.partial_rows(self.partial)
+        if self._in_pass:
+            self._rows_memo = rows
+        return rows
 
     def line_count_rows(self) -> int:
         """Rows the content takes: its lines, or their wrapped rows."""
@@ -180,9 +188,10 @@ class LogView(ScrollView, can_focus=True):
         if due <= now:
             self._frame()
         else:
-            # On the frame clock the pollers post by (pollers.py), so this frame and their
-            # readings share one repaint.
-            self._frame_timer = self.set_timer(math.ceil(due / FRAME_S) * FRAME_S - now, self._frame)
+            # On the clock the pollers post by (pollers.py), so this frame and their readings
+            # share one repaint: half seconds, whole ones for a pane big enough to wait longer.
+            tick = FRAME_S if self._gap <= FRAME_S else 2 * FRAME_S
+            self._frame_timer = self.set_timer(math.ceil(due / tick) * tick - now, self._frame)
 
     def _frame(self) -> None:
         self._frame_timer = None
@@ -194,10 +203,15 @@ class LogView(ScrollView, can_focus=True):
         self._sync_size()
         if not self.follow:
             return  # paused: the rows in view are the same lines; only the scroll range grew
-        view = self._where()
-        width, height = view[0], view[1]
-        drawn = self._drawn
-        changed = [y for y in range(height) if drawn.get(y) != self._key(y, view)]
+        self._in_pass = True  # the rows' keys below share one look at the pane
+        try:
+            view = self._where()
+            width, height = view[0], view[1]
+            drawn = self._drawn
+            changed = [y for y in range(height) if drawn.get(y) != self._key(y, view)]
+        finally:
+            self._in_pass = False
+            self._view = self._style = self._rows_memo = None
         self.rows_sent += len(changed)
         self._gap = max(self.frame_s, len(changed) * (width + ROW_OVERHEAD) / ROW_BYTES_PER_S)
         start = None
@@ -338,12 +352,12 @@ class LogView(ScrollView, can_focus=True):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._in_pass = True
-        self._view = self._style = None
+        self._view = self._style = self._rows_memo = None
         try:
             return super().render_lines(crop)
         finally:
             self._in_pass = False
-            self._view = self._style = None
+            self._view = self._style = self._rows_memo = None
 
     def render_line(self, y: int) -> Strip:
         view = self._where()
