@@ -91,7 +91,7 @@ def evaluate_old(code: Path, argv: list[str]) -> tuple[float, LocalReport]:
 
 
 def header(a: argparse.Namespace) -> list[str]:
-    from fp8_store import commit
+    from result_log import commit
 
     return ["# " + " ".join(["python", "bench/evaluate_speed.py", *sys.argv[1:]]),
             f"# commit {commit(a.commit, a.out)}",

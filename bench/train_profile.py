@@ -322,8 +322,7 @@ def trainer_figures(events: Path, traced: str, err: Path, a: argparse.Namespace)
 
 
 def speed(a: argparse.Namespace) -> int:
-    from fp8_store import commit
-    from quality import Log, utc_now
+    from result_log import Log, commit, utc_now
 
     if not a.old_code or not (a.old_code / "pipeline").is_dir():
         raise SystemExit("train_profile --speed: --old-code must be a folder holding the older tree's pipeline/")

@@ -1,270 +1,121 @@
-"""bench/recipe.py's own logic: what spreads one measured run over several 10-minute device calls.
-
-The whole `bench/recipe.py --small` run takes minutes on two cores (a few dozen stage processes),
-so it is left to the bench; these pin what would silently spoil a run on the device: a phase run
-out of order, training sized past the call's time, the raw arm's prompts drifting from the
-regenerated ones, or an earlier call's figures missing from the last call's result."""
+"""bench/recipe.py: the recipe's device calls through `eagle3 run`. What would silently spoil a
+measured run: a call that runs other commands than the one before it (its phases then stale), a
+training resized under way (another learning-rate schedule), intervals off the measured run's, a
+deadline kept from an earlier call that starts nothing, a result without the calls' state."""
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import console  # noqa: F401  (imported before bench/ joins the path: bench has a console.py)
+from console.core.config.loader import load_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "pipeline"))
 
 import recipe  # noqa: E402
+from recipe_inputs import write_inputs  # noqa: E402
 
 
-def test_phases_run_in_pipeline_order_whatever_order_they_are_given_in():
-    assert recipe.parse_phases("train,merge") == ["merge", "train"]
-    assert recipe.parse_phases("all") == list(recipe.PHASES)
-    with pytest.raises(argparse.ArgumentTypeError, match="unknown extrct"):
-        recipe.parse_phases("merge,extrct")
-
-
-def test_an_arm_is_data_and_source_and_a_wrong_one_says_what_is_expected():
-    assert recipe.parse_arm("raw-store") == recipe.Arm("raw", "store")
-    with pytest.raises(argparse.ArgumentTypeError, match="DATA-SOURCE"):
-        recipe.parse_arm("regen-offline")
-
-
-def test_a_phase_keeps_back_only_the_reserve_of_later_phases_in_the_same_call():
-    reserve = {"merge": 60, "train": 150, "evaluate": 200}
-    assert recipe.reserve_after("regen", ["split", "target", "regen"], reserve) == 0
-    assert recipe.reserve_after("regen", ["regen", "merge", "train"], reserve) == 210
-    assert recipe.reserve_after("train", ["merge", "train", "export", "evaluate"], reserve) == 200
-
-
-def test_a_calls_reserves_can_be_set_per_phase_and_a_wrong_one_says_what_is_expected():
-    a = recipe.parser().parse_args(["--phases", "train,export,evaluate", "--phase-reserve", "evaluate=90",
-                      "--phase-reserve", "export=20"])
-    c = recipe.Ctx(a, None, None, None, deadline=1000.0)  # type: ignore[arg-type]
-    with_defaults = recipe.Ctx(recipe.parser().parse_args(["--phases", "train,export,evaluate"]), None, None, None, 1000.0)  # type: ignore[arg-type]
-    assert with_defaults.left("train") - c.left("train") == pytest.approx(-130, abs=1)  # 240 kept back, now 110
-    with pytest.raises(argparse.ArgumentTypeError, match="PHASE=SECONDS"):
-        recipe.parse_reserve("evaluate=soon")
-    with pytest.raises(argparse.ArgumentTypeError, match="PHASE=SECONDS"):
-        recipe.parse_reserve("regen=10")
-
-
-def test_training_is_sized_to_the_time_left_and_never_past_the_passes_asked():
-    common = dict(fixed=0, batch_tokens=16384, setup_s=45, rate=30000)
-    steps, _ = recipe.size_steps(epochs=4, largest_tokens=24_000_000, left_s=445, **common)
-    assert steps == int(400 * 30000 / 16384)  # the time is the bound: 732 steps, not 4 passes' 5,860
-    steps, _ = recipe.size_steps(epochs=2, largest_tokens=163_840, left_s=445, **common)
-    assert steps == 20  # two passes over a small set, though the time would allow more
-    assert recipe.size_steps(epochs=4, largest_tokens=10**9, left_s=10, **common)[0] == 1
-    assert recipe.size_steps(epochs=4, largest_tokens=10**9, left_s=10, **{**common, "fixed": 300})[0] == 300
-
-
-def test_the_raw_arm_keeps_the_prompts_of_regenerated_samples_even_several_per_prompt():
-    sources = {"QNsJBj3_0", "QNsJBj3_1", "chitchat:a07edb12", "a1", "b7"}
-    regen = ["QNsJBj3_0", "chitchat:a07edb12#1", "chitchat:a07edb12#2", "a1-s3", "b77", "zz#1"]
-    assert recipe.matching_sources(regen, sources) == {"QNsJBj3_0", "chitchat:a07edb12", "a1"}
-
-
-def test_the_last_calls_result_holds_every_earlier_calls_lines(tmp_path, capsys):
-    history = tmp_path / "work" / "recipe.txt"
-    history.parent.mkdir()
-    first = recipe.RunLog(tmp_path / "call1.txt", history)
-    first("regen: 511 records")
-    second = recipe.RunLog(tmp_path / "call2.txt", history)
-    second("train: 700 steps")
-    assert (tmp_path / "call2.txt").read_text() == "regen: 511 records\ntrain: 700 steps\n"
-    assert (tmp_path / "call1.txt").read_text() == "regen: 511 records\n"
-    third = recipe.RunLog(tmp_path / "call3.txt", history)
-    third("split: another seed")
-    third.restart()  # a new split: the lines about the old data go
-    third("regen: 90 records")
-    assert (tmp_path / "call3.txt").read_text() == history.read_text() == "split: another seed\nregen: 90 records\n"
-
-
-def _opts(tmp_path: Path, *extra: str) -> argparse.Namespace:
-    a = recipe.parser().parse_args(["--work", str(tmp_path), *extra])
-    a.device = "cuda"
-    return a
-
-
-def test_online_arms_train_from_the_merged_set_and_store_arms_from_a_5000_sample_store(tmp_path):
-    a = _opts(tmp_path)
-    online = recipe.train_cmd(a, recipe.Arm("regen", "online"), tmp_path / "t", 700)
-    assert online[online.index("--data") + 1] == str(tmp_path / "data" / "merged-regen.jsonl")
-    assert "--store" not in online
-    store = recipe.train_cmd(a, recipe.Arm("regen", "store"), tmp_path / "t", 700)
-    assert store[store.index("--store") + 1] == str(tmp_path / "store-regen") and "--data" not in store
-    extract = recipe.extract_cmd(a, recipe.Arm("regen", "store"), tmp_path / "t")
-    assert extract[extract.index("--limit") + 1] == "5000" and "--store-dtype" not in extract
-
-
-def test_trainers_sharing_one_gpu_each_hold_an_equal_share_of_it_and_the_trainer_takes_the_flag(tmp_path):
-    from pipeline.train.__main__ import build_parser as train_parser
-    from pipeline.train.errors import BadInput
-    from pipeline.train.options import Options
-
-    four = _opts(tmp_path, "--arms", "regen-online", "raw-online", "regen-store", "regen-fp8", "--parallel", "4")
-    cmd = recipe.train_cmd(four, recipe.Arm("regen", "online"), tmp_path / "t", 700)
-    assert cmd[cmd.index("--gpu-memory-share") + 1] == "0.237"  # four trainers at once: a quarter each, less slack
-    fields = vars(train_parser().parse_args(cmd[3:]))
-    fields.pop("estimate"), fields.pop("json")
-    Options(**fields).validate()
-    one_at_a_time = _opts(tmp_path, "--arms", "regen-online", "raw-online", "--parallel", "1")
-    assert "--gpu-memory-share" not in recipe.train_cmd(one_at_a_time, recipe.Arm("raw", "online"), tmp_path, 700)
-    on_cpu = _opts(tmp_path, "--arms", "regen-online", "raw-online", "--parallel", "2")
-    on_cpu.device = "cpu"
-    assert "--gpu-memory-share" not in recipe.train_cmd(on_cpu, recipe.Arm("raw", "online"), tmp_path, 700)
-    for wrong in ("0", "1.5"):
-        bad = Options(**{**fields, "gpu_memory_share": float(wrong)})
-        with pytest.raises(BadInput, match=f"--gpu-memory-share {float(wrong)}: must be in 0.02..1.0"):
-            bad.validate()
-
-
-def test_the_dry_run_flag_is_the_only_way_an_online_arm_reads_a_store(tmp_path):
-    a = _opts(tmp_path, "--online-via-store", "--store-dtype", "fp8")
-    online = recipe.train_cmd(a, recipe.Arm("raw", "online"), tmp_path / "t", 700)
-    assert online[online.index("--store") + 1] == str(tmp_path / "store-raw-all") and "--data" not in online
-    extract = recipe.extract_cmd(a, recipe.Arm("raw", "online"), tmp_path / "t")
-    assert "--limit" not in extract and extract[extract.index("--store-dtype") + 1] == "fp8"
-
-
-def test_new_data_for_an_arm_forgets_its_run_drafter_and_figures_but_not_the_other_arms(tmp_path):
-    a = _opts(tmp_path)
-    log = recipe.RunLog(None, tmp_path / "recipe.txt")
-    state = recipe.State(tmp_path)
-    state.data["train_steps"] = 700
-    c = recipe.Ctx(a, log, state, recipe.qb.Runner(tmp_path, log, 0.0, 1, {}), 0.0)
-    regen, raw = recipe.Arm("regen", "online"), recipe.Arm("raw", "online")
-    for arm in (regen, raw):
-        (recipe.run_dir(a, arm) / "checkpoints").mkdir(parents=True)
-        recipe.drafter_dir(a, arm).mkdir(parents=True)
-        recipe.eval_report(a, arm, "sharegpt", 3).parent.mkdir(exist_ok=True)
-        recipe.eval_report(a, arm, "sharegpt", 3).write_text("{}")
-    recipe.forget_training(c, [regen])
-    assert not recipe.run_dir(a, regen).exists() and not recipe.drafter_dir(a, regen).exists()
-    assert not recipe.eval_report(a, regen, "sharegpt", 3).exists()
-    assert recipe.run_dir(a, raw).exists() and recipe.eval_report(a, raw, "sharegpt", 3).exists()
-    assert "train_steps" not in recipe.State(tmp_path).data  # sized again for the new data
-
-
-def test_the_recipe_regenerates_with_looping_answers_cut_unless_told_to_keep_them(tmp_path):
-    from pipeline.regenerate.options import parse
-
-    cmd = recipe.regen_cmd(_opts(tmp_path), tmp_path / "t")
-    assert "--trim-loops" in cmd and parse(cmd[3:]).trim_loops
-    kept = recipe.regen_cmd(_opts(tmp_path, "--keep-loops"), tmp_path / "t")
-    assert "--trim-loops" not in kept and not parse(kept[3:]).trim_loops
-
-
-def test_a_regeneration_refused_for_other_settings_stops_the_call_instead_of_training_on_old_records(tmp_path):
-    def run(*more: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(Path(recipe.__file__)), "--small", "--small-records", "12",
-                               "--work", str(tmp_path / "w"), "--arms", "regen-online", *more],
-                              capture_output=True, text=True, timeout=600)
-
-    first = run("--phases", "split,target,regen")
-    assert first.returncode == 0, first.stdout + first.stderr
-    again = run("--phases", "regen,merge", "--keep-loops")
-    assert again.returncode != 0 and "trim_loops: True then, False now" in again.stderr, again.stdout + again.stderr
-    assert "merge-regen" not in again.stdout  # nothing went on with the records made the other way
-
-
-def test_a_resumed_runs_rate_is_its_last_sessions_and_the_line_says_so():
-    whole = {"tokens": 37_662_927, "seconds": 339.0, "tokens_per_s": 47_646.0, "resumed_from": None,
-             "tokens_this_session": 37_662_927}
-    assert recipe.seen_line(whole) == "37,662,927 tokens seen in 339s (47,646 tok/s)"
-    resumed = dict(whole, resumed_from=1447, tokens_this_session=16_152_000)
-    line = recipe.seen_line(resumed)
-    assert "37,662,927 tokens seen in all" in line
-    assert "16,152,000 of them from step 1447 on, in 339s (47,646 tok/s)" in line
-    assert "37,662,927 tokens seen in 339s" not in line
-
-
-def test_training_past_its_share_of_the_call_is_stopped_there_even_an_arm_queued_behind_another(tmp_path, monkeypatch):
-    """A run sized for two calls (--steps) trains until its share, checkpoints on the stop and
-    resumes in the next call; the export and evaluation of this call keep their reserve."""
-    a = _opts(tmp_path, "--phases", "train,export,evaluate", "--arms", "regen-online", "raw-online",
-              "--parallel", "1", "--phase-reserve", "export=0", "--phase-reserve", "evaluate=0")
-    log = recipe.RunLog(None, tmp_path / "recipe.txt")
-    began = time.monotonic()
-    share = 8.0  # the job's own minimum wait is 5 s, so the first arm's end is past it
-    c = recipe.Ctx(a, log, recipe.State(tmp_path), recipe.qb.Runner(tmp_path, log, began + 600, 1, {}), began + share)
-    monkeypatch.setattr(recipe, "arm_tokens", lambda a, arm: 1000)
-    sleeps = {"regen-online": 3.0, "raw-online": 120.0}  # the second starts late and would run far past the share
-    monkeypatch.setattr(recipe, "train_cmd", lambda a, arm, target, steps: [
-        sys.executable, "-c", f"import time; time.sleep({sleeps[arm.name]})"])
-    recipe.phase_train(c, tmp_path / "target")
-    lines = (tmp_path / "recipe.txt").read_text()
-    assert "train-regen-online" in lines and "ok" in lines.split("train-regen-online")[1].splitlines()[0]
-    assert "stopped at its time limit" in lines.split("train-raw-online")[1].splitlines()[0]
-
-
-def test_retraining_forgets_the_old_drafters_and_their_figures_so_the_report_shows_only_the_new_run(tmp_path, monkeypatch):
-    a = _opts(tmp_path, "--phases", "train", "--retrain", "--steps", "5")
-    log = recipe.RunLog(None, tmp_path / "recipe.txt")
-    state = recipe.State(tmp_path)
-    state.data["train_steps"] = 700
-    began = time.monotonic()
-    c = recipe.Ctx(a, log, state, recipe.qb.Runner(tmp_path, log, began + 600, 1, {}), began + 600)
-    arm = a.arms[0]
-    for made in (recipe.run_dir(a, arm) / "checkpoints", recipe.drafter_dir(a, arm), recipe.eval_report(a, arm, "sharegpt", 3).parent):
-        made.mkdir(parents=True)
-    recipe.eval_report(a, arm, "sharegpt", 3).write_text('{"acceptance_length": 4.0}')
-    monkeypatch.setattr(recipe, "arm_tokens", lambda a, arm: 1000)
-    monkeypatch.setattr(recipe, "train_cmd", lambda a, arm, target, steps: [sys.executable, "-c", "pass"])
-    recipe.phase_train(c, tmp_path / "target")
-    assert not recipe.eval_report(a, arm, "sharegpt", 3).exists() and not recipe.drafter_dir(a, arm).exists()
-    assert recipe.State(tmp_path).data["train_steps"] == 5
-
-
-@pytest.mark.parametrize("small", [False, True], ids=["device", "small"])
-def test_a_later_call_trains_to_the_step_count_an_earlier_call_sized(tmp_path, monkeypatch, small):
-    """Plan 2t then 3o: the second call resumes toward the first call's count (one lr schedule),
-    whatever its own rate would size, and --small's own count does not replace it either."""
-    argv = ["--work", str(tmp_path), "--phases", "train,export,evaluate", "--arms", "regen-online",
-            "--train-rate", "78000"] + (["--small"] if small else [])
-    a = recipe.with_small_defaults(recipe.parser().parse_args(argv), argv)
-    state = recipe.State(tmp_path)
-    state.data["train_steps"] = 2800
-    state.save()
-    log = recipe.RunLog(None, tmp_path / "recipe.txt")
-    began = time.monotonic()
-    c = recipe.Ctx(a, log, recipe.State(tmp_path), recipe.qb.Runner(tmp_path, log, began + 600, 1, {}), began + 600)
-    monkeypatch.setattr(recipe, "arm_tokens", lambda a, arm: 1000)
-    asked: list[int] = []
-    monkeypatch.setattr(recipe, "train_cmd", lambda a, arm, target, steps: asked.append(steps) or [
-        sys.executable, "-c", "pass"])
-    recipe.phase_train(c, tmp_path / "target")
-    assert asked == [2800]
-    assert "2800 steps, as sized by an earlier call" in (tmp_path / "recipe.txt").read_text()
-
-
-def test_a_job_run_again_in_a_later_call_keeps_the_earlier_runs_log_and_reports_only_its_own(tmp_path):
-    """A training resumed in the next call reran under the same log name and wiped the first call's
-    validation lines: the recipe's val history began at the resumed step."""
-    log = recipe.RunLog(None, tmp_path / "recipe.txt")
-    runner = recipe.qb.Runner(tmp_path, log, time.monotonic() + 600, 1, {})
-    say = "import sys; print(sys.argv[1]); sys.exit(int(sys.argv[2]))"
-    first = runner.phase("p", [recipe.qb.Job("train-x", [sys.executable, "-c", say, 'RESULT {"step": 821}', "0"])])
-    assert first["train-x"].result() == {"step": 821}
-    again = runner.phase("p", [recipe.qb.Job("train-x", [sys.executable, "-c", say, "Error: out of memory", "1"])])
-    assert again["train-x"].result() == {} and again["train-x"].tail() == "Error: out of memory"
-    whole = (tmp_path / "logs" / "train-x.log").read_text()
-    assert 'RESULT {"step": 821}' in whole and whole.index("821") < whole.index("out of memory")
+def _args(*argv: str) -> argparse.Namespace:
+    return recipe.parser().parse_args(list(argv))
 
 
 @pytest.mark.parametrize("steps", [700, 2829, 2830, 2831])
-def test_a_recipe_training_validates_and_checkpoints_four_times_not_twice_at_its_end(tmp_path, steps):
+def test_a_sized_training_validates_and_checkpoints_four_times_the_last_at_its_end(steps):
     """2,829 steps saved every 2,829 // 4 = 707 validated and wrote a checkpoint at step 2,828 and
     again at 2,829: one validation of 200 samples and one checkpoint for nothing."""
     from pipeline.train.__main__ import build_parser as train_parser
 
-    argv = recipe.train_cmd(_opts(tmp_path), recipe.Arm("regen", "online"), tmp_path / "t", steps)
-    every = train_parser().parse_args(argv[3:]).save_every
-    points = [s for s in range(1, steps + 1) if s % every == 0 or s == steps]
-    assert len(points) == 4 and points[-1] == steps
+    cfg = load_config(recipe.CONFIG, recipe.training_sets(steps))
+    train = train_parser().parse_args(list(cfg.phase("train").argv[3:]))
+    points = [s for s in range(1, steps + 1) if s % train.save_every == 0 or s == steps]
+    assert train.steps == steps and len(points) == 4 and points[-1] == steps
+    assert train.log_every == steps // 20
+
+
+def test_a_training_is_sized_from_a_rate_and_a_time_and_never_resized_under_way(tmp_path, capsys):
+    work = tmp_path / "work"
+    assert recipe.main(["size", "--work", str(work), "--steps-per-s", "5", "--train-s", "566"]) == 0
+    assert recipe.read_sets(work)["train_steps"] == "2830"
+    (work / "train" / "checkpoints").mkdir(parents=True)
+    (work / "train" / "checkpoints" / "latest").write_text("step_00000708\n")
+    assert recipe.main(["size", "--work", str(work), "--steps", "4000"]) == 2
+    assert "a training of 2830 steps is under way" in capsys.readouterr().err
+    assert recipe.read_sets(work)["train_steps"] == "2830"
+    assert recipe.main(["size", "--work", str(work), "--steps", "2830"]) == 0  # the same size: nothing changes
+    assert recipe.main(["size", "--work", str(work), "--steps", "4000", "--force"]) == 0
+    assert recipe.read_sets(work)["train_save_every"] == "1000"
+
+
+def test_every_call_runs_the_commands_of_the_first_in_the_run_folder(tmp_path):
+    work = tmp_path / "work"
+    recipe.write_sets(work, {**recipe.read_sets(work), "sharegpt": "/r/sg.json.xz", "train_steps": "2829"})
+    later = recipe.walk_argv(_args("call", "--work", str(work), "--label", "3", "--result", "r", "--until", "8m"),
+                             recipe.read_sets(work))
+    sets = dict(later[i + 1].split("=", 1) for i, x in enumerate(later) if x == "--set")
+    assert sets == {"data": str(work.resolve()), "sharegpt": "/r/sg.json.xz", "train_steps": "2829"}
+    assert later[-2:] == ["--until", "8m"] and "--all" in later
+
+
+def test_a_call_left_running_clears_an_earlier_deadline_and_one_phase_runs_alone():
+    argv = recipe.walk_argv(_args("call", "--work", "w", "--label", "2", "--result", "r", "--leave-running",
+                                  "--budget-s", "500"), {})
+    assert argv[:6] == ["timeout", "-s", "INT", "-k", "60", "500"]  # the walk stops waiting; the phases go on
+    assert argv[-2:] == ["--until", "off"]  # a deadline kept from call 1 would start nothing
+    one = recipe.walk_argv(_args("call", "--work", "w", "--label", "1", "--result", "r", "--phase", "split",
+                                 "--leave-running"), {})
+    assert one[one.index("run") + 2:one.index("run") + 4] == ["split", "--wait"] and "--all" not in one
+    assert recipe.main(["call", "--work", "w", "--label", "2", "--result", "r"]) == 2
+
+
+def test_a_call_writes_the_walk_status_journal_and_figures_into_the_result(tmp_path):
+    inputs = write_inputs(tmp_path / "inputs")
+    work, result = tmp_path / "work", tmp_path / "recipe-console.txt"
+    code = recipe.main(["call", "--work", str(work), "--label", "1", "--first", "--result", str(result),
+                        "--commit", "abc1234", "--phase", "split", "--leave-running", "--budget-s", "120",
+                        *[x for k, v in inputs.items() for x in ("--set", f"{k}={v}")],
+                        "--set", "heldout_share=0.2"])
+    assert code == 0
+    text = result.read_text()
+    assert text.startswith("# bench/recipe.py on the device: configs/examples/smollm2-h200.yaml through eagle3 "
+                           "run; commit abc1234\n")
+    assert "## call 1, " in text and "the walk ended with exit 0 (every phase done)" in text
+    status = text.split("### eagle3 status --json (exit 0)\n")[1].split("\n### ")[0]
+    assert {p["phase"]: p["state"] for p in json.loads(status)["phases"]}["split"] == "done"
+    assert "### eagle3 journal -n 40 (exit 0)" in text and "split" in text.split("### eagle3 journal")[1]
+    assert "split: 76 training records, 8 heldout-mtbench, 13 heldout-sharegpt" in text
+    assert recipe.read_sets(work)["sharegpt"] == str(inputs["sharegpt"])  # the next call passes them again
+
+
+def test_the_report_reads_each_figure_from_the_stages_typed_records(tmp_path, capsys):
+    from record_samples import local_report, merge_stats, regenerate_stats, train_summary
+
+    from pipeline.records.evaluate_report import write_report
+    from pipeline.records.merge_stats import write_stats as write_merge_stats
+    from pipeline.records.regenerate_stats import write_stats as write_regen_stats
+    from pipeline.records.train_summary import write_summary
+
+    work = tmp_path / "work"
+    cfg = load_config(recipe.CONFIG, recipe.read_sets(work))
+    out = {p.id: [cfg.resolve(o) for o in p.outputs] for p in cfg.phases}
+    for path in (out["regenerate"][1], out["merge"][1], out["train"][0] / "summary.json", *out["evaluate-mtbench-5"]):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_regen_stats(out["regenerate"][1], regenerate_stats())
+    write_merge_stats(out["merge"][1], merge_stats([{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}], "ab" * 32))
+    write_summary(out["train"][0] / "summary.json", train_summary(peak_gpu_bytes=17 * 2**30))
+    write_report(out["evaluate-mtbench-5"][0], local_report())
+    assert recipe.main(["report", "--work", str(work), "--result", str(tmp_path / "r.txt")]) == 0
+    text = (tmp_path / "r.txt").read_text()
+    assert "regenerate: done, 39 of 40 records, 4,096 tokens in 62 s (67 tokens/s), failures {'http_5xx': 1}" in text
+    assert "merge: 1 records, 3 tokens, 2 learnt, 0 cut at 3" in text
+    assert ("train: 30 of 40 steps (stopped), resumed from step 20, 123,456 real tokens seen; this session 40,000 in "
+            "12 s (3,200 tokens/s); loss 0.200, acc 0.50/0.30/0.20, val acc 0.40/0.25/0.10, peak GPU 17.0 GiB") in text
+    assert ("evaluate-mtbench-5: acceptance length 2.412 at 3 draft steps, accept rate per position 0.78/0.55/0.31, "
+            "16 prompts, 318 rounds") in text
+    assert "evaluate-sharegpt-3" not in text  # not evaluated: no line, no guess

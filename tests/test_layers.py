@@ -68,8 +68,8 @@ def test_the_import_contracts_hold():
 
 
 def test_an_import_across_layers_a_circle_or_a_module_off_the_floors_is_caught(tmp_path):
-    for pkg in ("console", "pipeline"):
-        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for pkg in ("console", "pipeline", "bench"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "results"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / "console" / "core" / "sneaky.py").write_text(
         '"""core reaching into the UI the way the old AST scan could not see."""\n'
@@ -85,6 +85,9 @@ def test_an_import_across_layers_a_circle_or_a_module_off_the_floors_is_caught(t
         '"""a check reaching up to the config loader, out of sight in a function."""\n'
         "def f():\n    from console.core.config import loader  # noqa: F401\n")
     (tmp_path / "console" / "core" / "stray.py").write_text('"""a module on no floor of the core."""\n')
+    (tmp_path / "bench" / "sneaky.py").write_text(
+        '"""a bench reaching into a stage\'s module instead of running its program."""\n'
+        "from pipeline.train import loop  # noqa: F401\n")
     with (tmp_path / "console" / "core" / "lifecycle" / "state.py").open("a") as state:
         state.write("from console.core.lifecycle import project  # noqa: E402,F401 - closes a circle\n")
     done = lint_imports(tmp_path)
@@ -94,6 +97,7 @@ def test_an_import_across_layers_a_circle_or_a_module_off_the_floors_is_caught(t
     assert "pipeline.chat.sneaky -> pipeline.merge.chunks" in done.stdout
     assert "pipeline.merge.sneaky -> pipeline.export.folder" in done.stdout
     assert "console.core.checks.sneaky -> console.core.config.loader" in done.stdout
+    assert "bench.sneaky -> pipeline.train.loop" in done.stdout
     assert "No cycles are allowed in console.core.lifecycle" in done.stdout
     assert ".state -> .project" in done.stdout
     assert "not listed as layers" in done.stdout and "- console.core.stray\n" in done.stdout

@@ -15,6 +15,7 @@ import pytest
 
 from console.cli import main
 from console.core.config.loader import load_config
+from pipeline.records.evaluate_report import read_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "pipeline"))
 
@@ -125,8 +126,8 @@ def test_the_headers_cpu_dry_run_goes_through_every_phase_with_eagle3_run_all(tm
     assert held and regenerated and not held & regenerated
     assert (work / "regenerated" / "synth-target.jsonl").read_bytes() == b""  # synthesis off: an empty source
     for name in ("sharegpt-3", "sharegpt-5", "mtbench-3", "mtbench-5"):
-        report = json.loads((work / "eval" / f"{name}.json").read_text())
-        assert report["acceptance_length"] >= 1.0 and report["prompts"] == 4, name
+        report = read_report(work / "eval" / f"{name}.json")
+        assert report.acceptance_length >= 1.0 and report.prompts == 4 and report.num_steps == int(name[-1]), name
     assert main(["run", str(CONFIG), "--all", *argv]) == 0
     again = capsys.readouterr().out
     assert all(f"{p}: done, skipped" in again for p in states), again  # nothing runs twice

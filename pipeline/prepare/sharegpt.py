@@ -7,8 +7,8 @@ names, leading assistant turns, empty turns, repeated roles joined), so every st
 shape whatever its own reader accepts. Both sides are then put in a seeded order that does not
 depend on the file's: records sorted by id, then shuffled.
 
-These are the choices bench/recipe.py's split made for the measured run
-(bench/results/recipe-h200.txt): the same seed gives the same records on each side, byte for byte.
+These are the choices of the measured run's split (bench/recipe.py at 4057b8a,
+bench/results/recipe-h200.txt): the same seed gives the same records on each side, byte for byte.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ capture layers 2, 15, 27 with mean token norms 67, 248, 628), relative round-tri
     one per token per capture layer: layer 2 0.022 / 0.029 / 0.032, layer 15 0.022 / 0.029 / 0.032
 (layer 27 0.020 / 0.029 / 0.031 either way; the final state 0.022 / 0.029 / 0.034). Per layer
 gives every layer the final state's error, for 8 more bytes a token out of 2,329 (hidden
-576); bench/fp8_store.py prints the same comparison on the target it is given. The final
+576; measured by bench/fp8_store.py, bench/results/fp8-store-h200.txt). The final
 state is one layer: one scale per token.
 
 The scales are computed in float32 from the states as the target produced them and stored

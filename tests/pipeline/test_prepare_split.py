@@ -48,7 +48,7 @@ def _ids(path: Path) -> list[str]:
     return [json.loads(line)["id"] for line in path.read_text().splitlines()]
 
 
-# The files bench/recipe.py's split wrote for the measured run (bench/results/recipe-h200.txt, at 4057b8a)
+# The files the measured run's split wrote (bench/recipe.py at 4057b8a, bench/results/recipe-h200.txt)
 # from these three wheels: the regenerated, merged and trained records all descend from them.
 MEASURED = {"train.jsonl": "ef04269da8ac629378cd701f627999fc0dced86b9e84490823107e01c49dfbf5",
             "heldout-sharegpt.jsonl": "58e13bb03326dfc7a8131d2137424a8599aa3126107299a28ab121a5b6322281",

