@@ -11,10 +11,10 @@ One run measures, on a random-weight Llama-3.1-8B-shaped target and 2048-token s
      checksums (the default) and without (a no-op checksum), compiled; and uncompiled with
      checksums (--no-eager-e2e skips it).
 Targets: end to end with checksums >= 40k tokens/s on one H200, and >= 0.95 x forward-only.
-With --gpus 2 it then runs two ranks (one process per GPU, sharing the output folder) over
-twice the samples and prints the scaling. Needs CUDA; run from the repository root:
+Scaling over several GPUs is the product's to show: the extract stage's shards as phases under
+`eagle3 run --parallel N`, not a runner here. Needs CUDA; run from the repository root:
 
-    PYTHONUNBUFFERED=1 python bench/extract.py --out /path/on/the/disk [--gpus 2]
+    PYTHONUNBUFFERED=1 python bench/extract.py --out /path/on/the/disk
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,6 @@ from pipeline.extract import engine  # noqa: E402
 from pipeline.capture import Capturer  # noqa: E402
 from pipeline.extract.job import ExtractOptions, prepare  # noqa: E402
 from pipeline.store.layout import sample_bytes  # noqa: E402
-from pipeline.store.manifest import read_manifest  # noqa: E402
 from pipeline.store.meta import TargetInfo  # noqa: E402
 from pipeline.extract.reserve import volume_of  # noqa: E402
 from pipeline.extract.sharding import Shard  # noqa: E402
@@ -260,25 +258,6 @@ def disk_report(out: Path) -> str:
     return f"{out} on {vol} ({dev}, {fstype}), {st.f_bavail * st.f_frsize / 1e9:.0f} GB free"
 
 
-def worker(args) -> None:
-    """One rank of the sharded run (its GPU chosen by CUDA_VISIBLE_DEVICES)."""
-    out = Path(args.out)
-    model = build_target()
-    info = target_info()
-    cap = Capturer(model, info.capture_layers, info.num_layers, DEVICE, log=log)
-    fwd = forward_only(cap, args.batch_tokens, 3, 8)["tokens_per_s"]
-    cap.close()
-    barrier = out / "barrier"
-    (barrier / f"ready.{args.rank}").touch()
-    deadline = time.time() + 300
-    while len(list(barrier.glob("ready.*"))) < args.world_size and time.time() < deadline:
-        time.sleep(0.05)
-    res = extract_run(model, out / "data.jsonl", out / "store-sharded", 2 * args.samples,
-                      Shard(args.rank, args.world_size), args)
-    res["forward_tokens_per_s"] = fwd
-    (out / f"result.rank{args.rank}.json").write_text(json.dumps(res))
-
-
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="a folder on the disk to measure (not tmpfs)")
@@ -292,10 +271,6 @@ def parse_args() -> argparse.Namespace:
                    help="skip the uncompiled end-to-end run")
     p.add_argument("--queue", type=int, default=4)
     p.add_argument("--reserve", type=int, default=2 * 10**9)
-    p.add_argument("--gpus", type=int, default=1, help="also run the sharded figure on this many GPUs")
-    p.add_argument("--role", default="main", choices=["main", "worker"])
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="tiny model, 64-token samples, CPU if no GPU: checks the script")
     return p.parse_args()
 
@@ -375,39 +350,6 @@ def end_to_end_figures(model, out: Path, args, fwd: float, write_bound: float) -
     return main_rate
 
 
-def sharded_figures(out: Path, args, e2e: float, write_bound: float) -> None:
-    """[4]: one worker process per GPU over twice the samples into one shared store."""
-    n = min(args.gpus, torch.cuda.device_count()) if DEVICE != "cpu" else args.gpus
-    (out / "barrier").mkdir()
-    procs = []
-    for r in range(n):
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(r))
-        procs.append(subprocess.Popen([sys.executable, __file__, "--role", "worker", "--rank", str(r),
-                                       "--world-size", str(n), "--out", str(out), "--samples", str(args.samples),
-                                       "--batch-tokens", str(args.batch_tokens), "--writers", str(args.writers),
-                                       "--queue", str(args.queue), "--reserve", str(args.reserve)]
-                                      + (["--smoke"] if args.smoke else []), env=env))
-    codes = [pr.wait() for pr in procs]
-    if any(codes):
-        log(f"[4] sharded run failed: worker exit codes {codes}")
-        sys.exit(1)
-    results = [json.loads((out / f"result.rank{r}.json").read_text()) for r in range(n)]
-    tokens = sum(r["tokens"] for r in results)
-    nbytes = sum(r["bytes"] for r in results)
-    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
-    agg = tokens / wall
-    done = len(read_manifest(out / "store-sharded"))
-    manifest_ok = (out / "store-sharded" / "manifest.jsonl").exists() and done == 2 * args.samples
-    for r in results:
-        log(f"    rank {r['rank']}: forward-only {r['forward_tokens_per_s']:,.0f} tokens/s, end to end "
-            f"{r['tokens'] / r['seconds']:,.0f} tokens/s over {r['samples']} samples")
-    log(f"[4] sharded on {n} GPUs, one store: {tokens:,} tokens, {nbytes / 1e9:.1f} GB in {wall:.1f} s: "
-        f"{agg:,.0f} tokens/s ({nbytes / wall / 1e9:.2f} GB/s); scaling {agg / e2e:.2f}x over one GPU "
-        f"({agg / e2e / n:.0%} of linear); write-bound of the shared disk {write_bound:,.0f} tokens/s; "
-        f"manifest complete: {manifest_ok} ({done} samples)")
-    shutil.rmtree(out / "store-sharded")
-
-
 def main() -> None:
     args = parse_args()
     global SEQ, DEVICE
@@ -416,10 +358,6 @@ def main() -> None:
         SEQ = 64
         SHAPE.clear()
         SHAPE.update(SMOKE)
-    if args.role == "worker":
-        worker(args)
-        return
-
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
@@ -433,7 +371,7 @@ def main() -> None:
     log(f"bytes per token written: {per_token:,.0f}")
 
     t = time.perf_counter()
-    write_dataset(out / "data.jsonl", max(args.samples, 2 * args.samples if args.gpus > 1 else 0))
+    write_dataset(out / "data.jsonl", args.samples)
     log(f"dataset written in {time.perf_counter() - t:.1f} s")
     t = time.perf_counter()
     model = build_target()
@@ -445,13 +383,10 @@ def main() -> None:
         return
     fwd = forward_figures(model, args)
     write_bound = write_figures(out, args, per_token)
-    e2e = end_to_end_figures(model, out, args, fwd, write_bound)
+    end_to_end_figures(model, out, args, fwd, write_bound)
     del model
     if DEVICE != "cpu":
         torch.cuda.empty_cache()
-
-    if args.gpus > 1:
-        sharded_figures(out, args, e2e, write_bound)
     shutil.rmtree(out)
 
 

