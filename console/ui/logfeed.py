@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from console.core.leaves.logtail import LogTail
 from console.core.leaves.terminal_text import has_format, strip_format
-from console.ui.components.log_view import FRAME_S, FRAME_SLACK
+from console.ui.components.logs.log_view import FRAME_S, FRAME_SLACK
 from console.ui.messages import LogLines
 
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")

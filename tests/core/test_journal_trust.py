@@ -58,7 +58,7 @@ def test_records_of_the_wrong_types_are_skipped_and_counted_by_eagle3_journal(cf
 
 
 def test_a_view_of_a_phase_with_a_hostile_record_renders(cfg):
-    from console.ui.components.journal_view import render_records
+    from console.ui.components.logs.journal_view import render_records
 
     j = _journal(cfg)
     j.append("run_started", phase="train", run_id="good-1")

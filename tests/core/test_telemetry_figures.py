@@ -40,7 +40,7 @@ def test_a_volume_barely_growing_has_no_fill_time_in_the_hundred_thousand_days()
 
 
 def test_a_volume_being_freed_shows_no_fill_time_and_no_negative_rate() -> None:
-    from console.ui.components.disk_panel import volume_line
+    from console.ui.components.machine.disk_panel import volume_line
 
     f = _forecast([(t, 900e9 - 51e6 * t, 100e9 + 51e6 * t) for t in range(0, 60, 5)])
     assert f is not None and f.rate is not None and f.rate < 0 and f.time_to_full is None

@@ -11,8 +11,8 @@ import time
 from textual.widgets import Input, SelectionList
 from ui_harness import Notices, answered, make_app, nothing_started, select, showing, state_of, wait_for, workers_of
 
-from console.ui.components.checks_view import ChecksView
-from console.ui.components.log_view import LogView
+from console.ui.components.checks.checks_view import ChecksView
+from console.ui.components.logs.log_view import LogView
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.confirm_dialog import ConfirmDialog
@@ -359,7 +359,7 @@ async def test_quit_during_a_starts_preflight_asks_and_the_phase_still_starts(tm
     from ui_harness import CONFIG, stop_all, write_config
 
     from console.core.lifecycle.project import Project
-    from console.ui.components.phase_list import PhaseList
+    from console.ui.components.phases.phase_list import PhaseList
 
     go = tmp_path / "preflight.go"
     project = Project.load(write_config(tmp_path, CONFIG + SLOW_START.replace("{go}", str(go))))

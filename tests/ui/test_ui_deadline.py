@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ui_harness import answered, make_app, showing, state_of, wait_for
 
-from console.ui.components.live_bar import LiveBar
-from console.ui.components.log_view import LogView
+from console.ui.components.detail.live_bar import LiveBar
+from console.ui.components.logs.log_view import LogView
 from console.ui.screens.deadline_dialog import DeadlineDialog
 
 

@@ -4,7 +4,7 @@ every 20 s, a regenerate whose records half failed, a train whose batch loss swi
 from __future__ import annotations
 
 from console.core.lifecycle.livestats import LiveSnapshot
-from console.ui.components.stats_panel import stats_lines
+from console.ui.components.detail.stats_panel import stats_lines
 
 
 def _snap(**kw) -> LiveSnapshot:  # type: ignore[no-untyped-def]

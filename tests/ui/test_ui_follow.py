@@ -10,7 +10,7 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 from ui_harness import showing, wait_for
 
-from console.ui.components.log_view import LogView
+from console.ui.components.logs.log_view import LogView
 from console.ui.logfeed import LogFeed
 from console.ui.screens.log_screen import MAX_LINES, LogScreen
 

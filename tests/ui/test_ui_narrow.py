@@ -6,10 +6,10 @@ from textual.app import App, ComposeResult
 
 from console.core.checks.result import CheckResult
 from console.core.telemetry.samples import GpuReading, HostReading, ShmReading
-from console.ui.components.checks_view import render_results
-from console.ui.components.gpu_panel import GpuPanel, GpuView
-from console.ui.components.host_panel import HostPanel
-from console.ui.components.shm_panel import ShmPanel
+from console.ui.components.checks.checks_view import render_results
+from console.ui.components.machine.gpu_panel import GpuPanel, GpuView
+from console.ui.components.machine.host_panel import HostPanel
+from console.ui.components.machine.shm_panel import ShmPanel
 from console.ui.screens.help_screen import KEY_W, KEYS, help_text
 
 DEMO_CHECKS = [

@@ -9,8 +9,8 @@ from test_ui_newcomer_80x24 import train_blocked
 from ui_harness import FROZEN, make_app, select, showing, wait_for
 
 from console.core.checks.result import CheckResult
-from console.ui.components.check_report import report_lines
-from console.ui.components.checks_view import ChecksView
+from console.ui.components.checks.check_report import report_lines
+from console.ui.components.checks.checks_view import ChecksView
 from console.ui.screens.checks_screen import ChecksScreen
 
 COMMAND = CheckResult(

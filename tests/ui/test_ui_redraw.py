@@ -18,10 +18,10 @@ from ui_harness import FROZEN, T0, finish, make_app, stop_all, wait_for
 
 from console.core.config.saved import save_overrides
 from console.core.lifecycle.project import Project
-from console.ui.components.journal_view import JournalView
-from console.ui.components.log_view import LogView
-from console.ui.components.phase_list import PhaseList
-from console.ui.components.phases_title import phases_title, short_path
+from console.ui.components.logs.journal_view import JournalView
+from console.ui.components.logs.log_view import LogView
+from console.ui.components.phases.phase_list import PhaseList
+from console.ui.components.phases.phases_title import phases_title, short_path
 from console.ui.messages import LogLines
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])

@@ -14,11 +14,11 @@ from ui_harness import FAST, Notices, make_app, select, showing, state_of, stop_
 from console.core.checks.result import CheckResult
 from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeGpuSource
-from console.ui.components.checks_view import ChecksView, render_results
-from console.ui.components.gpu_panel import GpuPanel, owner_of
-from console.ui.components.journal_view import render_records
-from console.ui.components.log_view import LogView
-from console.ui.components.phase_list import PhaseList
+from console.ui.components.checks.checks_view import ChecksView, render_results
+from console.ui.components.machine.gpu_panel import GpuPanel, owner_of
+from console.ui.components.logs.journal_view import render_records
+from console.ui.components.logs.log_view import LogView
+from console.ui.components.phases.phase_list import PhaseList
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.history_screen import HistoryScreen
@@ -300,7 +300,7 @@ async def test_disk_line_is_what_df_says_and_full_in_fits_at_80_columns() -> Non
 
     from console.core.telemetry.history import DiskForecast
     from console.core.telemetry.samples import DiskReading, VolumeSample
-    from console.ui.components.disk_panel import DiskPanel
+    from console.ui.components.machine.disk_panel import DiskPanel
 
     G = 10**9
 

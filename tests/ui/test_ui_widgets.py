@@ -21,9 +21,9 @@ from console.core.leaves.errors import Eagle3Error
 
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, ShmReading, VolumeSample
-from console.ui.components.disk_panel import DiskPanel
-from console.ui.components.journal_view import JournalView
-from console.ui.components.log_view import LogView
+from console.ui.components.machine.disk_panel import DiskPanel
+from console.ui.components.logs.journal_view import JournalView
+from console.ui.components.logs.log_view import LogView
 from console.ui.logfeed import LogFeed, clean
 from console.ui.messages import LogLines, ShmUpdated
 from console.core.lifecycle.snapshot import SpaceNeed

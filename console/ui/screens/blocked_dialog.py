@@ -20,7 +20,7 @@ from textual.widgets.selection_list import Selection
 
 from console.core.checks.result import CheckResult
 from console.core.lifecycle.state import LIVE
-from console.ui.components.checks_view import render_results
+from console.ui.components.checks.checks_view import render_results
 
 NEEDS_CHECK = "needs-done"
 FIXED_ROWS = 12  # border, reason field, error line, buttons, margins: what never scrolls

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from console.core.checks.result import CheckResult
-from console.ui.components.check_report import CheckReport, counts
+from console.ui.components.checks.check_report import CheckReport, counts
 
 
 class ChecksScreen(Screen[None]):

@@ -11,7 +11,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from console.ui.components.journal_view import JournalView
+from console.ui.components.logs.journal_view import JournalView
 from console.ui.messages import JournalRead
 from console.ui.pollers import Poller
 

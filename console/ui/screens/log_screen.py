@@ -12,7 +12,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from console.ui.components.log_view import LogView
+from console.ui.components.logs.log_view import LogView
 from console.ui.logfeed import LogFeed
 from console.ui.messages import LogLines
 from console.ui.pollers import Poller

@@ -14,19 +14,19 @@ from console.core.flow.watch import PreflightSchedule
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.stall import StallAlert
 from console.core.lifecycle.state import PhaseStatus, State
-from console.ui.components.charts import DetailCharts
-from console.ui.components.checks_view import ChecksView
-from console.ui.components.detail_header import NO_PHASE, DetailHeader, heading
-from console.ui.components.disk_panel import DiskPanel
-from console.ui.components.gpu_panel import GpuPanel
-from console.ui.components.host_panel import HostPanel
-from console.ui.components.journal_view import JournalView
-from console.ui.components.live_bar import LiveBar, live_line
-from console.ui.components.log_view import LogView
-from console.ui.components.phase_list import PhaseList
-from console.ui.components.phases_title import phases_title
-from console.ui.components.shm_panel import ShmPanel
-from console.ui.components.stats_panel import StatsPanel, is_empty
+from console.ui.components.detail.charts import DetailCharts
+from console.ui.components.checks.checks_view import ChecksView
+from console.ui.components.detail.detail_header import NO_PHASE, DetailHeader, heading
+from console.ui.components.machine.disk_panel import DiskPanel
+from console.ui.components.machine.gpu_panel import GpuPanel
+from console.ui.components.machine.host_panel import HostPanel
+from console.ui.components.logs.journal_view import JournalView
+from console.ui.components.detail.live_bar import LiveBar, live_line
+from console.ui.components.logs.log_view import LogView
+from console.ui.components.phases.phase_list import PhaseList
+from console.ui.components.phases.phases_title import phases_title
+from console.ui.components.machine.shm_panel import ShmPanel
+from console.ui.components.detail.stats_panel import StatsPanel, is_empty
 from console.ui.messages import (
     ActionFailed,
     ChecksDone,

@@ -21,7 +21,7 @@ from console.core.leaves.acceptance import AcceptanceView, ReportReader, report_
 from console.core.leaves.curves import Curve
 from console.core.lifecycle.livestats import LiveSnapshot
 from console.core.lifecycle.state import PhaseStatus
-from console.ui.components.acceptance_bars import AcceptanceBars
+from console.ui.components.detail.acceptance_bars import AcceptanceBars
 from console.ui.messages import Reading
 from console.ui.pollers import Poller
 from console.ui.render import CHART_MIN_POINTS, few_points, fit_words

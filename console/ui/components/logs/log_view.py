@@ -32,7 +32,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.timer import Timer
 
-from console.ui.components.wrapped_rows import WrappedRows
+from console.ui.components.logs.wrapped_rows import WrappedRows
 from console.ui.render import cut_left
 
 _MAX_WIDTH = 1000

@@ -12,7 +12,7 @@ from textual.content import Content
 from textual.widget import Widget
 
 from console.core.checks.result import CheckResult
-from console.ui.components.checks_view import ordered
+from console.ui.components.checks.checks_view import ordered
 from console.ui.render import CHECK_STYLES, check_glyph, fmt_time, looks_like_epoch
 
 INDENT = 3  # a check's message and evidence sit under its name

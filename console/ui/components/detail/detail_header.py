@@ -11,7 +11,7 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
-from console.ui.components.phase_list import phase_duration
+from console.ui.components.phases.phase_list import phase_duration
 from console.ui.render import fmt_duration, fmt_time, state_glyph, state_style
 
 _EXPLAIN = (State.BLOCKED, State.FAILED, State.STALE)  # a reason in the state's colour

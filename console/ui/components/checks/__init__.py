@@ -1,0 +1,1 @@
+"""Check results: the detail's list and the full-screen report of each check."""

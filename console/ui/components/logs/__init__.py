@@ -1,0 +1,1 @@
+"""Text that streams: a log tailed by offsets, its wrapped rows, and the journal's records."""

@@ -1,0 +1,1 @@
+"""The phase list and its title: the checklist an operator moves through."""
