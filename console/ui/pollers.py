@@ -25,7 +25,7 @@ from collections.abc import Callable
 from textual.dom import DOMNode
 from textual.message import Message
 
-from console.ui.components.log_view import FRAME_S
+from console.ui.components.logs.log_view import FRAME_S
 
 
 def next_tick(now: float, period: float = FRAME_S) -> float:
