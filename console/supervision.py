@@ -19,7 +19,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult, redact_results
 from console.core.config.loader import load_config
-from console.core.config.model import CheckSpec
+from console.core.spec.config import CheckSpec
 from console.core.records.journal import Journal
 from console.core.lifecycle.notify import Notifier, ended_notice
 from console.core.records.provenance import record_phase

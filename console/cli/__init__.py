@@ -16,7 +16,7 @@ from console.cli import set as set_command
 from console.cli.edge import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Signalled, UsageError, kill_checks, raise_signalled
 from console.cli.parser import COMMANDS, parse_args, parse_sets
 from console.cli.printing import note_misread_paths
-from console.core.config.model import UnknownPhase
+from console.core.spec.config import UnknownPhase
 from console.core.config.saved import BadOverride
 from console.core.leaves.errors import ConfigError, Eagle3Error
 from console.core.lifecycle.project import Project

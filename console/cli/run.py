@@ -12,7 +12,7 @@ from typing import TextIO
 
 from console.cli.edge import EXIT_DEADLINE, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
 from console.cli.printing import fmt_duration, print_results
-from console.core.config.model import MAX_PARALLEL, Phase
+from console.core.spec.config import MAX_PARALLEL, Phase
 from console.core.flow.runall import (
     AllDone,
     Attaching,

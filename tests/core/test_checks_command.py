@@ -4,7 +4,7 @@ import sys
 
 from core_harness import ctx_for
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Phase
+from console.core.spec.config import CheckSpec, Phase
 
 
 

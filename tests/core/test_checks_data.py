@@ -8,7 +8,7 @@ import pytest
 from core_harness import ctx_for
 from console.core.checks import data
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec, Phase
+from console.core.spec.config import CheckSpec, Phase
 
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from core_harness import ctx_for
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.config.model import CheckSpec
+from console.core.spec.config import CheckSpec
 
 
 

@@ -10,7 +10,7 @@ from console.core.checks import disk
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import default_name, run_checks
 from console.core.checks.sharing import GpuClaim, Sharing, SpaceClaim, share_of, visible_gpus
-from console.core.config.model import CheckSpec, Phase
+from console.core.spec.config import CheckSpec, Phase
 from console.core.lifecycle.project import SHARES_CHECK, Project
 from console.core.telemetry.samples import GpuReading, GpuSample
 

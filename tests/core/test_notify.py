@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core_harness import config_for, wait_for
 
-from console.core.config.model import NotifySpec, Phase
+from console.core.spec.config import NotifySpec, Phase
 from console.core.records.journal import Journal
 from console.core.lifecycle.notify import Notifier
 

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from console.core.records import provenance
-from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 from console.core.records.provenance import changed_paths, fingerprint, read_record, record_phase
 
 

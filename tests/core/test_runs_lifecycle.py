@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core_harness import config_for, wait_for
-from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 from console.core.leaves.errors import PhaseError
 from console.core.records.journal import Journal
 from console.core.runs import procs
@@ -109,7 +109,7 @@ STARTER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 from console.core.runs.manager import start_run
 tmp = Path({tmp!r})
 ph = Phase(id="extract", title="Extract", argv=("sh", "-c", "until [ -e go ]; do sleep 0.05; done; echo finished > done.txt; exit 0"))

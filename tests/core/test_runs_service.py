@@ -10,7 +10,7 @@ import pytest
 
 from core_harness import config_for
 from console.core.checks.result import CheckResult
-from console.core.config.model import CheckSpec, Phase
+from console.core.spec.config import CheckSpec, Phase
 from console.core.runs import manager
 from console.core.runs.manager import readiness, start_run, stop_run
 

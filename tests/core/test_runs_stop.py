@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from core_harness import config_for, wait_for
-from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import run_status, start_run, stop_run

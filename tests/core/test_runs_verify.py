@@ -11,7 +11,7 @@ import pytest
 
 from console import launcher, supervision
 from console.core.checks.result import CheckResult
-from console.core.config.model import CheckSpec
+from console.core.spec.config import CheckSpec
 from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import run_status

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from console.core.config.model import Phase
+from console.core.spec.config import Phase
 from console.core.records.journal import Journal
 from console.core.runs.rundir import RunDir
 from console.core.lifecycle.snapshot import SnapshotBuilder

@@ -8,7 +8,7 @@ import sys
 import threading
 
 from core_harness import config_for
-from console.core.config.model import Phase
+from console.core.spec.config import Phase
 from console.core.leaves.errors import Eagle3Error
 from console.core.lifecycle.project import Project
 from console.core.runs import manager

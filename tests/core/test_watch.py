@@ -5,7 +5,7 @@ checks running on every status look."""
 from __future__ import annotations
 
 
-from console.core.config.model import Phase
+from console.core.spec.config import Phase
 from console.core.lifecycle.state import PhaseStatus
 from console.core.flow.watch import PreflightSchedule
 

@@ -9,16 +9,14 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from console.core.checks import hints
 from console.core.checks.sharing import Sharing
 from console.core.leaves.interpreter import path_with_interpreter, python_argv
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.samples import GpuReading
-
-if TYPE_CHECKING:  # types only: the config sits above the checks, which run against one
-    from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 
 
 def _nvml_reading() -> GpuReading:

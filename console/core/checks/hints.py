@@ -12,12 +12,11 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from console.core.checks.result import CheckResult
+from console.core.spec.config import Config, Phase
 
-if TYPE_CHECKING:  # types only: the config sits above the checks
-    from console.core.config.model import Config, Phase
 
 _ENDS = "/:;,)'\"] "  # what may follow a value for it to be the whole value, not a prefix of a name
 

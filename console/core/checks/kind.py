@@ -10,13 +10,11 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from console.core.leaves.expr import ExprError, check_expression, check_need, parse_number, references
 from pipeline.sizes import parse_size
-
-if TYPE_CHECKING:
-    from console.core.checks.context import CheckContext
+from console.core.checks.context import CheckContext
 
 
 @dataclass(frozen=True)

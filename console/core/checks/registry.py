@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from console.core.checks import command, data, digest, disk, fresh, fs, gpu, jsonfile, net, patch, python
 from console.core.checks import store as store_checks
@@ -17,9 +17,8 @@ from console.core.checks.context import CheckContext
 from console.core.checks.kind import ArgError, Kind, Outcome
 from console.core.checks.result import CheckResult
 from console.core.leaves.terminal_text import strip_format
+from console.core.spec.config import CheckSpec
 
-if TYPE_CHECKING:  # types only: the config sits above the checks, which run its specs
-    from console.core.config.model import CheckSpec
 
 _ALL: dict[str, Kind] = {k.name: k for fam in (fs, data, digest, jsonfile, disk, gpu, net, python, patch, fresh, command,
                                                store_checks)

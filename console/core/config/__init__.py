@@ -1,5 +1,1 @@
-"""The pipeline config: YAML in, typed objects out."""
-
-from console.core.config.model import CheckSpec, Config, Phase
-
-__all__ = ["CheckSpec", "Config", "Phase"]
+"""The pipeline config: YAML in, the typed objects of `console.core.spec` out."""

@@ -19,7 +19,7 @@ from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config import commands
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
-from console.core.config.model import (
+from console.core.spec.config import (
     MAX_NOTIFY_TIMEOUT,
     MAX_PARALLEL,
     NOTIFY_EVENTS,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console.core.config.loader import load_config
-from console.core.config.model import Config
+from console.core.spec.config import Config
 from console.core.config.overlay import overlay_lock, overlay_path, read_saved, write_saved
 from console.core.leaves.errors import Eagle3Error
 from console.core.leaves.redaction import redactor_for

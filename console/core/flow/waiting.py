@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
 
-from console.core.config.model import Phase
+from console.core.spec.config import Phase
 from console.core.lifecycle.project import Project
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir

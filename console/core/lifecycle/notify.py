@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from console.core.config.model import MAX_NOTIFY_TIMEOUT
+from console.core.spec.config import MAX_NOTIFY_TIMEOUT
 from console.core.leaves.redaction import Redactor
 from console.core.records.journal import Journal
 from console.core.runs.procs import with_env

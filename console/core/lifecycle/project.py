@@ -18,7 +18,7 @@ from console.core.checks.hints import explain
 from console.core.checks.result import CheckResult, redact_results
 from console.core.checks.sharing import Sharing, share_of, shares_fit, visible_gpus
 from console.core.leaves.redaction import redactor_for
-from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 from console.core.leaves.errors import Eagle3Error, PhaseError
 from console.core.leaves.interpreter import locate, missing_message, path_with_interpreter
 from console.core.records.journal import Journal, private_dir, user_name

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console.core.config.loader import load_config
-from console.core.config.model import Config
+from console.core.spec.config import Config
 from console.core.config.overlay import overlay_path
 from console.core.leaves.errors import ConfigError, Eagle3Error
 

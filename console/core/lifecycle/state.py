@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from console.core.checks.result import CheckResult
-from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 from console.core.leaves.durations import Elapsed
 from console.core.runs.rundir import RunDir
 

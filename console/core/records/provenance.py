@@ -15,14 +15,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from console.core.leaves.atomicfile import atomic_write_json
 from console.core.leaves.redaction import Redactor, redactor_for
 from pipeline.sizes import format_bytes
+from console.core.spec.config import Config, Phase
 
-if TYPE_CHECKING:
-    from console.core.config.model import Config, Phase
 
 FULL_HASH_LIMIT = 64 * 2**20
 PARTIAL_CHUNK = 2**20

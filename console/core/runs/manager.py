@@ -21,7 +21,7 @@ import console
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
-from console.core.config.model import Config, Phase
+from console.core.spec.config import Config, Phase
 from console.core.leaves.durations import Elapsed
 from console.core.leaves.errors import PhaseError
 from console.core.leaves.interpreter import python_argv
