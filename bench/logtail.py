@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from console.core.leaves.logtail import LogTail, is_marker  # noqa: E402
+from console.core.files.logtail import LogTail, is_marker  # noqa: E402
 
 PAYLOAD = "rank0 step=1234 loss=2.3456 lr=1.0e-4 grad_norm=0.87 tokens=4096"
 

@@ -214,7 +214,7 @@ def test_a_needless_lazy_import_is_told_from_one_that_keeps_torch_out(tmp_path, 
 def test_a_function_level_import_of_ours_is_found_in_every_form():
     source = (
         "import json\n"
-        "from console.core.leaves import errors\n"
+        "from console.core.text import errors\n"
         "def f():\n"
         "    import os\n"
         "    from ..ui import render\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import FrameType
 
 from console.core.checks.subproc import kill_live
-from console.core.leaves.errors import Eagle3Error
+from console.core.text.errors import Eagle3Error
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # `run` stopped at its deadline (--until): nothing failed, the stopped phases keep their

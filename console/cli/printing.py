@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from console.core.checks.result import CHECK_GLYPHS, CheckResult
-from console.core.leaves.durations import format_duration
-from console.core.leaves.setpaths import misread_paths
-from console.core.leaves.terminal_text import one_line
+from console.core.text.durations import format_duration
+from console.core.files.setpaths import misread_paths
+from console.core.text.terminal_text import one_line
 
 
 def print_results(phase_id: str, results: list[CheckResult], out: TextIO) -> None:

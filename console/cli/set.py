@@ -12,7 +12,7 @@ from console.cli.printing import note_misread_paths
 from console.core.config.loader import load_config
 from console.core.config.overlay import overlay_path, read_saved
 from console.core.config.saved import save_overrides
-from console.core.leaves.terminal_text import one_line
+from console.core.text.terminal_text import one_line
 
 HELP = ("remember variable overrides for this config: every command (the console too) applies "
         "them under --set; with no VAR=VALUE, list them")

@@ -11,8 +11,8 @@ from typing import TextIO
 
 from console.cli.edge import EXIT_FAIL, EXIT_OK, UsageError
 from console.cli.printing import fmt_duration, print_json
-from console.core.leaves.rates import format_rate
-from console.core.leaves.terminal_text import one_line
+from console.core.text.rates import format_rate
+from console.core.text.terminal_text import one_line
 from console.core.lifecycle.livestats import LiveSnapshot, headline_metrics
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.reread import ConfigChanged

@@ -13,8 +13,8 @@ import re
 import time
 from collections.abc import Callable
 
-from console.core.leaves.logtail import LogTail
-from console.core.leaves.terminal_text import has_format, strip_format
+from console.core.files.logtail import LogTail
+from console.core.text.terminal_text import has_format, strip_format
 from console.ui.components.logs.log_view import FRAME_S, FRAME_SLACK
 from console.ui.messages import LogLines
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from textual.content import Content
 
 from console.core.checks.result import CHECK_GLYPHS
-from console.core.leaves.durations import format_duration
+from console.core.text.durations import format_duration
 from console.core.lifecycle.state import State, glyph_of
-from console.core.leaves.rates import compact_number
+from console.core.text.rates import compact_number
 from pipeline.sizes import format_bytes
 
 # The glyphs are the core's (`State.glyph`, `CHECK_GLYPHS`); the colours are the UI's.
@@ -121,7 +121,7 @@ def fmt_pair(used: float | None, total: float | None) -> str:
 
 
 def fmt_duration(s: float | None) -> str:
-    """3s, 4m05s, 2h03m, 3d04h (console.core.leaves.durations: one definition for CLI and UI)."""
+    """3s, 4m05s, 2h03m, 3d04h (console.core.text.durations: one definition for CLI and UI)."""
     return format_duration(s)
 
 

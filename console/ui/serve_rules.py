@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from console.core.leaves.errors import Eagle3Error
+from console.core.text.errors import Eagle3Error
 
 DEFAULT_HOST = "127.0.0.1"
 READ_ONLY_FLAG = "--read-only"

@@ -13,7 +13,7 @@ from typing import Any
 
 from textual.worker import Worker, WorkerState
 
-from console.core.leaves.errors import Eagle3Error
+from console.core.text.errors import Eagle3Error
 
 NOTICE_TIMEOUT = 15
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from record_samples import local_report, server_report
 
-from console.core.leaves.acceptance import ReportReader, report_candidates, view_of
+from console.core.figures.acceptance import ReportReader, report_candidates, view_of
 from pipeline.evaluate.report import summarize
 from pipeline.records.evaluate_report import KIND, Best, write_report
 

@@ -13,7 +13,7 @@ import pytest
 
 from console.cli import main
 from console.core.config.loader import load_config
-from console.core.leaves.errors import ConfigError
+from console.core.text.errors import ConfigError
 
 HOSTILE = "/x; touch PWNED"
 

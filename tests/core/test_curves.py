@@ -7,7 +7,7 @@ import math
 
 from pipeline.events import Event
 
-from console.core.leaves.curves import StepCurve
+from console.core.figures.curves import StepCurve
 from console.core.lifecycle.livestats import LiveStats
 
 

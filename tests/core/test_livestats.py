@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from console.core.lifecycle.livestats import EventTail, LiveStats, headline_metrics
-from console.core.leaves.rates import format_rate
+from console.core.text.rates import format_rate
 from pipeline.events import Event, EventWriter
 
 

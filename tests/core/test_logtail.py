@@ -7,7 +7,7 @@ import re
 import tracemalloc
 from pathlib import Path
 
-from console.core.leaves.logtail import LINE_TRUNCATED, ROTATED, TRUNCATED, LogTail, is_marker
+from console.core.files.logtail import LINE_TRUNCATED, ROTATED, TRUNCATED, LogTail, is_marker
 
 
 def append(path: Path, data: str | bytes) -> None:

@@ -59,7 +59,7 @@ def test_notify_and_stall_after_keys_load_and_bad_ones_name_the_key(tmp_path: Pa
     import pytest
 
     from console.core.config.loader import load_config
-    from console.core.leaves.errors import ConfigError
+    from console.core.text.errors import ConfigError
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: n\nnotify:\n  - run: [notify-send, '{phase} {state}']\n    on: [failed, stalled]\n"

@@ -14,7 +14,7 @@ import pytest
 
 from core_harness import config_for, wait_for
 from console.core.spec.config import Config, Phase
-from console.core.leaves.errors import PhaseError
+from console.core.text.errors import PhaseError
 from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import latest_run, list_runs, run_status, start_run, stop_run

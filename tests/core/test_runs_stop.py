@@ -156,7 +156,7 @@ def test_kill_group_spares_the_named_pid(tmp_path):
 def test_a_stop_confirmed_for_one_run_never_stops_the_run_that_replaced_it(tmp_path):
     import pytest
 
-    from console.core.leaves.errors import PhaseError
+    from console.core.text.errors import PhaseError
 
     ph = Phase(id="train", title="Train", argv=("sh", "-c", "echo ready; exec sleep 60"))
     cfg = config_for(tmp_path, ph)

@@ -9,7 +9,7 @@ import threading
 
 from core_harness import config_for
 from console.core.spec.config import Phase
-from console.core.leaves.errors import Eagle3Error
+from console.core.text.errors import Eagle3Error
 from console.core.lifecycle.project import Project
 from console.core.runs import manager
 from console.core.flow.waiting import wait

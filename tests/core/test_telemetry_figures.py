@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from console.core.leaves.durations import format_duration
+from console.core.text.durations import format_duration
 from console.core.lifecycle.livestats import LiveStats
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, VolumeSample

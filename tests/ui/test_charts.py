@@ -13,7 +13,7 @@ import pytest
 from charts_project import T0, write_charts_project
 from ui_harness import FAST, FROZEN, finish, make_app, wait_for
 
-from console.core.leaves.acceptance import AcceptanceView, Setting
+from console.core.figures.acceptance import AcceptanceView, Setting
 from console.core.lifecycle.project import Project
 from console.ui.components.detail.acceptance_bars import AcceptanceBars, acceptance_lines
 from console.ui.components.detail.charts import CurveChart, DetailCharts

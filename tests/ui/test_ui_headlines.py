@@ -10,8 +10,8 @@ import re
 import pytest
 from textual.app import App, ComposeResult
 
-from console.core.leaves.acceptance import AcceptanceView, Setting
-from console.core.leaves.curves import StepCurve
+from console.core.figures.acceptance import AcceptanceView, Setting
+from console.core.figures.curves import StepCurve
 from console.core.lifecycle.livestats import LiveSnapshot
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, VolumeSample

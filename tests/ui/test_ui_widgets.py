@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.worker import WorkerState
 from ui_harness import Notices, wait_for
 
-from console.core.leaves.errors import Eagle3Error
+from console.core.text.errors import Eagle3Error
 
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, ShmReading, VolumeSample

@@ -13,7 +13,7 @@ from typing import Callable
 
 from console.core.checks import hints
 from console.core.checks.sharing import Sharing
-from console.core.leaves.interpreter import path_with_interpreter, python_argv
+from console.core.files.interpreter import path_with_interpreter, python_argv
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.samples import GpuReading
 from console.core.spec.config import Config, Phase

@@ -13,7 +13,7 @@ from typing import Any
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, names_check, short_path
 from console.core.checks.values import ValueSourceError, named_values, values_budget
-from console.core.leaves.expr import ExprError, evaluate_traced
+from console.core.figures.expr import ExprError, evaluate_traced
 
 BLOCK = 16 * 2**20
 EDGE_LINES = 3

@@ -13,7 +13,7 @@ from console.core.checks.fs import nearest_existing
 from console.core.checks.kind import Field, Kind, Outcome, names_check, short_path
 from console.core.checks.sharing import device_of, others_line
 from console.core.checks.values import ValueSourceError, named_values, values_budget
-from console.core.leaves.expr import ExprError, need_traced
+from console.core.figures.expr import ExprError, need_traced
 from pipeline.sizes import format_bytes
 
 SHM = "/dev/shm"

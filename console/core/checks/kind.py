@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Callable, Mapping
 
-from console.core.leaves.expr import ExprError, check_expression, check_need, parse_number, references
+from console.core.figures.expr import ExprError, check_expression, check_need, number_of, references
 from pipeline.sizes import parse_size
 from console.core.checks.context import CheckContext
 
@@ -63,16 +63,9 @@ def _as_int(value: Any, what: str, lo: int | None = None, hi: int | None = None)
 
 
 def _as_number(value: Any, what: str) -> float:
-    if isinstance(value, bool):
+    if (number := number_of(value)) is None:
         raise ArgError(f"{what} must be a number, got {_got(value)}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            pass
-    raise ArgError(f"{what} must be a number, got {_got(value)}")
+    return float(number)
 
 
 MAX_TIMEOUT = 6 * 3600.0  # a check is a pre-flight look; a day-long one is a typo (1e9)
@@ -178,13 +171,9 @@ def _as_need(value: Any, what: str) -> Any:
 
 def _as_amount(value: Any, what: str) -> Any:
     """A number, or an expression over named values evaluated when the check runs."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
+    if (number := number_of(value)) is not None:
+        return number
     if isinstance(value, str):
-        try:
-            return parse_number(value)
-        except ValueError:
-            pass
         try:
             check_expression(value)
         except ExprError as e:

@@ -24,7 +24,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome
 from console.core.checks.python import find_module, interpreter, package_dir
 from console.core.checks.subproc import run_bounded
-from console.core.leaves.interpreter import interpreter_path
+from console.core.files.interpreter import interpreter_path
 
 DEV_NULL = "/dev/null"
 VERIFY_TIMEOUT = 30.0

@@ -16,7 +16,7 @@ from console.core.checks import store as store_checks
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import ArgError, Kind, Outcome
 from console.core.checks.result import CheckResult
-from console.core.leaves.terminal_text import strip_format
+from console.core.text.terminal_text import strip_format
 from console.core.spec.config import CheckSpec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from console.core.leaves.redaction import Redactor
+from console.core.text.redaction import Redactor
 
 Status = Literal["pass", "warn", "fail"]
 CHECK_GLYPHS: dict[str, str] = {"pass": "✓", "warn": "!", "fail": "✗"}  # the CLI's and the UI's mark

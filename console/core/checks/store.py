@@ -23,7 +23,7 @@ from typing import Any
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, short_path
 from console.core.checks.subproc import run_bounded
-from console.core.leaves.interpreter import interpreter_path
+from console.core.files.interpreter import interpreter_path
 
 SHOWN_PROBLEMS = 5
 REPORT_KEYS = ("expected", "samples", "tokens", "bytes", "sizes_checked", "checksums_checked",

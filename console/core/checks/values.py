@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from console.core.checks.context import CheckContext
 from console.core.checks.subproc import program, run_bounded
-from console.core.leaves.expr import parse_number
+from console.core.figures.expr import parse_number
 from pipeline.records import known
 from pipeline.records.codec import RecordError
 

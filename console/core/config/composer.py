@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from console.core.config import bounds
-from console.core.leaves.errors import ConfigError
+from console.core.text.errors import ConfigError
 
 # `${var}` inside a flow list (`volumes: [${workdir}, /dev/shm]`) is not valid YAML, yet it
 # is the natural way to write a config; the braces are swapped for private-use characters

@@ -29,9 +29,9 @@ from console.core.spec.config import (
     Phase,
 )
 from console.core.config.overlay import overlay_path, read_saved
-from console.core.leaves.durations import parse_duration
-from console.core.leaves.errors import ConfigError
-from console.core.leaves.terminal_text import strip_controls
+from console.core.text.durations import parse_duration
+from console.core.text.errors import ConfigError
+from console.core.text.terminal_text import strip_controls
 
 TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "parallel", "phases")
 PHASE_KEYS = (

@@ -26,7 +26,7 @@ import yaml
 from pipeline import bounded_read
 
 from console.core.config.composer import compose, restore
-from console.core.leaves.errors import ConfigError
+from console.core.text.errors import ConfigError
 from pipeline.atomic_io import fsync_dir, write_bytes_atomic
 
 SUFFIX = ".local.yaml"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from console.core.leaves.terminal_text import strip_controls
+from console.core.text.terminal_text import strip_controls
 
 READ_BYTES = 1 << 20  # read a look at most; the rest waits for the next look
 MAX_PARTIAL = 64 << 10  # a "line" this long with no newline yet goes out as it is

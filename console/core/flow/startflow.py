@@ -18,7 +18,7 @@ from typing import Protocol
 from console.core.checks.result import CheckResult
 from console.core.checks.sharing import Sharing
 from console.core.spec.config import Phase
-from console.core.leaves.errors import Eagle3Error
+from console.core.text.errors import Eagle3Error
 from console.core.lifecycle.project import Blocked, NeedsConfirmation, Project
 from console.core.lifecycle.reread import ConfigChanged
 from console.core.runs.rundir import RunDir

@@ -16,7 +16,7 @@ from console.core.lifecycle.project import Project
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
-from console.core.leaves.terminal_text import strip_controls
+from console.core.text.terminal_text import strip_controls
 
 LOG_POLL_S = 0.2
 SERVICE_POLL_S = 1.0

@@ -19,9 +19,9 @@ from typing import Any
 
 from pipeline.events import Event, read_events
 
-from console.core.leaves.curves import Curve, StepCurve
+from console.core.figures.curves import Curve, StepCurve
 from console.core.telemetry.history import Series, slope
-from console.core.leaves.terminal_text import one_line
+from console.core.text.terminal_text import one_line
 
 MAX_METRICS = 64  # distinct metric names kept: a chatty phase cannot grow the console without end
 METRIC_POINTS = 500
@@ -107,7 +107,7 @@ class LiveStats:
       "to go" never shrinks while "written" stands still.
     - `metrics`: {name: Series of (t, value)} for metric events (loss, lr, ...), the last
       500 points each; `curves`: {name: `StepCurve`} of the metric events that carry a
-      `step`, the whole run in bounded memory (console/core/leaves/curves.py), for the charts;
+      `step`, the whole run in bounded memory (console/core/figures/curves.py), for the charts;
       `artifacts`: the paths of the last 8 artifact events; `last_message`: the newest `Message`; `messages`: the last 50.
     - `last_progress_t`: the `t` of the newest progress event (a view can flag a stall).
     - `failed`: the latest progress extra `failed` (units counted in `done` that failed).

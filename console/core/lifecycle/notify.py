@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core.spec.config import MAX_NOTIFY_TIMEOUT
-from console.core.leaves.redaction import Redactor
+from console.core.text.redaction import Redactor
 from console.core.records.journal import Journal
 from console.core.runs.procs import with_env
 

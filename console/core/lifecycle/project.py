@@ -17,10 +17,10 @@ from console.core.checks.registry import run_checks
 from console.core.checks.hints import explain
 from console.core.checks.result import CheckResult, redact_results
 from console.core.checks.sharing import Sharing, share_of, shares_fit, visible_gpus
-from console.core.leaves.redaction import redactor_for
+from console.core.text.redaction import redactor_for
 from console.core.spec.config import Config, Phase
-from console.core.leaves.errors import Eagle3Error, PhaseError
-from console.core.leaves.interpreter import locate, missing_message, path_with_interpreter
+from console.core.text.errors import Eagle3Error, PhaseError
+from console.core.files.interpreter import locate, missing_message, path_with_interpreter
 from console.core.records.journal import Journal, private_dir, user_name
 from console.core.lifecycle.notify import Notifier
 from console.core.lifecycle.reread import ConfigChanged, ConfigSource

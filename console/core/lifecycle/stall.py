@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from console.core.leaves.durations import MAX_DURATION, format_duration, parse_duration
+from console.core.text.durations import MAX_DURATION, format_duration, parse_duration
 from console.core.lifecycle.notify import claim, claims_dir
 from console.core.lifecycle.state import State
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from console.core.checks.result import CheckResult
 from console.core.spec.config import Config, Phase
-from console.core.leaves.durations import Elapsed
+from console.core.text.durations import Elapsed
 from console.core.runs.rundir import RunDir
 
 

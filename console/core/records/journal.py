@@ -29,7 +29,7 @@ from typing import Any
 
 from pipeline.bounded_read import open_regular
 
-from console.core.leaves.terminal_text import strip_format
+from console.core.text.terminal_text import strip_format
 
 FILE = "journal.jsonl"
 TAIL_BYTES = 16 << 20  # what a bounded read looks at: the newest records, never the whole history

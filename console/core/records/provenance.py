@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from console.core.leaves.atomicfile import atomic_write_json
-from console.core.leaves.redaction import Redactor, redactor_for
+from console.core.files.atomicfile import atomic_write_json
+from console.core.text.redaction import Redactor, redactor_for
 from pipeline.sizes import format_bytes
 from console.core.spec.config import Config, Phase
 

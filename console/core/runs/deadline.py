@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console.core.leaves.atomicfile import atomic_write_json
-from console.core.leaves.durations import MAX_DURATION, parse_duration
-from console.core.leaves.errors import Eagle3Error
+from console.core.files.atomicfile import atomic_write_json
+from console.core.text.durations import MAX_DURATION, parse_duration
+from console.core.text.errors import Eagle3Error
 from pipeline.bounded_read import read_text
 
 FILE = "deadline.json"

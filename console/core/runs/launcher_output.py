@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from console.core.records.journal import Journal
-from console.core.leaves.redaction import Redactor
+from console.core.text.redaction import Redactor
 from console.core.runs.rundir import RunDir
 
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from console.core.leaves.errors import PhaseError
+from console.core.text.errors import PhaseError
 
 
 START_LOCK = "_start.lock"  # `_` never begins a phase id: no phase's lock has this name

@@ -22,10 +22,10 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
 from console.core.spec.config import Config, Phase
-from console.core.leaves.durations import Elapsed
-from console.core.leaves.errors import PhaseError
-from console.core.leaves.interpreter import python_argv
-from console.core.leaves.redaction import redactor_for
+from console.core.text.durations import Elapsed
+from console.core.text.errors import PhaseError
+from console.core.files.interpreter import python_argv
+from console.core.text.redaction import redactor_for
 from console.core.records.journal import Journal, private_dir, user_name
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock

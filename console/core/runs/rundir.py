@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console.core.leaves.atomicfile import atomic_write_json
+from console.core.files.atomicfile import atomic_write_json
 from console.core.checks.result import CheckResult
 
 ARGV = "argv.json"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from console.core.leaves.errors import PhaseError
+from console.core.text.errors import PhaseError
 
 Severity = Literal["error", "warning"]
 PhaseKind = Literal["task", "service"]

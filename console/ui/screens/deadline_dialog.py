@@ -15,7 +15,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from console.core.leaves.durations import format_duration
+from console.core.text.durations import format_duration
 from console.core.runs.deadline import Deadline, DeadlineError, parse_until
 
 CLEAR = ("", "off", "none")

@@ -1,7 +1,7 @@
 """The evaluate detail's bars: the share of drafts accepted at each position, and, for a
 sweep, each setting's acceptance length, so the setting to serve with is seen, not read.
 
-A view of a frozen `AcceptanceView` (console/core/leaves/acceptance.py): assigning `view` redraws;
+A view of a frozen `AcceptanceView` (console/core/figures/acceptance.py): assigning `view` redraws;
 a report the console cannot read is its one line of reason.
 The panel gives the bars as many rows as the terminal's height allows (`charts.chart_rows`);
 what does not fit folds into a last row that still names it."""
@@ -14,7 +14,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.core.leaves.acceptance import AcceptanceView, Setting
+from console.core.figures.acceptance import AcceptanceView, Setting
 from console.ui.render import bar, fit, fit_parts, fit_words
 
 TALL_ROWS = 8  # from this many rows on, the flags line shows too

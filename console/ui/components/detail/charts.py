@@ -17,8 +17,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
-from console.core.leaves.acceptance import AcceptanceView, ReportReader, report_candidates
-from console.core.leaves.curves import Curve
+from console.core.figures.acceptance import AcceptanceView, ReportReader, report_candidates
+from console.core.figures.curves import Curve
 from console.core.lifecycle.livestats import LiveSnapshot
 from console.core.lifecycle.state import PhaseStatus
 from console.ui.components.detail.acceptance_bars import AcceptanceBars

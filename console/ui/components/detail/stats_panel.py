@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.core.lifecycle.livestats import LiveSnapshot, headline_metrics
-from console.core.leaves.rates import format_rate
+from console.core.text.rates import format_rate
 from console.ui.components.detail.charts import charted_metrics
 from console.ui.render import (
     CHART_MIN_POINTS,

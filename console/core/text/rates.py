@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from console.core.leaves.durations import format_duration
+from console.core.text.durations import format_duration
 
 
 def singular(unit: str) -> str:

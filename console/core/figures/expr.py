@@ -175,16 +175,25 @@ def parse_number(text: str) -> int | float:
     return float(text) if any(c in text for c in ".eE") else int(text)
 
 
-def _number(value: Any, what: str) -> int | float:
+def number_of(value: Any) -> int | float | None:
+    """The number a config's value or a JSON field holds: an int or a float as it is, text
+    read by `parse_number`; None for anything else (a bool is not a number). The one reading
+    of a number that the checks' arguments and the expressions share."""
     if isinstance(value, bool):
-        raise ExprError(f"{what} is {value!r}, not a number")
+        return None
     if isinstance(value, (int, float)):
         return value
     if isinstance(value, str):
         try:
             return parse_number(value)
         except ValueError:
-            pass
+            return None
+    return None
+
+
+def _number(value: Any, what: str) -> int | float:
+    if (number := number_of(value)) is not None:
+        return number
     if isinstance(value, Mapping):
         keys = ", ".join(list(map(str, value))[:8])
         raise ExprError(f"{what} is an object, not a number (its keys: {keys})")
