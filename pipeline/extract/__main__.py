@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", type=Path, help="target model folder (save_pretrained layout)")
     p.add_argument("--data", type=Path, help="merged dataset (JSONL)")
     p.add_argument("--out", type=Path, help="store folder")
-    p.add_argument("--stats", type=Path, help="merge stats JSON (its dataset_sha256 is checked against --data)")
+    p.add_argument("--stats", type=Path, help="merge stats JSON (its dataset_sha256 is checked against --data, "
+                   "its tokenizer_identity against --model's tokenizer)")
     p.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward (default 16384)")
     p.add_argument("--max-len", type=int, default=None, help="truncate samples to this many tokens")
     p.add_argument("--writers", type=int, default=4, help="concurrent store writes (default 4): writer threads for the HF backend, "

@@ -26,6 +26,7 @@ from ..store.meta import TargetInfo, build_meta, ensure_meta
 from .reserve import DiskGuard
 from .sharding import Shard
 from ..store.lock import StoreLock
+from ..target.tokenizer import check_merged_with
 
 
 @dataclass
@@ -108,12 +109,15 @@ def _prepare_locked(options: ExtractOptions, target: TargetInfo, dtype: str, sha
     guard.check(0)
     dataset = index_dataset(Path(options.data), options.max_len, target.vocab_size)
     if options.stats is not None:
-        want = read_stats(options.stats).dataset_sha256
-        if want != dataset.sha256:
+        recorded = read_stats(options.stats)
+        if recorded.dataset_sha256 != dataset.sha256:
             raise BadInput(
-                f"{options.stats}: dataset_sha256 is {want} but {options.data} hashes to {dataset.sha256}; "
-                "the stats belong to another dataset: rerun pipeline.merge or pass the matching --stats"
+                f"{options.stats}: dataset_sha256 is {recorded.dataset_sha256} but {options.data} hashes to "
+                f"{dataset.sha256}; the stats belong to another dataset: rerun pipeline.merge or pass the matching "
+                "--stats"
             )
+        check_merged_with(recorded, options.stats, dataset.path, target.path, "--model",
+                          "extract without --stats (nothing is then checked against merge's record)")
     meta = build_meta(target, dtype, dataset.path, dataset.sha256, len(dataset), options.max_len, shard.world_size,
                       options.limit, fp8=options.fp8)
     ensure_meta(out, meta, shard.rank)

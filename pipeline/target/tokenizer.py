@@ -4,8 +4,8 @@ Merged data is token ids: the same ids mean other text under another tokenizer, 
 trained online on data merged with another tokenizer learns from noise, and nothing fails. A
 tokenizer of the same size proves nothing (a permuted vocabulary has it), and a path proves
 nothing either (a folder re-downloaded, a tokenizer swapped in place). So merge records
-`tokenizer_identity(its tokenizer)` in its stats, and online training computes the same of
-the target's tokenizer and refuses a difference.
+`tokenizer_identity(its tokenizer)` in its stats, and online training and extraction compute
+the same of the target's tokenizer and refuse a difference (`check_merged_with`).
 
 The identity hashes every token with its id (the vocabulary, added and special tokens
 included) and, for a BPE model, its merges in order (a tokenizer with the same vocabulary and
@@ -18,6 +18,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from pipeline.records.merge_stats import MergeStats
 from pipeline.target.config import TargetError
 
 PREFIX = "tok1:"
@@ -46,3 +47,18 @@ def load_identity(folder: Path | str, flag: str = "--target") -> str:
         raise TargetError(f"{folder} ({flag}): no tokenizer loads from it ({str(e).splitlines()[0]}); save the "
                           "target's tokenizer beside its weights (tokenizer.json)") from None
     return tokenizer_identity(tokenizer)
+
+
+def check_merged_with(recorded: MergeStats, stats: Path, data: Path, target: Path | str, flag: str,
+                      unchecked: str) -> None:
+    """The tokenizer merge recorded in `stats` for `data` must be the target's; TargetError
+    (exit 2) naming the data, the stats and both tokenizers otherwise, or saying that the
+    stats record none (`unchecked`: how to go on without the check)."""
+    if recorded.tokenizer_identity is None:
+        raise TargetError(f"{stats}: records no tokenizer_identity (merged before merge recorded it), so nothing "
+                          f"proves {data} was tokenized by {target}'s tokenizer: merge again, or {unchecked}")
+    have = load_identity(target, flag)
+    if have != recorded.tokenizer_identity:
+        raise TargetError(f"{data} was merged with the tokenizer {recorded.tokenizer} ({recorded.tokenizer_identity}, "
+                          f"{stats}) but the target {target} has {have}: its vocabulary or merges differ, so the "
+                          f"same ids mean other text; merge again with --tokenizer {target}")

@@ -23,7 +23,7 @@ from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
 from ..records import merge_stats
 from ..target.config import capture_layers, read_config, text_config
 from ..target.model import load_target
-from ..target.tokenizer import load_identity
+from ..target.tokenizer import check_merged_with
 from ..target.weights import check_weights, target_fingerprint
 from .errors import BadInput, TrainError
 from .loss import StepAborted
@@ -117,14 +117,7 @@ def check_tokenizer(index: DatasetIndex, target: Path, stats: str | None, log: C
     if recorded.dataset_sha256 != index.sha256:
         raise BadInput(f"{path}: dataset_sha256 {recorded.dataset_sha256[:12]}... but {index.path} hashes to "
                        f"{index.sha256[:12]}...: these stats describe another dataset; pass the merge's own --stats")
-    if recorded.tokenizer_identity is None:
-        raise BadInput(f"{path}: records no tokenizer_identity (merged before merge recorded it), so nothing proves "
-                       f"{index.path} was tokenized by {target}'s tokenizer: merge again, or pass --stats none")
-    have = load_identity(target, "--target")
-    if have != recorded.tokenizer_identity:
-        raise BadInput(f"{index.path} was merged with the tokenizer {recorded.tokenizer} ({recorded.tokenizer_identity}, "
-                       f"{path}) but the target {target} has {have}: its vocabulary or merges differ, so the same ids "
-                       f"mean other text; merge again with --tokenizer {target}")
+    check_merged_with(recorded, path, index.path, target, "--target", "pass --stats none")
 
 
 class TargetStates:

@@ -191,3 +191,44 @@ def test_online_training_without_the_datas_stats_is_refused_unless_told_to_go_un
     assert f"{tiny_data.stats}: dataset_sha256 " in capsys.readouterr().err
     assert _online(data, tiny_target, tmp_path / "run3", "--stats", "none") == 0
     assert "--stats none: the tokenizer" in capsys.readouterr().out
+
+
+def _extract(target: Path, data: Path, stats: Path, out: Path) -> int:
+    from pipeline.extract.__main__ import main
+
+    return main(["--backend", "hf", "--model", str(target), "--data", str(data), "--stats", str(stats), "--out",
+                 str(out), "--reserve", "0", "--device", "cpu"])
+
+
+def test_extraction_refuses_data_merged_with_another_tokenizer_before_it_writes_a_state(tiny_target, tiny_data,
+                                                                                       tmp_path, capsys, xt):
+    """The same lie offline: states extracted from ids the target reads as other text, then a
+    drafter trained on them. Checked where extract reads merge's stats (--stats)."""
+    import random
+
+    target = tmp_path / "target"
+    shutil.copytree(tiny_target, target)
+    order = list(range(xt.VOCAB))
+    random.Random(0).shuffle(order)
+    xt.tiny_tokenizer(order).save_pretrained(target)
+    rc = _extract(target, tiny_data.path, tiny_data.stats, tmp_path / "store")
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"extract: error: {tiny_data.path} was merged with the tokenizer tiny (tok1:") and \
+        f", {tiny_data.stats}) but the target {target} has tok1:" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "store" / "manifest.jsonl").exists()
+
+
+def test_extraction_refuses_stats_that_record_no_tokenizer(tiny_target, tiny_data, tmp_path, capsys):
+    from dataclasses import replace
+
+    from pipeline.records import merge_stats
+
+    stats = tmp_path / "train.stats.json"
+    merge_stats.write_stats(stats, replace(merge_stats.read_stats(tiny_data.stats), tokenizer_identity=None))
+    rc = _extract(tiny_target, tiny_data.path, stats, tmp_path / "store")
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"{stats}: records no tokenizer_identity" in err and "extract without --stats" in err, err
+    assert not (tmp_path / "store" / "manifest.jsonl").exists()

@@ -84,6 +84,7 @@ def wide_target(tmp_path_factory, xt) -> Path:
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
     path = tmp_path_factory.mktemp("wide") / "target"
     LlamaForCausalLM(cfg).save_pretrained(path)
+    xt.tiny_tokenizer().save_pretrained(path)  # the one the tiny data was merged with (extract checks it)
     return path
 
 
