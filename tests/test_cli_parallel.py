@@ -12,6 +12,7 @@ from pathlib import Path
 from console.cli import main
 from console.cli.edge import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from console.core.checks import disk
+from console.core.flow import runall
 
 # Each side waits until the other has started: both end well only if they ran at the same time.
 # A side told to fail (work/<me>.fail) exits 4; the other then runs on until that end is recorded.
@@ -131,3 +132,21 @@ def test_the_space_checks_of_phases_starting_together_sum_their_needs(tmp_path, 
     # one at a time, each has the room it needs
     assert main(["run", str(cfg), "--all"]) == EXIT_OK
     assert status(cfg, capsys)["two"]["state"] == "done"
+
+
+def test_each_phase_of_a_parallel_walk_gets_its_share_of_the_cores(tmp_path, capsys, monkeypatch) -> None:
+    """Two torch stages side by side on torch's default would each take every core; the walk
+    hands each its share through OMP_NUM_THREADS, and a phase whose config sets it keeps that."""
+    monkeypatch.setattr(runall, "usable_cores", lambda: 8)
+    show = "[python, -c, \"import os; print('threads', os.environ.get('OMP_NUM_THREADS'))\"]"
+    cfg = config(tmp_path, f"""\
+      - id: free
+        run: {show}
+      - id: pinned
+        run: {show}
+        env: {{OMP_NUM_THREADS: "3"}}
+    """)
+    code = main(["run", str(cfg), "--all", "--parallel", "2"])
+    cap = capsys.readouterr()
+    assert code == EXIT_OK, cap.err
+    assert "[free] threads 4" in cap.out and "[pinned] threads 3" in cap.out

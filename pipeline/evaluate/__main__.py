@@ -61,6 +61,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pipeline import cpu_threads
 from pipeline.events import EventWriter
 from pipeline.program_edge import SigtermGuard, Terminated, on_sigterm, run_program
 from pipeline.records.evaluate_report import (Baseline, Best, ForwardTimes, LocalReport, PromptFigures, ServerReport,
@@ -106,6 +107,7 @@ class EvalOptions:
     concurrency: int = 4
     timeout: float = 300.0
     max_settings: int = MAX_SETTINGS
+    threads: int | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="write the figures here as JSON")
     p.add_argument("--concurrency", type=int, default=4, help="--server: requests in flight, 1..64 (default 4)")
     p.add_argument("--timeout", type=float, default=300.0, help="--server: seconds per request (default 300)")
+    cpu_threads.add_option(p)
     return p
 
 
@@ -318,6 +321,7 @@ def _duration(seconds: float) -> str:
 
 
 def run_local(args: EvalOptions, events: EventWriter, progress: Progress) -> LocalReport:
+    cpu_threads.fit("evaluate", args.threads)
     import torch
 
     from . import estimate, sweep

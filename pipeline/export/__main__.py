@@ -44,6 +44,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import cpu_threads
 from pipeline.events import EventWriter
 from pipeline.export.convert import DEFAULT_MODE, export
 from pipeline.export.folder import required_keys
@@ -64,6 +65,7 @@ class ExportOptions:
     dtype: str = "target"
     mode: int = DEFAULT_MODE
     verify: Path | None = None
+    threads: int | None = None
 
 
 def _mode(text: str) -> int:
@@ -87,10 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", type=_mode, default=DEFAULT_MODE, metavar="OCTAL",
                    help="permissions of the written files (default 0644: a server of another user can read them)")
     p.add_argument("--verify", type=Path, metavar="DRAFTER", help="check an exported folder and exit")
+    cpu_threads.add_option(p)
     return p
 
 
 def _run(args: ExportOptions) -> int:
+    missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(args, n) is None]
+    if missing and args.verify is None:
+        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
+    cpu_threads.fit("export", args.threads)
     if args.verify is not None:
         problems = verify_folder(args.verify, args.target)
         for line in problems:
@@ -99,9 +106,6 @@ def _run(args: ExportOptions) -> int:
             print(f"export: {args.verify} is complete: {len(required_keys())} weights, all finite, checksums "
                   f"match{', for this target' if args.target else ''}; config for SGLang")
         return 1 if problems else 0
-    missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(args, n) is None]
-    if missing:
-        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
     with EventWriter.from_env() as events:
         info = export(args.checkpoint, args.target, args.out, DTYPES[args.dtype], events, args.mode)
     print(f"export: {info['checkpoint']} -> {info['out']}: {info['keys']} weights, {info['bytes']} bytes, "

@@ -42,6 +42,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import cpu_threads
 from ..program_edge import BadInput, run_program
 from ..records.extract_estimate import format_estimate
 from ..sizes import format_bytes
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "capture layer), about half the bytes; training dequantizes on read. Also for --estimate")
     p.add_argument("--dtype", default="bf16", help="--estimate only: bytes per value (bf16, fp16, fp32)")
     p.add_argument("--json", action="store_true", help="--estimate, --verify: print a JSON object")
+    cpu_threads.add_option(p)
     s = p.add_argument_group("--backend sglang")
     s.add_argument("--server", help="the extraction-mode server's URL, e.g. http://127.0.0.1:30000")
     s.add_argument("--dump-dir", type=Path, help="the server's dump folder (its EAGLE3_DUMP_DIR)")
@@ -138,6 +140,7 @@ def _extract(args: argparse.Namespace) -> int:
     options = options_from(args)
     target = TargetInfo.from_dir(args.model)
     shard = resolve_shard(args.rank, args.world_size)
+    cpu_threads.fit("extract", args.threads)
     if args.device == "cpu":
         device = "cpu"  # no torch import before the input checks: refusals stay instant
     else:

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import cpu_threads
 from pipeline.program_edge import BadInput
 from pipeline.sizes import SIZE_HINT, parse_size
 
@@ -49,6 +50,7 @@ class TargetOptions:
     out: Path
     dtype: str = "bf16"
     max_source_bytes: int = parse_size(MAX_TARGET_BYTES)
+    threads: int | None = None  # torch's CPU threads (None: pipeline/cpu_threads.py chooses)
 
 
 def _count(text: str) -> int | None:
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", choices=DTYPES, default="bf16", help="the saved weights' dtype (default bf16)")
     t.add_argument("--max-source-bytes", type=_size, default=parse_size(MAX_TARGET_BYTES), metavar="SIZE",
                    help=f"bound on the source's bytes (default {MAX_TARGET_BYTES})")
+    cpu_threads.add_option(t)
     return p
 
 

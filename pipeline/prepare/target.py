@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline import output_guard
+from pipeline import cpu_threads, output_guard
 from pipeline.events import EventWriter
 from pipeline.jsonfile import read_json
 from pipeline.prepare.options import TargetOptions
@@ -144,6 +144,7 @@ def run_target(o: TargetOptions, events: EventWriter) -> int:
     scratch = o.out.with_name(f".{o.out.name}.gguf-{os.getpid()}")
     try:
         scratch.mkdir(parents=True, exist_ok=True)
+        cpu_threads.fit("prepare", o.threads)
         model, tokenizer = load(o.source, o.dtype, scratch, o.max_source_bytes, say)
         params = sum(p.numel() for p in model.parameters())
         need = sum(p.numel() * p.element_size() for p in model.parameters()) + (64 << 20)

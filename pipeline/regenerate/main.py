@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from itertools import islice
 
-from pipeline import output_guard
+from pipeline import cpu_threads, output_guard
 from pipeline.events import EventWriter
 from pipeline.program_edge import on_sigterm, run_program
 from pipeline.records import regenerate_stats
@@ -69,6 +69,7 @@ def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
 
 
 def _hf_backend(o: opts_mod.Options):
+    cpu_threads.fit(NAME, o.threads)
     from .backends.hf import HFBackend
 
     return HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens,

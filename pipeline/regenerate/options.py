@@ -10,6 +10,7 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipeline import cpu_threads
 from pipeline.chat.sources import parse_role_map
 
 from .errors import BadInput
@@ -55,6 +56,7 @@ class Options:
     max_invalid: float = 0.05
     strict: bool = False
     max_failed_share: float = 0.05
+    threads: int | None = None  # torch's CPU threads, hf backend (None: pipeline/cpu_threads.py chooses)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -121,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of this run's records that may fail (bad answers, refusals; a prompt too long for "
                    "the target does not count) before the run is exit 4, not done; a run that writes no record "
                    "is exit 4 too (default 0.05)")
+    cpu_threads.add_option(p)
     return p
 
 
@@ -184,4 +187,4 @@ def parse(argv: list[str] | None = None) -> Options:
         max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
         temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt,
         trim_loops=a.trim_loops, limit=a.limit, role_map=parse_role_map(a.role_map),
-        max_invalid=a.max_invalid, strict=a.strict, max_failed_share=a.max_failed_share)
+        max_invalid=a.max_invalid, strict=a.strict, max_failed_share=a.max_failed_share, threads=a.threads)

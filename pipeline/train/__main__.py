@@ -31,6 +31,7 @@ import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from pipeline import cpu_threads
 from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
 from pipeline.records.train_estimate import format_estimate
 
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", default=None, metavar="STATS.json|none",
                    help="online: merge's stats of --data (default: <data stem>.stats.json beside it); the tokenizer "
                         "they record must be the target's. 'none' trains without that check")
+    cpu_threads.add_option(p)
     return p
 
 
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     got: list[int] = []
 
     def body() -> int:
+        cpu_threads.fit("train", args.threads)
         from .loop import Options, run
 
         fields = dict(vars(args))

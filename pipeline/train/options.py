@@ -52,6 +52,7 @@ class Options:
     compile_target: bool | None = None  # online: torch.compile the target's layers (None: on CUDA)
     compile_loss: bool | None = None  # torch.compile the objective's vocabulary-wide passes (None: on CUDA)
     gpu_memory_share: float | None = None  # the most of its GPU this process's allocator may hold
+    threads: int | None = None  # torch's CPU threads (pipeline/cpu_threads.py: None chooses)
 
     @property
     def online(self) -> bool:

@@ -32,6 +32,7 @@ from console.core.lifecycle.state import LIVE, PhaseStatus, State
 from console.core.runs import manager
 from console.core.runs.deadline import Deadline
 from console.core.runs.rundir import RunDir
+from pipeline.cpu_threads import usable_cores
 
 BACKSTOP_S = 15.0  # past the deadline and its grace, a phase still running is stopped by the walk
 
@@ -155,6 +156,14 @@ class _Live:
         return [SpaceClaim(self.phase.id, dev, max(0, need - written), True) for dev, need in self.space]
 
 
+def thread_share(phase: Phase, parallel: int) -> dict[str, str]:
+    """A phase of a walk of `parallel` at once: its share of the cores for torch's threads,
+    unless its config sets them (a stage alone chooses its own: pipeline/cpu_threads.py)."""
+    if parallel <= 1 or "OMP_NUM_THREADS" in phase.env:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, usable_cores() // parallel))}
+
+
 class _Walk:
     def __init__(self, project: Project, out: TextIO, timeout: float, parallel: int,
                  clock: Callable[[], float]) -> None:
@@ -209,7 +218,8 @@ class _Walk:
             yield Entering(phase)
             # rerun: the walk skipped the phase if it were done; it asks nothing of the kind
             request = StartRequest(phase.id, overrides_for(phase, overrides), confirmed=phase.id in confirmed,
-                                   rerun=True, sharing=self.sharing(batch) if self.parallel > 1 else None)
+                                   rerun=True, sharing=self.sharing(batch) if self.parallel > 1 else None,
+                                   env=thread_share(phase, self.parallel))
             result = drive(self.project, request, answers)
             yield result
             if not isinstance(result, Started):

@@ -30,13 +30,15 @@ from console.core.lifecycle.state import LIVE, PhaseStatus, State
 class StartRequest:
     """A start and the answers given so far: the overrides (check name -> reason), whether
     the operator typed the id of a destructive phase, and whether a done phase runs again.
-    `sharing`: what phases starting beside it take of the disks and GPUs (a parallel walk)."""
+    `sharing`: what phases starting beside it take of the disks and GPUs (a parallel walk);
+    `env`: what the run's environment adds (a parallel walk's share of the cores)."""
 
     phase_id: str
     overrides: Mapping[str, str] = field(default_factory=dict)
     confirmed: bool = False
     rerun: bool = False
     sharing: Sharing | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def attempt(project: Project, request: StartRequest) -> Started | BlockedStart |
         return refused
     try:
         run = project.start(request.phase_id, overrides=dict(request.overrides) or None,
-                            confirmed=request.confirmed, sharing=request.sharing)
+                            confirmed=request.confirmed, run_env=request.env or None, sharing=request.sharing)
     except Blocked as exc:
         return BlockedStart(request, exc.results)
     except NeedsConfirmation as exc:  # a request that skipped `ask`: the question comes after its checks

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Iterator
 
-from pipeline import output_guard
+from pipeline import cpu_threads, output_guard
 from pipeline.events import EventWriter
 from pipeline.records.synthesis_stats import SynthesisStats, read_stats
 
@@ -110,6 +110,7 @@ def _target(o: SynthOptions, done: set[str]):
         print(f"{NAME}: {o.out} holds {len(done)} records of the {o.records} asked for: nothing to synthesize",
               flush=True)
         return None
+    cpu_threads.fit(NAME, o.threads)
     from .backend import SynthBackend  # torch and transformers: only once there is work
 
     backend = SynthBackend(o.model, o.device, o.dtype, max(o.max_new_tokens, o.max_question_tokens), o.temperature,

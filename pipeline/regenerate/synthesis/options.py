@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pipeline import cpu_threads
 from pipeline.jsonfile import read_json
 
 from ..errors import BadInput
@@ -53,6 +54,7 @@ class SynthOptions:
     min_question_chars: int = 8
     near_duplicate: float = 0.8
     max_dropped_share: float = 0.5
+    threads: int | None = None  # torch's CPU threads (None: pipeline/cpu_threads.py chooses)
 
     @property
     def max_asked(self) -> int:
@@ -120,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trim-loops", action="store_true",
                    help="stop a generation at the token that completes an exact loop (docs/regenerate.md); a "
                    "looping question is dropped either way")
+    cpu_threads.add_option(p)
     return p
 
 
@@ -173,4 +176,4 @@ def parse(argv: list[str]) -> SynthOptions:
         max_prompt_tokens=a.max_prompt_tokens, turns=a.turns, max_question_tokens=a.max_question_tokens,
         max_new_tokens=a.max_new_tokens, question_temperature=a.question_temperature, temperature=a.temperature,
         top_p=a.top_p, seed=a.seed, trim_loops=a.trim_loops, min_question_chars=a.min_question_chars,
-        near_duplicate=a.near_duplicate, max_dropped_share=a.max_dropped_share)
+        near_duplicate=a.near_duplicate, max_dropped_share=a.max_dropped_share, threads=a.threads)
