@@ -150,7 +150,9 @@ class StoreReport:
         unread = self.samples - self.values_checked
         if unread > 0:
             head += (f"; the checksums and values of {unread} samples were not read (a full --verify, without "
-                     "--sample, reads every one)")
+                     "--sample, reads every one)" if self.ok else
+                     f"; the values of {unread} samples were not read (left out by --sample, or failing a check "
+                     "first)")
         if self.ok:
             return head + "; intact"
         more = self.problem_count - len(self.problems)

@@ -232,3 +232,49 @@ def test_extraction_refuses_stats_that_record_no_tokenizer(tiny_target, tiny_dat
     assert rc == 2, err
     assert f"{stats}: records no tokenizer_identity" in err and "extract without --stats" in err, err
     assert not (tmp_path / "store" / "manifest.jsonl").exists()
+
+
+def _resaved(target: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the target whose weights file is resaved after `edit(tensors)`; its config is
+    left as it was, so the layers, hidden size and vocabulary still agree with the headers."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "target"
+    shutil.copytree(target, out)
+    weights = load_file(out / "model.safetensors")
+    edit(weights)
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def _drop_an_mlp(w):
+    del w["model.layers.5.mlp.up_proj.weight"]
+
+
+def _narrow_a_projection(w):
+    import torch
+
+    w["model.layers.3.self_attn.q_proj.weight"] = torch.zeros(16, 32)
+
+
+RANDOM = {"a tensor missing": (_drop_an_mlp, "the weights lack model.layers.5.mlp.up_proj.weight"),
+          "a tensor of another shape": (_narrow_a_projection,
+                                        "the weights hold model.layers.3.self_attn.q_proj.weight as [16, 32], its "
+                                        "config.json describes [32, 32]")}
+
+
+@pytest.mark.parametrize("what", sorted(RANDOM))
+def test_a_target_whose_weights_would_leave_a_tensor_random_is_refused_naming_it(tiny_target, tiny_data, tmp_path,
+                                                                                 capsys, what):
+    """A missing tensor trained online with exit 0 on a random MLP (transformers initialises it
+    and, at the verbosity the stages set, says nothing); one of another shape was exit 1 with
+    transformers' 'look at the above report'."""
+    edit, says = RANDOM[what]
+    target = _resaved(tiny_target, tmp_path, edit)
+    rc = _online(tiny_data.path, target, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"train: error: {target} (--target): {says}") and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert _extract(target, tiny_data.path, tiny_data.stats, tmp_path / "store") == 2
+    assert f"{target} (--model): {says}" in capsys.readouterr().err

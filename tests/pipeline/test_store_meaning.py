@@ -125,3 +125,17 @@ def test_a_bf16_store_with_an_inf_value_at_a_masked_row_is_refused(reference_sto
     report = verify_store(store, checksums="all")
     assert not report.ok and report.problems[0].startswith(f"{path} (sample ")
     assert "key aux_hidden_state holds 1 NaN or Inf values" in report.problems[0]
+
+
+def test_a_full_verify_of_a_store_with_a_rotted_sample_does_not_ask_for_a_full_verify(fp8_store, tmp_path, capsys):
+    """The sample whose checksum fails is not read for its values; the summary says why, rather
+    than that a verify without --sample (this one) would read it."""
+    from pipeline.extract.__main__ import main
+
+    store = tmp_path / "store"
+    shutil.copytree(fp8_store, store)
+    store_tamper.rot_header_byte(store, 3)
+    assert main(["--verify", "--out", str(store)]) == 1
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "36 checksums" in line and "the values of 1 samples were not read (left out by --sample, or failing" in line
+    assert "without --sample" not in line, line
