@@ -47,9 +47,11 @@ class PhaseFollow:
         return [s for s in self.statuses if s.state in LIVE]
 
     def worth_opening(self) -> str | None:
-        """What the console opens on: the running phase, else the first that is not done."""
+        """What the console opens on: the running phase, else the first that is not done, else
+        the one that ended last (a finished walk opens on its last result, not its first step)."""
         pick = next((s for s in self.statuses if s.state in LIVE), None) or next(
-            (s for s in self.statuses if s.state != State.DONE), None) or (self.statuses[0] if self.statuses else None)
+            (s for s in self.statuses if s.state != State.DONE), None) or max(
+            self.statuses, key=lambda s: s.ended_at or 0.0, default=None)
         return None if pick is None else pick.phase.id
 
     def next_live(self, selected: str | None) -> str | None:
