@@ -104,7 +104,7 @@ def test_real_target_check_without_the_model_names_every_failing_check_and_exits
     why = {k: r["message"] for k, r in _results(report).items() if r["status"] == "fail"}
     assert "/nonexistent/config.json does not exist" in why[("regenerate", "target-present")]
     assert "/nonexistent: no such folder" in why[("regenerate", "target-has-chat-template")]
-    assert "ShareGPT_V3_unfiltered_cleaned_split.json does not exist" in why[("regenerate", "chats-present")]
+    assert "raw/train.jsonl does not exist" in why[("regenerate", "chats-present")]
     assert ("regenerate", "room-for-regenerated-records") in why
     assert "regenerate" in why[("merge", "chats-are-what-regenerate-wrote")]
     assert ("extract", "room-for-hidden-states") in why and ("evaluate", "heldout-chats-present") in why
@@ -127,7 +127,7 @@ def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_th
     train = train_parser().parse_args(list(cfg.phase("train").argv[3:]))
     assert train.resume and train.steps == 40 and train.batch_tokens == 2048
     evaluate = evaluate_parser().parse_args(list(cfg.phase("evaluate").argv[3:]))
-    assert evaluate.prompts.name == "heldout.jsonl" and evaluate.limit == 8  # a variable: eval_prompts
+    assert evaluate.prompts.name == "heldout-sharegpt.jsonl" and evaluate.limit == 8  # a variable: eval_prompts
     sized = load_config(REPO / "configs" / "examples" / "real-target.yaml", {"target": "/m/SmolLM2", "eval_prompts": "64"})
     assert evaluate_parser().parse_args(list(sized.phase("evaluate").argv[3:])).limit == 64
 
