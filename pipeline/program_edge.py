@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Literal, NoReturn
 
 OK = 0
 BUG = 1
@@ -114,6 +114,17 @@ def run_program(
     except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
         print(f"{name}: error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return BUG
+
+
+def exit_with(code: int) -> NoReturn:
+    """End the program with `code`, as `sys.exit` does; a stopped one (143) at once, once its
+    output is flushed: its `finally` blocks have run, and the teardown of a loaded torch
+    would take seconds of the stop's grace."""
+    if code == TERMINATED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _raise_terminated(signum: int) -> None:

@@ -112,7 +112,7 @@ def test_real_target_check_without_the_model_names_every_failing_check_and_exits
 
 
 def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_the_limit():
-    from pipeline.evaluate.__main__ import build_parser as evaluate_parser
+    from pipeline.evaluate.options import build_parser as evaluate_parser
     from pipeline.extract.__main__ import build_parser as extract_parser
     from pipeline.regenerate.options import parse
     from pipeline.train.__main__ import build_parser as train_parser
@@ -133,7 +133,7 @@ def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_th
 
 
 def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():
-    from pipeline.evaluate.__main__ import build_parser as evaluate_parser
+    from pipeline.evaluate.options import build_parser as evaluate_parser
     from pipeline.export.__main__ import build_parser as export_parser
     from pipeline.serve import build_parser as serve_parser
     from pipeline.train.__main__ import build_parser as train_parser

@@ -14,12 +14,15 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.chat.records import parse_record
 from pipeline.chat.synthetic import generate
 
 from .errors import BadInput
+
+if TYPE_CHECKING:
+    from .options import EvalOptions
 
 MAX_PROMPTS = 10_000
 MAX_LINE_BYTES = 64 << 20
@@ -114,7 +117,6 @@ def read_file(path: Path, load_tokenizer: Callable[[], Any | None], max_tokens: 
 
 def demo_prompts(tokenizer: Any, count: int, seed: int) -> Iterator[Prompt]:
     """Chats from the demo's generator at `seed`, taken from each source in turn."""
-
     sources = generate(seed, quick=False)
     names = sorted(sources)
     for i in range(count):
@@ -169,3 +171,37 @@ def select(candidates: Iterator[Prompt], limit: int, max_prompt_len: int, exclud
         if len(kept) == limit:
             break
     return PromptSet(kept, excluded, too_long)
+
+
+def tokenizer_of(target: Path | None) -> Any | None:
+    """The target's tokenizer (None without --target), loaded only when a chat needs rendering."""
+    if target is None:
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(target))
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot load the tokenizer of {target} (--target): {str(e).splitlines()[0]}") from None
+
+
+def held_out(opts: EvalOptions, max_prompt_len: int, vocab_size: int | None = None) -> PromptSet:
+    """The prompts an evaluation scores: --prompts or --demo-prompts, less --exclude's and those
+    too long for the target's context; BadInput when none is left."""
+    if opts.demo_prompts is not None:
+        if not 1 <= opts.demo_prompts <= 10_000:
+            raise BadInput(f"--demo-prompts must be between 1 and 10000, got {opts.demo_prompts}")
+        candidates = demo_prompts(tokenizer_of(opts.target), opts.demo_prompts * 4, opts.demo_seed)
+        limit = min(opts.limit, opts.demo_prompts)
+    else:
+        assert opts.prompts is not None  # validate(): one of the two
+        candidates = read_file(opts.prompts, lambda: tokenizer_of(opts.target), max_prompt_len)
+        limit = opts.limit
+    exclude = training_prompts(opts.exclude) if opts.exclude is not None else None
+    chosen = select(candidates, limit, max_prompt_len, exclude)
+    if vocab_size is not None:
+        check_ids(chosen.prompts, vocab_size, f"--prompts {opts.prompts}" if opts.prompts else "--demo-prompts")
+    if not chosen.prompts:
+        raise BadInput(f"no prompts left to evaluate ({chosen.excluded} also in --exclude, "
+                       f"{chosen.too_long} too long for the target's context)")
+    return chosen

@@ -4,11 +4,20 @@ reference, the metric events, and where the scoring stands when a stop arrives."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipeline.events import EventWriter
 
 from .errors import Mismatch
-from .report import summarize
+from .report import Summary, summarize
+
+if TYPE_CHECKING:
+    from .drafter import ChainDrafter
+    from .prompts import Prompt
+    from .speculative import Decoded
+    from .tree import Setting
+    from .tree_drafter import TreeDrafter
+    from .verifier import Target
 
 
 @dataclass
@@ -21,30 +30,42 @@ class Progress:
     so_far: str = ""
     reported: bool = False  # the report is whole on disk: a stop now loses nothing
 
+    def stop_note(self) -> str:
+        """What a stop leaves, said after `stopped by SIGTERM`: nothing is kept but the log."""
+        if not self.total:
+            return "before any prompt was scored; no report was written"
+        dropped = f"; prompt {self.current} was dropped mid-way" if self.current else ""
+        so_far = f" ({self.so_far})" if self.so_far else ""
+        return (f"{self.scored} of {self.total} prompts were scored{so_far}{dropped}; nothing is kept, no report "
+                "was written: rerun to score")
+
 
 @dataclass
 class Arm:
     """One drafter scored on every prompt against the same greedy reference."""
 
     label: str
-    proposer: object  # ChainDrafter for a top-1 setting (today's chain path), TreeDrafter otherwise
-    setting: object = None  # tree.Setting; None means a chain of the given k
+    proposer: ChainDrafter | TreeDrafter  # ChainDrafter for a top-1 setting (today's chain path)
+    setting: Setting | None = None  # None means a chain of the given k
     accepted: list[int] = field(default_factory=list)
     tokens: int = 0
     forwards: int = 0
     lengths: dict[str, float | None] = field(default_factory=dict)
 
-    def decode(self, target, prompt, k: int, max_new: int):
+    def decode(self, target: Target, prompt: Prompt, k: int, max_new: int) -> Decoded:
         from .speculative import speculate, speculate_tree
+        from .tree_drafter import TreeDrafter
 
         if self.setting is None or self.setting.topk == 1:
+            assert not isinstance(self.proposer, TreeDrafter)
             return speculate(target, self.proposer, prompt.input_ids, max_new, k)
+        assert isinstance(self.proposer, TreeDrafter)
         return speculate_tree(target, self.proposer, prompt.input_ids, max_new, self.setting)
 
-    def score(self, target, prompt, ref, k: int, max_new: int) -> None:
+    def score(self, target: Target, prompt: Prompt, ref: Decoded, k: int, max_new: int) -> None:
         self.record(prompt, self.decode(target, prompt, k, max_new), ref)
 
-    def record(self, prompt, got, ref) -> None:
+    def record(self, prompt: Prompt, got: Decoded, ref: Decoded) -> None:
         """Count one prompt's rounds; Mismatch when its output is not the greedy reference."""
         if got.tokens != ref.tokens:
             at = next((j for j, (a, b) in enumerate(zip(got.tokens, ref.tokens)) if a != b),
@@ -57,12 +78,17 @@ class Arm:
         rounds = len(got.accepted)
         self.lengths[prompt.id] = round((sum(got.accepted) + rounds) / rounds, 3) if rounds else None
 
-    def summary(self, k: int, prompts: int, greedy_forwards: int):
-
+    def summary(self, k: int, prompts: int, greedy_forwards: int) -> Summary:
         return summarize(k, self.accepted, self.tokens, prompts, self.forwards, greedy_forwards)
 
 
-def emit_metrics(events: EventWriter, s, k: int, prefix: str = "") -> None:
+def say(events: EventWriter, text: str) -> None:
+    """A line of the log that the console also shows as a message."""
+    print(f"evaluate: {text}", flush=True)
+    events.message(text)
+
+
+def emit_metrics(events: EventWriter, s: Summary, k: int, prefix: str = "") -> None:
     events.metric(f"{prefix}acceptance_length", round(s.acceptance_length, 4), step=k)
     for i, r in enumerate(s.accept_rate, 1):
         events.metric(f"{prefix}accept_rate_{i}", round(r, 4), step=k)

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from pipeline.events import EventWriter
 from pipeline.http_client import TOO_LARGE, HttpFailure, post_json
 from pipeline.records.evaluate_report import ServerPrompt, ServerReport
 
 from .errors import BadInput, EvalError
-from .prompts import Prompt
+from .options import EvalOptions
+from .prompts import Prompt, held_out
+from .scoring import say
 
 MAX_RESPONSE_BYTES = 64 << 20
 MAX_ACCEPT_LENGTH = 1024  # SGLang verifies at most --speculative-num-draft-tokens per forward; far below this
@@ -122,7 +126,7 @@ def _count(meta: dict, key: str, url: str, prompt: Prompt) -> int | None:
 
 
 def query(base_url: str, prompts: list[Prompt], max_new: int, timeout: float, concurrency: int,
-          on_done=None, steps: int | None = None) -> list[ServerResult]:
+          on_done: Callable[[int], None] | None = None, steps: int | None = None) -> list[ServerResult]:
     url = base_url.rstrip("/") + "/generate"
     if not url.startswith(("http://", "https://")):
         raise BadInput(f"--server {base_url!r} must be an http:// or https:// URL")
@@ -153,3 +157,16 @@ def summarize(results: list[ServerResult], server: str, excluded: int) -> Server
                         per_prompt=tuple(ServerPrompt(id=r.id, spec_accept_length=r.accept_length,
                                                       spec_verify_ct=r.verify_ct,
                                                       completion_tokens=r.completion_tokens) for r in results))
+
+
+def run_server(opts: EvalOptions, events: EventWriter) -> ServerReport:
+    assert opts.server is not None
+    chosen = held_out(opts, 1 << 30)
+    n = len(chosen.prompts)
+    say(events, f"{n} held-out prompts to {opts.server}/generate, up to {opts.max_new_tokens} new tokens each")
+    results = query(opts.server, chosen.prompts, opts.max_new_tokens, opts.timeout, opts.concurrency,
+                    on_done=lambda done: events.progress(done, n, unit="prompts"), steps=opts.num_steps)
+    report = summarize(results, opts.server, chosen.excluded)
+    say(events, f"mean spec_accept_length {report.mean_spec_accept_length:.3f} over {n} responses")
+    events.metric("acceptance_length", report.mean_spec_accept_length)
+    return report

@@ -14,8 +14,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_evaluate as base  # noqa: E402
 
-from pipeline.evaluate import __main__ as evaluate  # noqa: E402
-from pipeline.evaluate.__main__ import EvalOptions, main  # noqa: E402
+from pipeline.evaluate import prompts as held_out_prompts  # noqa: E402
+from pipeline.evaluate.__main__ import main  # noqa: E402
+from pipeline.evaluate.options import parse  # noqa: E402
 
 tiny, sglang_standin = base.tiny, base.sglang_standin  # the same fixtures, one definition
 
@@ -61,9 +62,9 @@ def test_a_ten_megabyte_prompt_is_skipped_as_too_long_without_being_tokenized(tm
     with open(prompts, "w") as f:
         f.write(json.dumps({"id": "huge", "conversations": [{"from": "human", "value": huge}]}) + "\n")
         f.write(json.dumps({"id": "small", "conversations": [{"from": "human", "value": "hello there"}]}) + "\n")
-    monkeypatch.setattr(evaluate, "_tokenizer", lambda target: CountingTokenizer())
+    monkeypatch.setattr(held_out_prompts, "tokenizer_of", lambda target: CountingTokenizer())
     CountingTokenizer.longest = 0
-    chosen = evaluate._prompts(EvalOptions(prompts=prompts, target=tmp_path), 200)
+    chosen = held_out_prompts.held_out(parse(["--prompts", str(prompts), "--target", str(tmp_path)]), 200)
     assert [p.id for p in chosen.prompts] == ["small"] and chosen.too_long == 1
     assert CountingTokenizer.longest < 1 << 20, "the 10 MiB prompt reached the tokenizer"
 

@@ -244,7 +244,7 @@ def test_sigterm_inside_a_prompt_stops_at_once_and_says_what_was_scored(tiny, tm
     assert main(_args(tiny, "--drafter", str(tiny["drafter"]), "--report", str(report))) == 143
     assert signal.getsignal(signal.SIGTERM) is before
     err = capsys.readouterr().err
-    assert "stopped by SIGTERM: 2 of 4 prompts were scored" in err and "prompt p2 was dropped mid-way" in err
+    assert "evaluate: stopped by SIGTERM; 2 of 4 prompts were scored" in err and "prompt p2 was dropped mid-way" in err
     assert "no report was written" in err and "Traceback" not in err
     assert not report.exists()
     warnings = [e.get("text") for e in iter_events(events) if e.kind == "message" and e.get("level") == "warning"]
