@@ -15,10 +15,17 @@ own valid tokens. The rules of a round are speculative.speculate's, row by row.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
 from .speculative import Decoded, _finish
+
+if TYPE_CHECKING:
+    from pipeline.drafter import Eagle3Drafter
+
+    from .verifier import Target
 
 
 def _allowed(valid: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
@@ -32,7 +39,7 @@ def _allowed(valid: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
     return torch.cat((old, new), dim=2)
 
 
-def _padded(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded(rows: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     q = max(1, max(len(r) for r in rows))
     ids = torch.zeros(len(rows), q, dtype=torch.long)
     for b, r in enumerate(rows):
@@ -44,7 +51,7 @@ def _padded(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
 class BatchTarget:
     """The target over B rows; `forward` appends, `settle` says what each row keeps."""
 
-    def __init__(self, target, rows: int) -> None:
+    def __init__(self, target: Target, rows: int) -> None:
         from transformers import DynamicCache
 
         self.t = target
@@ -87,7 +94,7 @@ class MaskedCache:
     """The drafter's keys and values over B rows with a validity mask (pipeline.drafter's cache
     protocol: `attend`). `begin(new_valid)` before a forward, `end()` after; one layer."""
 
-    def __init__(self, rows: int, device) -> None:
+    def __init__(self, rows: int, device: torch.device) -> None:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
         self.valid = torch.zeros(rows, 0, dtype=torch.bool, device=device)
@@ -112,13 +119,14 @@ class BatchDrafter:
     """ChainDrafter over B rows: extend each row by the positions verified since its last
     round, then k - 1 chain steps whose slots are masked out once the round is drafted."""
 
-    def __init__(self, model, rows: int) -> None:
+    def __init__(self, model: Eagle3Drafter, rows: int) -> None:
         self.model = model
         self.device = model.fc.weight.device
         self.cache = MaskedCache(rows, self.device)
         self.rows = [0] * rows  # drafter rows built from target states, per batch row
 
-    def _run(self, ids, hidden, pos, new_valid):
+    def _run(self, ids: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor,
+             new_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.cache.begin(new_valid)
         logits, out = self.model(ids, hidden, pos, cache=self.cache)
         self.cache.end()
@@ -164,7 +172,7 @@ class BatchDrafter:
 
 
 @torch.inference_mode()
-def greedy_batch(target, prompts: list[list[int]], max_new: int) -> list[Decoded]:
+def greedy_batch(target: Target, prompts: list[list[int]], max_new: int) -> list[Decoded]:
     bt = BatchTarget(target, len(prompts))
     nxt, _ = bt.forward([list(p) for p in prompts])
     bt.settle([len(p) for p in prompts])
@@ -180,7 +188,7 @@ def greedy_batch(target, prompts: list[list[int]], max_new: int) -> list[Decoded
 
 
 @torch.inference_mode()
-def speculate_batch(target, model, prompts: list[list[int]], max_new: int, k: int) -> list[Decoded]:
+def speculate_batch(target: Target, model: Eagle3Drafter, prompts: list[list[int]], max_new: int, k: int) -> list[Decoded]:
     """speculative.speculate for every prompt at once: the same rounds, row by row."""
     n = len(prompts)
     bt, bd = BatchTarget(target, n), BatchDrafter(model, n)

@@ -32,8 +32,8 @@ from pipeline.target.config import read_config
 from .errors import BadInput
 
 
-def load_exported(folder: Path, target_dir: Path, capture: list[int], device: str, dtype: torch.dtype):
-
+def load_exported(folder: Path, target_dir: Path, capture: list[int], device: str,
+                  dtype: torch.dtype) -> Eagle3Drafter:
     folder = Path(folder)
     cfg_path = folder / "config.json"
     raw = read_json(cfg_path, f"{cfg_path}: missing; --drafter must be a folder written by pipeline.export")
@@ -86,8 +86,7 @@ def check_manifest(folder: Path, name: str) -> None:
                        "serve other weights or sizes than these figures describe; export the drafter again")
 
 
-def _with_target(model, target_dir: Path, device: str, dtype: torch.dtype):
-
+def _with_target(model: Eagle3Drafter, target_dir: Path, device: str, dtype: torch.dtype) -> Eagle3Drafter:
     try:
         model.load_embeddings(read_embeddings(Path(target_dir)))
     except (ValueError, OSError) as e:  # what safetensors or torch raise for a damaged file
@@ -95,7 +94,7 @@ def _with_target(model, target_dir: Path, device: str, dtype: torch.dtype):
     return model.to(device=device, dtype=dtype).eval()
 
 
-def refuse_non_finite(model, where: Path) -> None:
+def refuse_non_finite(model: torch.nn.Module, where: Path) -> None:
     for name, t in model.state_dict().items():
         if t.is_floating_point():
             bad = int((~torch.isfinite(t)).sum())
@@ -108,7 +107,7 @@ BASELINE_SEED = 0
 BASELINE_DRAFT_VOCAB = 32000
 
 
-def untrained(like, target_dir: Path, device: str, dtype: torch.dtype):
+def untrained(like: Eagle3Drafter | None, target_dir: Path, device: str, dtype: torch.dtype) -> Eagle3Drafter:
     """The drafter training would start from: the shape and vocabulary of `like` (a loaded
     drafter), or, when None, of a drafter built from the target with train's defaults."""
 
@@ -135,8 +134,7 @@ def untrained(like, target_dir: Path, device: str, dtype: torch.dtype):
 class ChainDrafter:
     """`propose(seq, aux, k)`: k greedy drafts following seq (see speculative.Proposer)."""
 
-    def __init__(self, model) -> None:
-
+    def __init__(self, model: Eagle3Drafter) -> None:
         self.model = model
         self.device = model.fc.weight.device
         self._new_cache = KVCache

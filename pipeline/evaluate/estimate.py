@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,10 +26,17 @@ from .drafter import ChainDrafter
 from .tree import Setting, Tree
 from .tree_drafter import SlotCache
 
+if TYPE_CHECKING:
+    from pipeline.drafter import Eagle3Drafter
+
+    from .verifier import Target
+
 REPEATS = 5
+Times = dict[str, dict[int, float]]
+"""Seconds of a forward: {"target": {tokens verified: s}, "drafter": {rows (topk): s}}."""
 
 
-def _median_seconds(fn, sync) -> float:
+def _median_seconds(fn: Callable[[], object], sync: Callable[[], object]) -> float:
     fn()  # warm-up: first-call allocations
     times = []
     for _ in range(REPEATS):
@@ -42,14 +51,14 @@ def chain_tree(root: int, drafts: int) -> Tree:
     return Tree([root] + [1] * drafts, list(range(-1, drafts)), list(range(drafts + 1)))
 
 
-def forward_times(target, drafter_model, prompt: list[int], settings: list[Setting]) -> dict:
+def forward_times(target: Target, drafter_model: Eagle3Drafter, prompt: list[int], settings: list[Setting]) -> Times:
     """{"target": {D: seconds}, "drafter": {topk: seconds}} for every size the settings use."""
 
     sync = torch.cuda.synchronize if target.device.type == "cuda" else (lambda: None)
     target.forget()
     first = target.step(list(prompt), keep=1)
     aux = first.aux[: len(prompt) - 1].clone()
-    out = {"target": {}, "drafter": {}}
+    out: Times = {"target": {}, "drafter": {}}
     for d in sorted({1} | {s.num_draft_tokens for s in settings}):
         tree = chain_tree(prompt[-1], d - 1)
         out["target"][d] = _median_seconds(lambda t=tree: target.verify_tree(prompt, t), sync)
@@ -69,7 +78,7 @@ def forward_times(target, drafter_model, prompt: list[int], settings: list[Setti
     return out
 
 
-def speedup(s: Setting, acceptance_length: float, times: dict) -> float | None:
+def speedup(s: Setting, acceptance_length: float, times: Times) -> float | None:
     if not times.get("drafter"):
         return None
     round_s = times["target"][s.num_draft_tokens] + s.num_steps * times["drafter"][s.topk]

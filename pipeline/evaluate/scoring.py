@@ -46,7 +46,7 @@ class Arm:
 
     label: str
     proposer: ChainDrafter | TreeDrafter  # ChainDrafter for a top-1 setting (today's chain path)
-    setting: Setting | None = None  # None means a chain of the given k
+    setting: Setting
     accepted: list[int] = field(default_factory=list)
     tokens: int = 0
     forwards: int = 0
@@ -56,7 +56,7 @@ class Arm:
         from .speculative import speculate, speculate_tree
         from .tree_drafter import TreeDrafter
 
-        if self.setting is None or self.setting.topk == 1:
+        if self.setting.topk == 1:
             assert not isinstance(self.proposer, TreeDrafter)
             return speculate(target, self.proposer, prompt.input_ids, max_new, k)
         assert isinstance(self.proposer, TreeDrafter)

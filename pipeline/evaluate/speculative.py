@@ -12,12 +12,16 @@ checks that and refuses to report otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from .tree import accept
 from .verifier import Target
+
+if TYPE_CHECKING:
+    from .tree import Setting
+    from .tree_drafter import TreeDrafter
 
 
 class Proposer(Protocol):
@@ -59,7 +63,8 @@ def greedy(target: Target, prompt: list[int], max_new: int) -> Decoded:
     return Decoded(out, forwards)
 
 
-def _prefill(target: Target, proposer, prompt: list[int], max_new: int):
+def _prefill(target: Target, proposer: Proposer | TreeDrafter, prompt: list[int],
+             max_new: int) -> tuple[list[int], torch.Tensor, Decoded, bool]:
     """The prompt's forward: its first token is the target's, no draft produced it."""
     proposer.reset()
     first = target.step(list(prompt), keep=1)
@@ -87,7 +92,7 @@ def speculate(target: Target, proposer: Proposer, prompt: list[int], max_new: in
     return result
 
 
-def speculate_tree(target: Target, drafter, prompt: list[int], max_new: int, setting) -> Decoded:
+def speculate_tree(target: Target, drafter: TreeDrafter, prompt: list[int], max_new: int, setting: Setting) -> Decoded:
     """Tree rounds as SGLang serves them (pipeline.evaluate.tree): the drafter builds a tree of
     num_draft_tokens - 1 drafts, the target verifies it in one forward under the tree mask,
     the longest accepted path plus the bonus token is committed, and the drafter's cache is

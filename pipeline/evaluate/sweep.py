@@ -11,27 +11,35 @@ acceptance length breaking ties, or acceptance length alone when no estimate was
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipeline.records.evaluate_report import SettingRow
 
 from .batch import greedy_batch, speculate_batch
 from .drafter import ChainDrafter
 from .errors import Mismatch
-from .estimate import speedup
+from .estimate import Times, speedup
 from .scoring import Arm
 from .speculative import Decoded, greedy
 from .tree import Setting
 from .tree_drafter import TreeDrafter
 
+if TYPE_CHECKING:
+    from pipeline.drafter import Eagle3Drafter
 
-def arms_for(label: str, model, settings: list[Setting]) -> list[Arm]:
+    from .prompts import Prompt
+    from .references import References
+    from .report import Summary
+    from .verifier import Target
 
+
+def arms_for(label: str, model: Eagle3Drafter, settings: list[Setting]) -> list[Arm]:
     return [Arm(f"{label} {s.label}", ChainDrafter(model) if s.topk == 1 else TreeDrafter(model), s)
             for s in settings]
 
 
-def reference(target, prompt: list[int], max_new: int, refs):
+def reference(target: Target, prompt: list[int], max_new: int, refs: References | None) -> tuple[Decoded, bool]:
     """(greedy Decoded, from_kept) for one prompt."""
-
     kept = refs.get(prompt, max_new) if refs is not None else None
     if kept is not None:
         return Decoded(kept, forwards=len(kept)), True
@@ -41,9 +49,8 @@ def reference(target, prompt: list[int], max_new: int, refs):
     return ref, False
 
 
-def score_prompt(target, prompt, arms: list[Arm], max_new: int, refs):
+def score_prompt(target: Target, prompt: Prompt, arms: list[Arm], max_new: int, refs: References | None) -> Decoded:
     """Every arm on one prompt; the greedy reference used."""
-
     ref, kept = reference(target, prompt.input_ids, max_new, refs)
     for arm in arms:
         try:
@@ -55,13 +62,13 @@ def score_prompt(target, prompt, arms: list[Arm], max_new: int, refs):
             if fresh.tokens == ref.tokens:
                 raise
             ref, kept = fresh, False
+            assert refs is not None  # a kept reference came from them
             refs.put(prompt.input_ids, max_new, ref.tokens)
             arm.score(target, prompt, ref, arm.setting.num_steps, max_new)
     return ref
 
 
-def table(settings: list[Setting], summaries: list, times: dict | None) -> tuple[SettingRow, ...]:
-
+def table(settings: list[Setting], summaries: list[Summary], times: Times | None) -> tuple[SettingRow, ...]:
     rows = []
     for s, sm in zip(settings, summaries):
         est = speedup(s, sm.acceptance_length, times) if times else None
@@ -86,7 +93,8 @@ def lines(rows: tuple[SettingRow, ...]) -> list[str]:
     return out
 
 
-def score_chunk(target, prompts, arms: list[Arm], max_new: int, refs) -> list:
+def score_chunk(target: Target, prompts: list[Prompt], arms: list[Arm], max_new: int,
+                refs: References | None) -> tuple[list[Decoded], int]:
     """Every arm on a chunk of prompts decoded in lockstep (batch.py; top-1 settings only).
     A batched answer is a hint like a kept one: where a prompt's speculative output and its
     reference disagree, both are decoded again one prompt at a time, and those decide."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pipeline.drafter import Eagle3Drafter, KVCache
+
 from .drafter import ChainDrafter
 from .tree import Candidates, Setting, Tree, build_tree
 
@@ -24,7 +26,7 @@ from .tree import Candidates, Setting, Tree, build_tree
 class SlotCache:
     """The drafter's attention over a shared prefix plus each slot's own keys (k rows)."""
 
-    def __init__(self, prefix) -> None:
+    def __init__(self, prefix: KVCache) -> None:
         self.prefix = prefix  # the chain drafter's KVCache ([1, kv_heads, P, d]); never extended here
         self.k: torch.Tensor | None = None  # [slots, kv_heads, steps so far, d]
         self.v: torch.Tensor | None = None
@@ -47,7 +49,7 @@ class SlotCache:
 class TreeDrafter:
     """`propose_tree(seq, aux, setting)`: the draft tree SGLang would verify after `seq`."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: Eagle3Drafter) -> None:
         self.chain = ChainDrafter(model)
         self.model = model
 

@@ -20,6 +20,8 @@ import os
 
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +31,9 @@ from pipeline.target.model import load_target
 from pipeline.target.weights import FingerprintError, target_fingerprint
 
 from .errors import BadInput
+
+if TYPE_CHECKING:
+    from .tree import Tree
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,8 @@ class Target:
                 raise BadInput(f"--target {self.model_dir}: {e}") from None
         return self._fingerprint
 
-    def _hook(self, index: int):
-        def grab(_module, args, kwargs):
+    def _hook(self, index: int) -> Callable[..., None]:
+        def grab(_module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             self._seen[index] = args[0] if args else kwargs["hidden_states"]
 
         return grab
@@ -114,7 +119,7 @@ class Target:
         return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=self._aux[: len(ids)])
 
     @torch.inference_mode()
-    def verify_tree(self, seq: list[int], tree) -> torch.Tensor:
+    def verify_tree(self, seq: list[int], tree: Tree) -> torch.Tensor:
         """One forward over `seq` and the drafts of `tree` (its root is seq[-1]) under the tree
         mask: every draft sees the sequence and its own ancestors, at position
         len(seq) - 1 + depth. Returns the greedy token after the root and after each draft
@@ -157,7 +162,7 @@ class Target:
             return self._aux[: len(self._ids)]
         return aux.index_select(0, rows)
 
-    def _forward(self, ids: list[int], cache, keep: int, **extra) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, ids: list[int], cache: Any, keep: int, **extra: Any) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         self._seen.clear()
         try:
