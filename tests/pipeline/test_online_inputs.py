@@ -278,3 +278,21 @@ def test_a_target_whose_weights_would_leave_a_tensor_random_is_refused_naming_it
     assert not (tmp_path / "run" / "checkpoints").exists()
     assert _extract(target, tiny_data.path, tiny_data.stats, tmp_path / "store") == 2
     assert f"{target} (--model): {says}" in capsys.readouterr().err
+
+
+def test_a_record_read_back_after_its_file_was_rewritten_is_refused_not_returned(tiny_data, tmp_path):
+    """Extraction reads records by the offsets it indexed (a loader thread, the SGLang client);
+    a merge rewriting the file in place, its size and mtime kept, puts other records there."""
+    from pipeline.merged_dataset import index_dataset
+    from pipeline.program_edge import BadInput
+
+    data = tmp_path / "train.jsonl"
+    shutil.copy(tiny_data.path, data)
+    index = index_dataset(data)
+    _reverse_every_record(data, keep_mtime=True)
+    reader = index.open()
+    try:
+        with pytest.raises(BadInput, match=f"^{data}: changed since this run indexed it \\(record 1 at byte "):
+            reader.read(1)
+    finally:
+        reader.close()
