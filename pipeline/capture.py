@@ -33,6 +33,7 @@ from typing import Callable
 
 import torch
 
+from .events import warn
 from .program_edge import StageError
 
 
@@ -49,10 +50,10 @@ def _allow_recompiles(n: int) -> None:
             setattr(cfg, name, n)
 
 
-def compile_failed(stage: str, what: str, e: Exception, flag: str) -> str:
-    """The one warning line of a torch.compile that failed and whose code goes on eagerly."""
+def compile_failed(what: str, e: Exception, flag: str) -> str:
+    """The warning of a torch.compile that failed and whose code goes on eagerly (`warn` says it)."""
     first = str(e).splitlines()[0][:200] if str(e) else ""
-    return (f"{stage}: warning: torch.compile of {what} failed ({type(e).__name__}: {first}); continuing uncompiled "
+    return (f"torch.compile of {what} failed ({type(e).__name__}: {first}); continuing uncompiled "
             f"({flag} skips the attempt)")
 
 
@@ -130,7 +131,7 @@ class Capturer:
             if not self.compiled:
                 raise
             self._uncompile()
-            self.log(compile_failed(self.stage, "the decoder layers", e, "--no-compile"))
+            warn(self.stage, compile_failed("the decoder layers", e, "--no-compile"), log=self.log)
             final = self._run(x, b, t, dtype)
         aux, self._aux = self._aux, None
         assert aux is not None

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from .capture import compile_failed
+from .events import warn
 
 
 class CompiledOps:
@@ -39,5 +40,5 @@ class CompiledOps:
                 raise
             except Exception as e:  # noqa: BLE001 - any compile failure falls back to the same math, eagerly
                 self._compiled = None
-                self.log(compile_failed(self.stage, self.what, e, self.flag))
+                warn(self.stage, compile_failed(self.what, e, self.flag), log=self.log)
         return self.table[name](*args)

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 ENV_VAR = "EAGLE3_EVENTS"
 KINDS = ("progress", "metric", "artifact", "message")
@@ -94,6 +94,24 @@ class EventWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def warn(stage: str, text: str, events: EventWriter | None = None, *,
+         log: Callable[[str], None] | None = None, **extra: Any) -> None:
+    """A stage's warning: the line `<stage>: warning: <text>` in its log (stdout, or the stage's
+    own `log`), and a `message` event of level `warning` that the console counts, to `events`,
+    else to $EAGLE3_EVENTS for this one line. A torchrun rank other than 0 (RANK) writes no
+    event of its own: a warning every rank meets is one warning, not one per GPU."""
+    line = f"{stage}: warning: {text}"
+    if log is not None:
+        log(line)
+    else:
+        print(line, flush=True)
+    if events is not None:
+        events.message(text, level="warning", **extra)
+    elif os.environ.get("RANK", "0") == "0":
+        with EventWriter.from_env() as own:
+            own.message(text, level="warning", **extra)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import output_guard
 from pipeline.atomic_io import write_json_atomic
-from pipeline.events import EventWriter
+from pipeline.events import EventWriter, warn
 from pipeline.export.checkpoint import (
     STATE_FILE,
     check_tensors,
@@ -70,7 +70,7 @@ def check_target(cfg, target_cfg: dict, where: str) -> None:
                            f"{target_cfg.get(ours)!r}; export with the target the store was extracted from")
 
 
-def check_target_identity(ckpt: Path, target: Path, warn) -> str | None:
+def check_target_identity(ckpt: Path, target: Path, warn: Callable[[str], None]) -> str | None:
     """The target's weight fingerprint, refused when the checkpoint was trained on another's."""
     want = trained_target_fingerprint(ckpt)
     have, why = fingerprint_or_none(target)
@@ -169,20 +169,19 @@ def export(checkpoint: Path, target: Path, out: Path, dtype: str | None, events:
     ckpt = resolve_checkpoint(checkpoint)
     output_guard.refuse_overlap(out, [ckpt])
 
-    def warn(text: str) -> None:
-        print(f"export: warning: {text}", file=sys.stderr)
-        events.message(text, level="warning")
+    def warning(text: str) -> None:
+        warn("export", text, events)
 
     cfg, state = load_checkpoint(ckpt)
     tcfg = target_text_config(target)
     check_target(cfg, tcfg, str(ckpt))
-    fingerprint = check_target_identity(ckpt, target, warn)
+    fingerprint = check_target_identity(ckpt, target, warning)
     tensors = check_tensors(cfg, state, str(ckpt / WEIGHTS_FILE))
     config = sglang_config(cfg, tcfg)
     if dtype == "target":
         dtype = target_dtype(target)
         if dtype is None:
-            warn(f"--target {target} names no dtype (config.json torch_dtype) and has no safetensors weights; "
+            warning(f"--target {target} names no dtype (config.json torch_dtype) and has no safetensors weights; "
                  "keeping the checkpoint's dtype (pass --dtype bf16|fp16|fp32 to choose)")
     size = write_folder(out, config, tensors, dtype, mode, target,
                         {"target_fingerprint": fingerprint, "checkpoint": str(ckpt)})

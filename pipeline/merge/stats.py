@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.chat.sources import SourcePolicy, SourceReport
-from pipeline.events import EventWriter
+from pipeline.events import EventWriter, warn
 from pipeline.merge.chunks import ChunkResult, SourceCounts
 from pipeline.merge.options import MergeOptions
 from pipeline.program_edge import BadInput
@@ -99,8 +99,7 @@ def report_drops(
     if c.read and not c.records:
         notes.append("the source contributes no records")
     for note in notes:
-        print(f"merge: warning: {name}: {note}", flush=True)
-        events.message(f"{name}: {note}", level="warning", source=name)
+        warn("merge", f"{name}: {note}", events, source=name)
 
 
 def _source_stats(t: Tally, name: str, report: SourceReport) -> SourceStats:

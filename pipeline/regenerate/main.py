@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from itertools import islice
 
 from pipeline import cpu_threads, output_guard
-from pipeline.events import EventWriter
+from pipeline.events import EventWriter, warn
 from pipeline.program_edge import on_sigterm, run_program
 from pipeline.records import regenerate_stats
 
@@ -146,7 +146,7 @@ def _run(o: opts_mod.Options, fd: int | None) -> int:
     stale = len(done)
     stats.resumed = min(stale, wanted)
     for warning in plan.warnings():
-        print(f"{NAME}: {warning}", flush=True)
+        warn(NAME, warning)
     skipped = ", ".join(f"{n} {k}" for k, n in sorted(plan.skipped.items()) if n)
     print(f"{NAME}: {counted} records to regenerate" + (f" (skipped: {skipped})" if skipped else "")
           + (f", {stats.resumed} already in {o.out}" if stale else "")

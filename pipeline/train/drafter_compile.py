@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 
 from ..capture import compile_failed
+from ..events import warn
 from ..compiled_ops import CompiledOps
 from ..drafter.model import Eagle3Drafter, TTTCache
 from ..drafter.ttt_attention import EAGER_MERGE, MERGE
@@ -72,7 +73,7 @@ class CompiledDrafter:
             raise
         except Exception as e:  # noqa: BLE001 - any compile failure: the same math, eagerly
             self.uncompile()
-            self.log(compile_failed("train", "the drafter's layer", e, FLAG))
+            warn("train", compile_failed("the drafter's layer", e, FLAG), log=self.log)
             return False
         finally:
             self.trying = False
@@ -82,8 +83,8 @@ class CompiledDrafter:
         worst = max(_relative(a, b) for a, b in zip(got, want))
         if worst > TOLERANCE.get(dtype, 1e-4):
             self.uncompile()
-            self.log(f"train: warning: the compiled drafter differs from the eager one (relative error "
-                     f"{worst:.1e}); continuing uncompiled ({FLAG} skips the attempt)")
+            warn("train", f"the compiled drafter differs from the eager one (relative error {worst:.1e}); "
+                          f"continuing uncompiled ({FLAG} skips the attempt)", log=self.log)
             return False
         return True
 
@@ -101,7 +102,7 @@ class CompiledDrafter:
                 if self.trying:
                     raise
                 self.uncompile()
-                self.log(compile_failed("train", "the drafter's layer", e, FLAG))
+                warn("train", compile_failed("the drafter's layer", e, FLAG), log=self.log)
                 return getattr(module, name)(*args)
         return call
 

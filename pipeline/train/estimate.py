@@ -103,10 +103,10 @@ def describe(est: TrainEstimate) -> str:
 
 def short_share(est: TrainEstimate, share: float, total: int) -> str | None:
     """What a trainer held to `share` of a GPU of `total` bytes says when the estimate needs
-    more: such a run runs out of memory part-way, at its longest batch, not at the start."""
+    more (a warning): such a run runs out of memory part-way, at its longest batch, not at the start."""
     cap = int(share * total)
     if est.gpu_bytes <= cap:
         return None
-    return (f"train: warning: --gpu-memory-share {share:g} holds this process to {format_bytes(cap)} of the GPU's "
+    return (f"--gpu-memory-share {share:g} holds this process to {format_bytes(cap)} of the GPU's "
             f"{format_bytes(total)}, and --estimate puts this run at {format_bytes(est.gpu_bytes)} (with its "
             f"{est.margin - 1:.0%} margin); if it runs out of memory, raise the share or lower --batch-tokens")

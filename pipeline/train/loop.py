@@ -23,6 +23,7 @@ from typing import NoReturn
 
 import torch
 
+from ..events import warn
 from ..records.train_summary import TrainSummary
 from . import checkpoint, saving, step as steps
 from .data import StepDataset
@@ -64,7 +65,7 @@ def _check_share(opts: Options, total: int, log: Callable[[str], None]) -> None:
                    draft_vocab=opts.draft_vocab, ttt_length=opts.ttt_length, max_len=opts.max_len)
     warning = short_share(est, opts.gpu_memory_share, total)
     if warning:
-        log(warning)
+        warn("train", warning, log=log)
 
 
 def _run(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.Event) -> TrainSummary:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..capture import Capturer, StoppedInForward
+from ..events import warn
 from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
 from ..records import merge_stats
 from ..target.config import capture_layers, read_config, text_config
@@ -107,8 +108,8 @@ def check_tokenizer(index: DatasetIndex, target: Path, stats: str | None, log: C
     target's, by vocabulary and merges (pipeline/target/tokenizer.py): the same ids mean other
     text under another tokenizer, and a drafter trained on them learns noise without a word."""
     if stats == "none":
-        log(f"train: warning: --stats none: the tokenizer {index.path} was merged with is not checked against "
-            f"{target}'s")
+        warn("train", f"--stats none: the tokenizer {index.path} was merged with is not checked against {target}'s",
+             log=log)
         return
     path = Path(stats) if stats else merge_stats.beside(index.path)
     recorded = merge_stats.read_stats(path, f"{path}: missing; online training reads merge's stats of --data to "

@@ -23,7 +23,7 @@ from ..drafter.config import DrafterConfig
 from ..compiled_ops import CompiledOps
 from ..drafter.model import Eagle3Drafter, load_drafter
 from ..drafter.ttt_attention import EAGER_MERGE
-from ..events import EventWriter
+from ..events import EventWriter, warn
 from ..records.codec import RecordError, UnknownVersion
 from ..records.train_summary import TrainSummary, read_summary
 from ..target.config import read_config
@@ -126,8 +126,8 @@ def build(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading
     cfg_json = read_config(opts.target, "--target")
     dcfg = DrafterConfig.from_target(cfg_json, opts.draft_vocab, where=str(Path(opts.target) / "config.json"))
     if opts.max_len > dcfg.max_position_embeddings:
-        log(f"train: warning: --max-len {opts.max_len} is above the target's max_position_embeddings "
-            f"{dcfg.max_position_embeddings}")
+        warn("train", f"--max-len {opts.max_len} is above the target's max_position_embeddings "
+                      f"{dcfg.max_position_embeddings}", log=log)
     plan = BatchPlan(batch_tokens=opts.batch_tokens, batch_size=opts.batch_size, max_len=opts.max_len,
                      world_size=dist.world_size, seed=opts.seed)
     existing = checkpoint.latest_checkpoint(out)

@@ -51,3 +51,24 @@ def test_a_stage_run_with_events_in_a_missing_folder_exits_0_and_reports(tmp_pat
     monkeypatch.setenv("EAGLE3_EVENTS", str(path))
     assert export.main(["--checkpoint", str(train), "--target", str(target), "--out", str(tmp_path / "d")]) == 0
     assert "artifact" in [e.kind for e in iter_events(path)]
+
+
+def test_a_warning_is_one_line_in_the_log_and_one_event_the_console_counts(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "events.jsonl"
+    monkeypatch.setenv(events.ENV_VAR, str(path))
+    monkeypatch.delenv("RANK", raising=False)
+    events.warn("train", "--max-len 4096 is above the target's max_position_embeddings 2048")
+    assert capsys.readouterr().out == "train: warning: --max-len 4096 is above the target's max_position_embeddings 2048\n"
+    said = [(e.get("level"), e.get("text")) for e in iter_events(path) if e.kind == "message"]
+    assert said == [("warning", "--max-len 4096 is above the target's max_position_embeddings 2048")]
+
+
+def test_a_warning_every_torchrun_rank_meets_is_one_event(tmp_path, monkeypatch):
+    path = tmp_path / "events.jsonl"
+    monkeypatch.setenv(events.ENV_VAR, str(path))
+    lines: list[str] = []
+    for rank in range(4):
+        monkeypatch.setenv("RANK", str(rank))
+        events.warn("extract", "torch.compile of the decoder layers failed", log=lines.append)
+    assert len(lines) == 4  # each rank's log says it
+    assert sum(1 for e in iter_events(path) if e.get("level") == "warning") == 1

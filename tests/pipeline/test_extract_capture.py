@@ -105,6 +105,21 @@ def _capture_pair(tiny_target, xt, **kw):
     return cap, model, ids, final, aux, bad, logs
 
 
+def test_a_failed_compilation_is_a_warning_event_the_console_counts(tiny_target, xt, tmp_path, monkeypatch):
+    from pipeline.events import iter_events
+
+    def broken(gm, example_inputs):
+        raise RuntimeError("no triton here")
+
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv("EAGLE3_EVENTS", str(events))
+    monkeypatch.delenv("RANK", raising=False)
+    *_, logs = _capture_pair(tiny_target, xt, compile=True, compile_backend=broken)
+    assert logs[0].startswith("extract: warning: torch.compile of the decoder layers failed")
+    warned = [e.get("text") for e in iter_events(events) if e.kind == "message" and e.get("level") == "warning"]
+    assert len(warned) == 1 and warned[0] == logs[0].removeprefix("extract: warning: ")
+
+
 def test_hooks_capture_the_layer_inputs_without_keeping_every_layers_states(tiny_target, xt):
     cap, model, ids, final, aux, bad, _ = _capture_pair(tiny_target, xt)
     assert not cap.compiled  # CPU: eager unless asked

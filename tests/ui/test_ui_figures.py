@@ -34,3 +34,17 @@ def test_train_shows_the_smoothed_loss_beside_the_last_validation_loss() -> None
         text = _text(_snap(done=30, total=40, unit="steps", fraction=0.75, metrics=metrics), 100, compact)
         assert "avg loss 2.9 (last 20)" in text and "val_loss 1.25" in text, text
         assert "loss 3.4 " not in text
+
+
+def test_a_phases_warnings_are_counted_beside_its_progress() -> None:
+    from console.core.lifecycle.livestats import LiveStats
+    from pipeline.events import Event
+
+    st = LiveStats()
+    st.feed([Event(1.0, "progress", {"done": 2, "total": 10, "unit": "steps"}),
+             Event(2.0, "message", {"level": "warning", "text": "torch.compile of the drafter's layer failed"}),
+             Event(3.0, "message", {"level": "info", "text": "step 2"}),
+             Event(4.0, "message", {"level": "warning", "text": "--max-len 4096 is above the target's 2048"})])
+    assert st.snapshot().warnings == 2
+    assert "⚠ 2 warnings" in _text(st.snapshot())
+    assert "warning" not in _text(_snap(done=2, total=10, unit="steps", fraction=0.2))

@@ -59,6 +59,7 @@ class LiveSnapshot:
     artifacts: tuple[str, ...] = ()  # newest last
     ended: bool = False  # the run is over: its figures describe what it did, no rate or ETA
     failed: float | None = None  # units counted in `done` that failed (progress extra `failed`)
+    warnings: int = 0  # message events of level `warning` (pipeline.events.warn), the whole run
 
     @property
     def estimating(self) -> bool:
@@ -108,7 +109,8 @@ class LiveStats:
     - `metrics`: {name: Series of (t, value)} for metric events (loss, lr, ...), the last
       500 points each; `curves`: {name: `StepCurve`} of the metric events that carry a
       `step`, the whole run in bounded memory (console/core/figures/curves.py), for the charts;
-      `artifacts`: the paths of the last 8 artifact events; `last_message`: the newest `Message`; `messages`: the last 50.
+      `artifacts`: the paths of the last 8 artifact events; `last_message`: the newest `Message`; `messages`: the last 50;
+      `warnings`: how many messages of level `warning` came, the whole run.
     - `last_progress_t`: the `t` of the newest progress event (a view can flag a stall).
     - `failed`: the latest progress extra `failed` (units counted in `done` that failed).
     - Thread-safe: one feeder and any readers; `snapshot()` gives a consistent copy.
@@ -138,6 +140,7 @@ class LiveStats:
         self.curves: dict[str, StepCurve] = {}
         self.artifacts: deque[str] = deque(maxlen=ARTIFACTS_KEPT)
         self.messages: deque[Message] = deque(maxlen=50)
+        self.warnings = 0
 
     def feed(self, events: Iterable[Event]) -> None:
         with self._lock:
@@ -224,6 +227,8 @@ class LiveStats:
             self._artifact_bytes += int(b)
 
     def _on_message(self, ev: Event) -> None:
+        if ev.get("level") == "warning":
+            self.warnings += 1
         self.messages.append(Message(ev.t, one_line(str(ev.get("level", "info")))[:16], one_line(str(ev.get("text", "")))))
 
     @property
@@ -312,6 +317,7 @@ class LiveStats:
                 curves={k: c for k, s in self.curves.items() if (c := s.frozen()) is not None},
                 artifacts=tuple(self.artifacts),
                 failed=self._failed,
+                warnings=self.warnings,
             )
 
 

@@ -14,11 +14,12 @@ an exact loop (LoopWatch, loops.py's rule).
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 
 import torch
+
+from pipeline.events import warn
 
 from ..loops import MAX_PERIOD, MIN_LOOP_TOKENS, REPEATS
 from .kv_slots import SlotKV, active
@@ -218,8 +219,8 @@ class Decoder:
             with torch.cuda.graph(graph, pool=self._pool):
                 self._step(key)
         except Exception as e:  # noqa: BLE001 - capture is an optimisation; eager steps give the same answers
-            print(f"regenerate: warning: CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
-                  "decoding without graphs, slower", file=sys.stderr, flush=True)
+            warn("regenerate", f"CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); decoding without "
+                 "graphs, slower")
             self.graphs = None
             graph = None
         finally:

@@ -56,6 +56,8 @@ def stats_lines(s: LiveSnapshot | None, width: int, compact: bool = False) -> li
         facts.append((0, "ETA estimating…"))
     if s.bytes_written is not None:
         facts.append((2, f"{fmt_bytes(s.bytes_written)} written"))
+    if s.warnings:
+        facts.append((1, f"⚠ {s.warnings} warning{'s' if s.warnings > 1 else ''}"))
     if s.remaining_bytes is not None:
         facts.append((3, f"{fmt_bytes(s.remaining_bytes)} to go"))
     if s.tokens_per_s is not None:
