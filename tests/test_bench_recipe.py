@@ -30,7 +30,7 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_a_sized_training_validates_and_checkpoints_four_times_the_last_at_its_end(steps):
     """2,829 steps saved every 2,829 // 4 = 707 validated and wrote a checkpoint at step 2,828 and
     again at 2,829: one validation of 200 samples and one checkpoint for nothing."""
-    from pipeline.train.__main__ import build_parser as train_parser
+    from pipeline.train.options import build_parser as train_parser
 
     cfg = load_config(recipe.CONFIG, recipe.training_sets(steps))
     train = train_parser().parse_args(list(cfg.phase("train").argv[3:]))

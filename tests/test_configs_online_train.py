@@ -14,7 +14,7 @@ from console.core.checks.registry import run_checks
 from console.core.config.loader import load_config
 from console.core.telemetry.samples import GpuReading, GpuSample
 from pipeline.sizes import format_bytes
-from pipeline.train.__main__ import build_parser as train_parser
+from pipeline.train.options import build_parser as train_parser
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "examples" / "smollm2-h200.yaml"
 GB = 10**9

@@ -115,7 +115,7 @@ def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_th
     from pipeline.evaluate.options import build_parser as evaluate_parser
     from pipeline.extract.__main__ import build_parser as extract_parser
     from pipeline.regenerate.options import parse
-    from pipeline.train.__main__ import build_parser as train_parser
+    from pipeline.train.options import build_parser as train_parser
 
     cfg = load_config(REPO / "configs" / "examples" / "real-target.yaml", {"target": "/m/SmolLM2"})
     regen = parse(list(cfg.phase("regenerate").argv[3:]))
@@ -136,7 +136,7 @@ def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():
     from pipeline.evaluate.options import build_parser as evaluate_parser
     from pipeline.export.__main__ import build_parser as export_parser
     from pipeline.serve import build_parser as serve_parser
-    from pipeline.train.__main__ import build_parser as train_parser
+    from pipeline.train.options import build_parser as train_parser
 
     cfg = load_config(KIMI)
     argv = list(cfg.phase("train").argv)

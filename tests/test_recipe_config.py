@@ -53,7 +53,7 @@ def test_every_phase_runs_its_stage_with_arguments_the_stage_accepts_and_trains_
     from pipeline.prepare.options import parse as prepare_parse
     from pipeline.regenerate.options import parse as regen_parse
     from pipeline.regenerate.synthesis.options import parse as synth_parse
-    from pipeline.train.__main__ import build_parser as train_parser
+    from pipeline.train.options import build_parser as train_parser
 
     cfg = load_config(CONFIG)
     split = prepare_parse(list(cfg.phase("split").argv[3:]))
@@ -80,7 +80,7 @@ def test_the_config_trains_as_the_measured_run_did():
     this config, so a setting that differs trains another drafter than the one measured."""
     from pipeline.prepare.options import parse as prepare_parse
     from pipeline.regenerate.options import parse as regen_parse
-    from pipeline.train.__main__ import build_parser as train_parser
+    from pipeline.train.options import build_parser as train_parser
 
     cfg = load_config(CONFIG)
     split = prepare_parse(list(cfg.phase("split").argv[3:]))

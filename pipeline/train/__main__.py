@@ -29,82 +29,13 @@ import signal
 import sys
 import threading
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 from pipeline import cpu_threads
 from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
 from pipeline.records.train_estimate import format_estimate
 
 from .errors import Stopped
-
-PROG = "python -m pipeline.train"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Train an EAGLE-3 drafter on a hidden-state store (offline) "
-                                "or on the merged dataset, the target computing the states as it goes (online).")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--store", type=Path, default=None, help="offline: hidden-state store (pipeline.extract --out)")
-    src.add_argument("--data", type=Path, default=None, help="online: merged JSONL (pipeline.merge --out); the target "
-                     "is loaded on each rank's device and nothing is written to disk")
-    p.add_argument("--target", type=Path, required=True, help="target model folder (config.json + safetensors)")
-    p.add_argument("--out", type=Path, default=None, help="run folder: checkpoints, summary.json (required to train)")
-    p.add_argument("--estimate", action="store_true", help="print the GPU memory a run of these settings needs "
-                   "(target, drafter, optimiser, one batch's activations) and exit")
-    p.add_argument("--json", action="store_true", help="--estimate: print a JSON object")
-    p.add_argument("--no-compile-target", dest="compile_target", action="store_const", const=False, default=None,
-                   help="online: run the target's layers eagerly (default: torch.compile on CUDA)")
-    p.add_argument("--no-compile-loss", dest="compile_loss", action="store_const", const=False, default=None,
-                   help="run the drafter's step eagerly: the objective's passes over the vocabulary, the TTT "
-                   "attention's merge, the layer around it (default: torch.compile on CUDA)")
-    p.add_argument("--draft-vocab", type=int, default=32000, help="draft vocabulary size (default 32000, capped at "
-                   "the target's)")
-    p.add_argument("--ttt-length", type=int, default=7, help="training-time-test steps (default 7)")
-    p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=int, default=None, help="passes over the store (default 1)")
-    g.add_argument("--steps", type=int, default=None, help="optimiser steps instead of epochs")
-    b = p.add_mutually_exclusive_group()
-    b.add_argument("--batch-tokens", type=int, default=None,
-                   help="padded tokens per rank per step (default 16384); samples of similar length batch together")
-    b.add_argument("--batch-size", type=int, default=None, help="samples per rank per step instead")
-    p.add_argument("--max-len", type=int, default=2048, help="cut samples to this many tokens (default 2048)")
-    p.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
-    p.add_argument("--warmup-ratio", type=float, default=0.02, help="share of steps in linear warmup (default 0.02)")
-    p.add_argument("--min-lr-ratio", type=float, default=0.0, help="cosine floor as a share of --lr (default 0)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)")
-    p.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient clipping, 0 for none (default 0.5)")
-    p.add_argument("--save-every", type=int, default=1000, help="checkpoint every N steps and at the end (default 1000)")
-    p.add_argument("--keep-last", type=int, default=3, help="checkpoints kept (default 3)")
-    p.add_argument("--log-every", type=int, default=10, help="log and emit metrics every N steps (default 10)")
-    p.add_argument("--workers", type=int, default=2, help="data loader processes per rank (default 2)")
-    p.add_argument("--prefetch", type=int, default=4, help="batches each loader process reads ahead (default 4)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
-                   "(starts fresh when there is none)")
-    p.add_argument("--overwrite", action="store_true", help="delete the checkpoints in --out and start over")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available; rank's LOCAL_RANK GPU)")
-    p.add_argument("--gpu-memory-share", type=float, default=None, help="the most of its GPU this process may hold, "
-                   "0.02-1 (default: all): for several trainers on one GPU, whose caching allocators would otherwise "
-                   "each keep what they once used and starve the others")
-    p.add_argument("--checksums", default="sample", choices=["all", "sample", "none"],
-                   help="store files whose checksum is verified before training (default sample)")
-    p.add_argument("--init-head", default="target", choices=["target", "random"],
-                   help="start the drafter's lm_head from the target's rows of the draft vocabulary (default)")
-    v = p.add_mutually_exclusive_group()
-    v.add_argument("--val-share", type=float, default=0.02,
-                   help="share of the store held out for validation, never trained on (default 0.02, at most 256 "
-                        "samples; 0 for none)")
-    v.add_argument("--val-samples", type=int, default=None, help="held-out validation samples instead of a share")
-    p.add_argument("--val-every", type=int, default=None, help="validate every N steps and at the end "
-                   "(default: --save-every)")
-    p.add_argument("--vocab-data", default=None, help="merged JSONL to choose the draft vocabulary over (default: "
-                   "the store's meta.json dataset when it is there unchanged; 'store' for the store's samples)")
-    p.add_argument("--stats", default=None, metavar="STATS.json|none",
-                   help="online: merge's stats of --data (default: <data stem>.stats.json beside it); the tokenizer "
-                        "they record must be the target's. 'none' trains without that check")
-    cpu_threads.add_option(p)
-    return p
-
+from .options import build_parser
 
 def stop_signals(stop: threading.Event, got: list[int] | None = None) -> AbstractContextManager[SigtermGuard]:
     """SIGTERM/SIGINT: checkpoint and stop (the loop sees `stop` between steps and between TTT

@@ -44,6 +44,7 @@ __all__ = ["Options", "run"]
 
 
 def run(opts: Options, log: Callable[[str], None] = print, stop: threading.Event | None = None) -> TrainSummary:
+    opts = opts.resolved()
     opts.validate()
     stop = stop or threading.Event()
     dist = Dist.from_env(opts.device)

@@ -3,10 +3,15 @@ is read: a typo in a flag costs a message, not a loaded target and a failed firs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
+from pipeline import cpu_threads
+
 from .errors import BadInput
+
+PROG = "python -m pipeline.train"
 
 MAX_STEPS = 100_000_000
 DEFAULT_BATCH_TOKENS = 16384
@@ -15,8 +20,11 @@ DEFAULT_VAL_MAX = 256
 reads its samples from the store, 50 MB apiece for an 8B target at 2048 tokens."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options:
+    """A run's options: each default written here once (the command line's parser takes them from
+    here). `resolved()` settles the ones that depend on others; `validate()` only checks."""
+
     target: Path
     out: Path
     store: Path | None = None
@@ -58,14 +66,17 @@ class Options:
     def online(self) -> bool:
         return self.data is not None
 
+    def resolved(self) -> Options:
+        """The options a run trains with: one epoch when neither --epochs nor --steps is given,
+        DEFAULT_BATCH_TOKENS when neither --batch-tokens nor --batch-size is."""
+        return replace(self, epochs=1 if self.epochs is None and self.steps is None else self.epochs,
+                       batch_tokens=(DEFAULT_BATCH_TOKENS if self.batch_tokens is None and self.batch_size is None
+                                     else self.batch_tokens))
+
     def validate(self) -> None:
         if (self.store is None) == (self.data is None):
             raise BadInput("pass one of --store STORE (offline: a hidden-state store) or --data MERGED.jsonl "
                            "(online: the target computes the states while the drafter trains)")
-        if self.epochs is None and self.steps is None:
-            self.epochs = 1
-        if self.batch_tokens is None and self.batch_size is None:
-            self.batch_tokens = DEFAULT_BATCH_TOKENS
         if self.batch_tokens is not None and self.batch_size is not None:
             raise BadInput("--batch-tokens and --batch-size exclude each other; pass one")
         for name, lo, hi in _BOUNDS:
@@ -94,3 +105,70 @@ _BOUNDS = (
     ("log_every", 1, MAX_STEPS), ("workers", 0, 64), ("prefetch", 1, 64), ("val_share", 0.0, 0.5),
     ("val_samples", 0, MAX_STEPS), ("val_every", 1, MAX_STEPS), ("gpu_memory_share", 0.02, 1.0),
 )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Train an EAGLE-3 drafter on a hidden-state store (offline) "
+                                "or on the merged dataset, the target computing the states as it goes (online).")
+    p.set_defaults(**{f.name: f.default for f in fields(Options) if f.default is not MISSING})
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--store", type=Path, help="offline: hidden-state store (pipeline.extract --out)")
+    src.add_argument("--data", type=Path, help="online: merged JSONL (pipeline.merge --out); the target "
+                     "is loaded on each rank's device and nothing is written to disk")
+    p.add_argument("--target", type=Path, required=True, help="target model folder (config.json + safetensors)")
+    p.add_argument("--out", type=Path, help="run folder: checkpoints, summary.json (required to train)")
+    p.add_argument("--estimate", action="store_true", help="print the GPU memory a run of these settings needs "
+                   "(target, drafter, optimiser, one batch's activations) and exit")
+    p.add_argument("--json", action="store_true", help="--estimate: print a JSON object")
+    p.add_argument("--no-compile-target", dest="compile_target", action="store_const", const=False, default=None,
+                   help="online: run the target's layers eagerly (default: torch.compile on CUDA)")
+    p.add_argument("--no-compile-loss", dest="compile_loss", action="store_const", const=False, default=None,
+                   help="run the drafter's step eagerly: the objective's passes over the vocabulary, the TTT "
+                   "attention's merge, the layer around it (default: torch.compile on CUDA)")
+    p.add_argument("--draft-vocab", type=int, help="draft vocabulary size (default %(default)s, capped at "
+                   "the target's)")
+    p.add_argument("--ttt-length", type=int, help="training-time-test steps (default %(default)s)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default %(default)g)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=int, help="passes over the store (default 1)")
+    g.add_argument("--steps", type=int, help="optimiser steps instead of epochs")
+    b = p.add_mutually_exclusive_group()
+    b.add_argument("--batch-tokens", type=int,
+                   help=f"padded tokens per rank per step (default {DEFAULT_BATCH_TOKENS}); samples of similar length batch together")
+    b.add_argument("--batch-size", type=int, help="samples per rank per step instead")
+    p.add_argument("--max-len", type=int, help="cut samples to this many tokens (default %(default)s)")
+    p.add_argument("--seed", type=int, help="model init and data order (default %(default)s)")
+    p.add_argument("--warmup-ratio", type=float, help="share of steps in linear warmup (default %(default)g)")
+    p.add_argument("--min-lr-ratio", type=float, help="cosine floor as a share of --lr (default %(default)g)")
+    p.add_argument("--weight-decay", type=float, help="AdamW weight decay (default %(default)g)")
+    p.add_argument("--max-grad-norm", type=float, help="gradient clipping, 0 for none (default %(default)g)")
+    p.add_argument("--save-every", type=int, help="checkpoint every N steps and at the end (default %(default)s)")
+    p.add_argument("--keep-last", type=int, help="checkpoints kept (default %(default)s)")
+    p.add_argument("--log-every", type=int, help="log and emit metrics every N steps (default %(default)s)")
+    p.add_argument("--workers", type=int, help="data loader processes per rank (default %(default)s)")
+    p.add_argument("--prefetch", type=int, help="batches each loader process reads ahead (default %(default)s)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
+                   "(starts fresh when there is none)")
+    p.add_argument("--overwrite", action="store_true", help="delete the checkpoints in --out and start over")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when available; rank's LOCAL_RANK GPU)")
+    p.add_argument("--gpu-memory-share", type=float, help="the most of its GPU this process may hold, "
+                   "0.02-1 (default: all): for several trainers on one GPU, whose caching allocators would otherwise "
+                   "each keep what they once used and starve the others")
+    p.add_argument("--checksums", choices=["all", "sample", "none"],
+                   help="store files whose checksum is verified before training (default %(default)s)")
+    p.add_argument("--init-head", choices=["target", "random"],
+                   help="start the drafter's lm_head from the target's rows of the draft vocabulary (default)")
+    v = p.add_mutually_exclusive_group()
+    v.add_argument("--val-share", type=float,
+                   help=f"share of the store held out for validation, never trained on (default %(default)g, at most {DEFAULT_VAL_MAX} "
+                        "samples; 0 for none)")
+    v.add_argument("--val-samples", type=int, help="held-out validation samples instead of a share")
+    p.add_argument("--val-every", type=int, help="validate every N steps and at the end "
+                   "(default: --save-every)")
+    p.add_argument("--vocab-data", help="merged JSONL to choose the draft vocabulary over (default: "
+                   "the store's meta.json dataset when it is there unchanged; 'store' for the store's samples)")
+    p.add_argument("--stats", metavar="STATS.json|none",
+                   help="online: merge's stats of --data (default: <data stem>.stats.json beside it); the tokenizer "
+                        "they record must be the target's. 'none' trains without that check")
+    cpu_threads.add_option(p)
+    return p
