@@ -227,6 +227,9 @@ def plan_epoch(lengths: list[int], plan: BatchPlan, epoch: int) -> list[list[lis
     return [micro[s:s + w] for s in range(0, len(micro) - w + 1, w)]
 
 
+REDO = "re-extract it (or restore the store) and rerun"
+
+
 def read_sample(path: Path, max_len: int, tokens: int, layout: LayoutOf,
                 sample: int | None = None) -> dict[str, torch.Tensor]:
     """One sample's four tensors, cut to max_len rows; only those rows are read from the file.
@@ -236,13 +239,20 @@ def read_sample(path: Path, max_len: int, tokens: int, layout: LayoutOf,
     were captured in (pipeline/store/fp8.py), so the trainer never knows which store it reads."""
     from safetensors import safe_open
 
-    check_header(path, tokens, layout, sample)
+    _header_as_declared(path, tokens, layout, sample)
     with safe_open(str(path), framework="pt") as f:
         raw = {name: f.get_slice(name)[:max_len] for name in layout.tensors(tokens)}
     problem = rows_problem({name: _codes(t) for name, t in raw.items()}, layout)
     if problem:
-        raise Meaningless(path, f"{problem}; re-extract it (or restore the store) and rerun", sample)
+        raise Meaningless(path, f"{problem}; {REDO}", sample)
     return as_captured(raw, layout.dtype) if layout.fp8 else raw
+
+
+def _header_as_declared(path: Path, tokens: int, layout: LayoutOf, sample: int | None) -> None:
+    try:
+        check_header(path, tokens, layout, sample)
+    except Meaningless as e:
+        raise Meaningless(path, f"{e.what}; {REDO}", sample) from None
 
 
 def _codes(t: torch.Tensor):
@@ -301,7 +311,7 @@ def count_loss_tokens(store: Store, vocab_size: int, rank: int, world_size: int,
     from safetensors import safe_open
 
     def one(p: int) -> torch.Tensor:
-        check_header(store.root / store.files[p], store.lengths[p], store.layout, store.indices[p])
+        _header_as_declared(store.root / store.files[p], store.lengths[p], store.layout, store.indices[p])
         with safe_open(str(store.root / store.files[p]), framework="pt") as f:
             ids = f.get_tensor("input_ids")
             mask = f.get_tensor("loss_mask").bool()

@@ -97,6 +97,7 @@ def test_training_refuses_to_read_a_resealed_sample_that_means_nothing(fp8_store
     index = store_tamper.entries(store)[POSITION]["index"]
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"train: error: {path} (sample {index}): key {TAMPERING[what][1]}")
+    assert lines[0].endswith("; re-extract it (or restore the store) and rerun"), lines[0]  # what to do, header or rows
 
 
 def test_a_sampled_verify_says_what_it_did_not_read_and_a_full_one_reads_everything(fp8_store, capsys):
