@@ -22,7 +22,18 @@ HELP = "the append-only record of runs, checks, overrides and stops"
 def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--json", action="store_true")
     c.add_argument("--phase")
-    c.add_argument("-n", "--limit", type=int)
+    c.add_argument("-n", "--limit", type=_records, metavar="N", help="the last N records")
+
+
+def _records(text: str) -> int:
+    """-n's value: a whole number of records, 0 or more (a negative one printed nothing, exit 0)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of records") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n} is fewer than 0 records; -n N prints the last N")
+    return n
 
 
 def run(project: Project, args: argparse.Namespace, out: TextIO) -> int:

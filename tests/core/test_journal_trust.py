@@ -57,6 +57,14 @@ def test_records_of_the_wrong_types_are_skipped_and_counted_by_eagle3_journal(cf
     assert [r["run_id"] for r in j.read(phase="train")] == ["good-1", "good-1"]
 
 
+@pytest.mark.parametrize("n", ["-1", "five"])
+def test_a_count_that_is_not_one_is_refused_naming_the_flag(cfg, capsys, n):
+    _journal(cfg).append("run_started", phase="train", run_id="good-1")
+    rc = main(["journal", str(cfg), "-n", n])
+    got = capsys.readouterr()
+    assert rc == 2 and "-n" in got.err and n in got.err and "good-1" not in got.out, got
+
+
 def test_a_view_of_a_phase_with_a_hostile_record_renders(cfg):
     from console.ui.components.logs.journal_view import render_records
 
