@@ -134,7 +134,7 @@ def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_th
 
 def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():
     from pipeline.evaluate.options import build_parser as evaluate_parser
-    from pipeline.export.__main__ import build_parser as export_parser
+    from pipeline.export.options import build_parser as export_parser
     from pipeline.serve import build_parser as serve_parser
     from pipeline.train.options import build_parser as train_parser
 

@@ -48,7 +48,7 @@ def test_the_recipe_phases_are_its_inputs_then_the_pipeline_and_four_evaluations
 
 def test_every_phase_runs_its_stage_with_arguments_the_stage_accepts_and_trains_online():
     from pipeline.evaluate.options import build_parser as evaluate_parser
-    from pipeline.export.__main__ import build_parser as export_parser
+    from pipeline.export.options import build_parser as export_parser
     from pipeline.merge.options import build_parser as merge_parser
     from pipeline.prepare.options import parse as prepare_parse
     from pipeline.regenerate.options import parse as regen_parse

@@ -39,64 +39,20 @@ SIGTERM (the temporary folder is removed; pipeline/program_edge.py).
 
 from __future__ import annotations
 
-import argparse
 import sys
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 
 from pipeline import cpu_threads
 from pipeline.events import EventWriter
-from pipeline.export.convert import DEFAULT_MODE, export
+from pipeline.export.convert import export
 from pipeline.export.folder import required_keys
+from pipeline.export.options import DTYPES, ExportOptions, parse, validate
 from pipeline.export.verify import verify_folder
-from pipeline.program_edge import BadInput, on_sigterm, run_program
-
-PROG = "python -m pipeline.export"
-DTYPES = {"target": "target", "keep": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
-
-@dataclass(frozen=True)
-class ExportOptions:
-    """What an export was asked for: the command line's flags, checked by `_run`."""
-
-    checkpoint: Path | None = None
-    target: Path | None = None
-    out: Path | None = None
-    dtype: str = "target"
-    mode: int = DEFAULT_MODE
-    verify: Path | None = None
-    threads: int | None = None
-
-
-def _mode(text: str) -> int:
-    try:
-        mode = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an octal file mode like 0644") from None
-    if not 0 <= mode <= 0o777 or not mode & 0o400:
-        raise argparse.ArgumentTypeError(f"{text!r}: a mode from 0400 to 0777 that the owner can read")
-    return mode
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Write a trained EAGLE-3 drafter as a folder SGLang loads.")
-    p.add_argument("--checkpoint", type=Path, help="training output folder (its 'latest' pointer) or a checkpoint folder")
-    p.add_argument("--target", type=Path, help="the target model folder (config.json: rope, positions, layer count)")
-    p.add_argument("--out", type=Path, help="drafter folder to write: new, or one an earlier export wrote "
-                   "(replaced atomically)")
-    p.add_argument("--dtype", default="target", choices=sorted(DTYPES),
-                   help="weights dtype (default target: the target's, e.g. bf16; keep: as trained)")
-    p.add_argument("--mode", type=_mode, default=DEFAULT_MODE, metavar="OCTAL",
-                   help="permissions of the written files (default 0644: a server of another user can read them)")
-    p.add_argument("--verify", type=Path, metavar="DRAFTER", help="check an exported folder and exit")
-    cpu_threads.add_option(p)
-    return p
+from pipeline.program_edge import on_sigterm, run_program
 
 
 def _run(args: ExportOptions) -> int:
-    missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(args, n) is None]
-    if missing and args.verify is None:
-        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
+    validate(args)
     cpu_threads.fit("export", args.threads)
     if args.verify is not None:
         problems = verify_folder(args.verify, args.target)
@@ -114,8 +70,8 @@ def _run(args: ExportOptions) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    opts = ExportOptions(**vars(build_parser().parse_args(argv)))
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse(argv)
     # a stop unwinds through the folder swap, which removes its temporary
     with on_sigterm():
         return run_program("export", lambda: _run(opts))
