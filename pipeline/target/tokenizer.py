@@ -43,8 +43,9 @@ def load_identity(folder: Path | str, flag: str = "--target") -> str:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError) as e:
-        raise TargetError(f"{folder} ({flag}): no tokenizer loads from it ({str(e).splitlines()[0]}); save the "
+    except Exception as e:  # noqa: BLE001 - a damaged tokenizer file raises anything (KeyError, tokenizers' own)
+        first = (str(e).splitlines() or [""])[0]
+        raise TargetError(f"{folder} ({flag}): no tokenizer loads from it ({type(e).__name__}: {first}); save the "
                           "target's tokenizer beside its weights (tokenizer.json)") from None
     return tokenizer_identity(tokenizer)
 

@@ -296,3 +296,17 @@ def test_a_record_read_back_after_its_file_was_rewritten_is_refused_not_returned
             reader.read(1)
     finally:
         reader.close()
+
+
+def test_a_target_whose_tokenizer_file_is_damaged_is_refused_naming_it(tiny_target, tiny_data, tmp_path, capsys):
+    """A tokenizer.json that parses as JSON but lacks what the tokenizer needs raised KeyError
+    out of the tokenizer check: exit 1 naming nothing."""
+    target = tmp_path / "target"
+    shutil.copytree(tiny_target, target)
+    (target / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": 5}}))
+    rc = _online(tiny_data.path, target, tmp_path / "run")
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"train: error: {target} (--target): no tokenizer loads from it (KeyError: "), err
+    assert _extract(target, tiny_data.path, tiny_data.stats, tmp_path / "store") == 2
+    assert f"{target} (--model): no tokenizer loads from it" in capsys.readouterr().err
