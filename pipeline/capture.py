@@ -29,12 +29,12 @@ memory runs on a side stream while the next batch's forward runs on the main one
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from .events import warn
-from .program_edge import StageError
+from pipeline.events import warn
+from pipeline.program_edge import StageError
 
 
 class StoppedInForward(Exception):

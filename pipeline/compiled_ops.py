@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from .capture import compile_failed
-from .events import warn
+from pipeline.capture import compile_failed
+from pipeline.events import warn
 
 
 class CompiledOps:

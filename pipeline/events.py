@@ -17,8 +17,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 ENV_VAR = "EAGLE3_EVENTS"
 KINDS = ("progress", "metric", "artifact", "message")
@@ -51,7 +52,7 @@ class EventWriter:
             self._fd = None
 
     @classmethod
-    def from_env(cls) -> "EventWriter":
+    def from_env(cls) -> EventWriter:
         return cls(os.environ.get(ENV_VAR) or None)
 
     @property
@@ -89,7 +90,7 @@ class EventWriter:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "EventWriter":
+    def __enter__(self) -> EventWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -157,7 +157,7 @@ class Connection:
             if watch.fired:
                 raise HttpFailure(TIMEOUT, f"{where}: no complete answer within {timeout:g} s (--timeout)") from None
             raise f from None
-        except (TimeoutError, socket.timeout, OSError, http.client.HTTPException) as e:
+        except (TimeoutError, OSError, http.client.HTTPException) as e:
             _WATCHDOG.release(watch)
             self.close()
             if watch.fired or isinstance(e, (TimeoutError, socket.timeout)):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .program_edge import BadInput
+from pipeline.program_edge import BadInput
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class DatasetIndex:
     def total_tokens(self) -> int:
         return sum(self.lengths)
 
-    def open(self) -> "RecordReader":
+    def open(self) -> RecordReader:
         return RecordReader(self)
 
 
@@ -159,7 +159,7 @@ class RecordReader:
 
     def __init__(self, index: DatasetIndex) -> None:
         self._index = index
-        self._f: BinaryIO = open(index.path, "rb")
+        self._f: BinaryIO = open(index.path, "rb")  # noqa: SIM115 - the reader's for its life (close())
 
     def read(self, i: int) -> Record:
         self._f.seek(self._index.offsets[i])

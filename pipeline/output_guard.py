@@ -32,10 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.atomic_io import fsync_dir, write_bytes_atomic
-
-from pipeline.sizes import format_bytes
 from pipeline.process_alive import pid_alive
 from pipeline.program_edge import BadInput, OutOfSpace  # the edge's: a refusal exits 2, a full disk 3
+from pipeline.sizes import format_bytes
 
 MARKER = ".eagle3-writer"
 MAX_MARKER_BYTES = 4096

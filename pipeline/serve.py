@@ -50,8 +50,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sizes import format_bytes, parse_size
-from .program_edge import BadInput, StageError, on_sigterm, run_program
+from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
+from pipeline.sizes import format_bytes, parse_size
 
 PROG = "python -m pipeline.serve"
 CHECKOUT = Path(__file__).resolve().parents[1]

@@ -3,17 +3,26 @@ records' own round trips, the console's acceptance bars, the charts project)."""
 
 from __future__ import annotations
 
+from pipeline.records.evaluate_report import (
+    Best,
+    FileFingerprint,
+    ForwardTimes,
+    LocalReport,
+    PromptFigures,
+    ServerPrompt,
+    ServerReport,
+    SettingRow,
+    TargetForwards,
+)
+from pipeline.records.extract_estimate import ExtractEstimate
 from pipeline.records.merge_stats import MergeStats, Policy, SourceStats
+from pipeline.records.regenerate_estimate import RegenerateEstimate
 from pipeline.records.regenerate_stats import RegenerateStats
+from pipeline.records.source_reading import ArrayCut, DuplicateIds, PolicyCount, SourceReading
 from pipeline.records.synthesis_estimate import SynthesisEstimate
 from pipeline.records.synthesis_stats import SynthesisStats
-from pipeline.records.extract_estimate import ExtractEstimate
-from pipeline.records.regenerate_estimate import RegenerateEstimate
 from pipeline.records.train_estimate import TrainEstimate
 from pipeline.records.train_summary import DraftVocab, StepFigures, TrainSummary, Validation
-from pipeline.records.source_reading import ArrayCut, DuplicateIds, PolicyCount, SourceReading
-from pipeline.records.evaluate_report import (Best, FileFingerprint, ForwardTimes, LocalReport, PromptFigures,
-                                              ServerPrompt, ServerReport, SettingRow, TargetForwards)
 
 CHART_SETTINGS = ((3, 1, 4, 2.412, (0.78, 0.55, 0.31), 1.62), (5, 1, 6, 2.71, (0.78, 0.55, 0.31, 0.22, 0.15), 1.71),
                   (5, 4, 8, 3.05, (0.86, 0.64, 0.42, 0.3, 0.21), 1.93),

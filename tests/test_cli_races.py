@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+
 import console.core.config.saved as saving
 from console.cli import main
 from console.core.config.overlay import read_saved

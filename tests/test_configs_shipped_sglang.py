@@ -67,8 +67,8 @@ def test_kimi_merge_takes_b1_to_b8_and_a2_not_a1_at_8192():
 
 
 def test_kimi_runs_our_stages_with_arguments_they_accept():
-    from pipeline.merge.options import build_parser as merge_parser
     from pipeline.extract.__main__ import build_parser as extract_parser
+    from pipeline.merge.options import build_parser as merge_parser
 
     cfg = load_config(KIMI)
     merge_args = merge_parser().parse_args(list(cfg.phase("merge").argv[3:]))
@@ -172,8 +172,7 @@ def _free_port() -> int:
 
 
 def test_kimi_serve_phase_runs_the_server_and_stop_serve_stops_it(tmp_path, monkeypatch):
-    from console.core.runs.manager import readiness, start_run
-    from console.core.runs.manager import latest_run, run_status
+    from console.core.runs.manager import latest_run, readiness, run_status, start_run
     from console.core.runs.procs import alive
 
     fake = tmp_path / "fake-sglang"

@@ -16,10 +16,10 @@ from console.cli import set as set_command
 from console.cli.edge import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Signalled, UsageError, kill_checks, raise_signalled
 from console.cli.parser import COMMANDS, parse_args, parse_sets
 from console.cli.printing import note_misread_paths
-from console.core.spec.config import UnknownPhase
 from console.core.config.saved import BadOverride
-from console.core.text.errors import ConfigError, Eagle3Error
 from console.core.lifecycle.project import Project
+from console.core.spec.config import UnknownPhase
+from console.core.text.errors import ConfigError, Eagle3Error
 
 
 def main(argv: Sequence[str] | None = None) -> int:

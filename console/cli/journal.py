@@ -11,10 +11,10 @@ from typing import Any, TextIO
 
 from console.cli.edge import EXIT_OK
 from console.cli.printing import fmt_duration, print_json_array
-from console.core.text.terminal_text import one_line
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.state import signal_name
 from console.core.records.journal import Scan
+from console.core.text.terminal_text import one_line
 
 HELP = "the append-only record of runs, checks, overrides and stops"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from console.core.checks.result import CHECK_GLYPHS, CheckResult
-from console.core.text.durations import format_duration
 from console.core.files.setpaths import misread_paths
+from console.core.text.durations import format_duration
 from console.core.text.terminal_text import one_line
 
 

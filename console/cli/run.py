@@ -12,7 +12,6 @@ from typing import TextIO
 
 from console.cli.edge import EXIT_DEADLINE, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
 from console.cli.printing import fmt_duration, print_results
-from console.core.spec.config import MAX_PARALLEL, Phase
 from console.core.flow.runall import (
     AllDone,
     Attaching,
@@ -40,6 +39,7 @@ from console.core.lifecycle.state import State
 from console.core.runs.deadline import MAX_GRACE, DeadlineError, parse_until
 from console.core.runs.procs import STOP_GRACE
 from console.core.runs.rundir import RunDir
+from console.core.spec.config import MAX_PARALLEL, Phase
 
 HELP = "start a phase (or --all, in order) after its checks pass"
 EPILOG = f"""\

@@ -11,14 +11,14 @@ from typing import TextIO
 
 from console.cli.edge import EXIT_FAIL, EXIT_OK, UsageError
 from console.cli.printing import fmt_duration, print_json
-from console.core.text.rates import format_rate
-from console.core.text.terminal_text import one_line
 from console.core.lifecycle.livestats import LiveSnapshot, headline_metrics
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.reread import ConfigChanged
 from console.core.lifecycle.snapshot import Snapshot, SnapshotBuilder
 from console.core.lifecycle.state import LIVE, State, glyph_of
 from console.core.runs.deadline import Deadline, DeadlineError
+from console.core.text.rates import format_rate
+from console.core.text.terminal_text import one_line
 
 HELP = ("every phase: state, last run, exit code, live progress; exit 0 when no phase is "
         "failed, lost or stale, 1 otherwise")

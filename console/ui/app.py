@@ -21,8 +21,8 @@ from console.core.telemetry.host import HostSource
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.shm import ShmSource
 from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
-from console.ui.screens.ask_dialog import AskDialog
 from console.ui.messages import StartsLanded
+from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.main.reads import Intervals
 from console.ui.screens.main.screen import MainScreen
 from console.ui.theming import load_themes, resolve_theme

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from textual.content import Content
 
 from console.core.checks.result import CHECK_GLYPHS
-from console.core.text.durations import format_duration
 from console.core.lifecycle.state import State, glyph_of
+from console.core.text.durations import format_duration
 from console.core.text.rates import compact_number
 from pipeline.sizes import format_bytes
 

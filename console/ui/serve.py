@@ -83,7 +83,7 @@ class Session(AppService):
         if proc is not None and proc.returncode is None:
             try:
                 await asyncio.wait_for(self.send_meta({"type": "quit"}), 1.0)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a broken pipe: kill below
+            except (TimeoutError, Exception):  # noqa: BLE001 - a broken pipe: kill below
                 pass
             for sig, grace in ((None, QUIT_GRACE), (signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, KILL_GRACE)):
                 if sig is not None:
@@ -91,14 +91,14 @@ class Session(AppService):
                 try:
                     await asyncio.wait_for(proc.wait(), grace)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
         self.kill(signal.SIGKILL)  # what is left of its group
         if self._task is not None:
             task, self._task = self._task, None
             try:
                 await asyncio.wait_for(task, KILL_GRACE)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 pass
 
 

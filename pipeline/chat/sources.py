@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from pipeline.bounded_read import open_file
+from pipeline.chat.json_stream import ArrayReader, first_char, read_lines
 from pipeline.chat.records import (
     EMPTY_VALUE,
     NO_ASSISTANT,
@@ -35,9 +37,7 @@ from pipeline.chat.records import (
     default_id,
     record_from_obj,
 )
-from pipeline.bounded_read import open_file
 from pipeline.chat.template import ROLES
-from pipeline.chat.json_stream import ArrayReader, first_char, read_lines
 from pipeline.program_edge import BadInput
 from pipeline.records.source_reading import ArrayCut, DuplicateIds, PolicyCount, SourceReading
 

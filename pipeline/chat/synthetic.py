@@ -16,14 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-WORDS = (
-    "apple banana cherry grape lemon mango melon orange peach pear plum berry "
-    "red blue green yellow purple white black silver golden brown "
-    "cat dog horse tiger eagle whale shark mouse rabbit fox wolf bear "
-    "paris london tokyo cairo lima oslo rome madrid berlin sydney "
-    "river mountain forest desert ocean valley island meadow canyon glacier "
-    "table chair window door lamp clock mirror pillow basket bottle"
-).split()
+WORDS = ["apple", "banana", "cherry", "grape", "lemon", "mango", "melon", "orange", "peach", "pear", "plum", "berry", "red", "blue", "green", "yellow", "purple", "white", "black", "silver", "golden", "brown", "cat", "dog", "horse", "tiger", "eagle", "whale", "shark", "mouse", "rabbit", "fox", "wolf", "bear", "paris", "london", "tokyo", "cairo", "lima", "oslo", "rome", "madrid", "berlin", "sydney", "river", "mountain", "forest", "desert", "ocean", "valley", "island", "meadow", "canyon", "glacier", "table", "chair", "window", "door", "lamp", "clock", "mirror", "pillow", "basket", "bottle"]
 
 SYSTEM_PROMPTS = (
     "You are a helpful assistant.",

@@ -17,9 +17,9 @@ from pipeline import output_guard
 from pipeline.atomic_io import write_json_atomic
 from pipeline.chat.synthetic import LONG_SOURCE, generate, write_jsonl
 from pipeline.chat.template import CHAT_TEMPLATE
-from pipeline.demo.tiny_target import TargetShape, TrainPlan, TrainResult, build_target, token_stream, train
 from pipeline.demo.folder import WRITER, dir_bytes, remove_leftovers
 from pipeline.demo.options import DEFAULT_STEPS, QUICK_STEPS
+from pipeline.demo.tiny_target import TargetShape, TrainPlan, TrainResult, build_target, token_stream, train
 from pipeline.demo.tokenizer import build_tokenizer
 from pipeline.events import EventWriter
 

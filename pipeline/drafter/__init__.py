@@ -1,16 +1,9 @@
 """The EAGLE-3 drafter: its config (SGLang's config.json), model (SGLang's weight names), draft
 vocabulary (d2t/t2d) and the target tensors it borrows. See model.py's docstring for the API."""
 
-from .config import DrafterConfig, DrafterConfigError
-from .model import (
-           EXPORT_KEYS,
-           Eagle3Drafter,
-           KVCache,
-           TTTCache,
-           load_drafter,
-           save_drafter,
-)
-from .vocab import DraftVocab
+from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+from pipeline.drafter.model import EXPORT_KEYS, Eagle3Drafter, KVCache, TTTCache, load_drafter, save_drafter
+from pipeline.drafter.vocab import DraftVocab
 
 __all__ = [
            "EXPORT_KEYS",

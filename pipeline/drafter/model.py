@@ -44,11 +44,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..atomic_io import write_json_atomic
-from ..compiled_ops import CompiledOps
-from .config import DrafterConfig, DrafterConfigError
-from .ttt_attention import EAGER_MERGE, causal_plus_diagonal, flash_supported, score_matrix
-from .vocab import DraftVocab
+from pipeline.atomic_io import write_json_atomic
+from pipeline.compiled_ops import CompiledOps
+from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+from pipeline.drafter.ttt_attention import EAGER_MERGE, causal_plus_diagonal, flash_supported, score_matrix
+from pipeline.drafter.vocab import DraftVocab
 
 EXPORT_KEYS = (
     "fc.weight",

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.target import config as target_config, weights as target_weights
+from pipeline.target import config as target_config
+from pipeline.target import weights as target_weights
 
 SINGLE = "model.safetensors"
 EMBED_SUFFIX = "embed_tokens.weight"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compiled_ops import CompiledOps
+from pipeline.compiled_ops import CompiledOps
 
 
 def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):

@@ -8,8 +8,8 @@ would have, and its files are bit-identical; batches already fully written are s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ float32 scales (`fp8_views`): about half of what the captured states would.
 from __future__ import annotations
 
 import queue
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..program_edge import BadInput, on_sigterm
-from ..store.manifest import finalize
-from ..store.meta import TargetInfo
-from .errors import Stopped
-from .job import ExtractOptions, Job, prepare
-from .reserve import disk_full, is_disk_full
-from ..sizes import format_bytes, parse_size
-from .sharding import Shard
+from pipeline.extract.errors import Stopped
+from pipeline.extract.job import ExtractOptions, Job, prepare
+from pipeline.extract.reserve import disk_full, is_disk_full
+from pipeline.extract.sharding import Shard
+from pipeline.program_edge import BadInput, on_sigterm
+from pipeline.sizes import format_bytes, parse_size
+from pipeline.store.manifest import finalize
+from pipeline.store.meta import TargetInfo
 
 PROG = "python -m pipeline.extract"
 RESUME = "rerun the same command to resume"

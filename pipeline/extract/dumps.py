@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..dump_protocol import (
+from pipeline.dump_protocol import (
     DUMP_SUFFIX,
     ERROR_ROOM,
     ERROR_SUFFIX,
@@ -39,7 +39,7 @@ from ..dump_protocol import (
     dump_name,
     error_name,
 )
-from ..store.layout import DTYPES
+from pipeline.store.layout import DTYPES
 
 CHUNK_BYTES = 4 << 20
 """Size of the buffer a dump streams through into the store. Each chunk costs a handful of

@@ -11,26 +11,26 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from .batching import PlannedBatch
-from .buffers import BufferPool, HostSlot
-from ..capture import Capturer, StoppedInForward
-from ..program_edge import StageError
-from .driver import RunResult, finalize_or_stop, stopped
-from .errors import ReserveStop
-from .job import Job
-from ..store.manifest import ManifestWriter
-from .progress import Progress
-from .reserve import disk_full, is_disk_full
-from ..sizes import format_bytes
-from ..store.fp8 import quantize
-from ..store.layout import SCALE_COLUMNS
-from ..store.sample_file import TORCH_DTYPES
-from .writer import HostBatch, WriterPool
+from pipeline.capture import Capturer, StoppedInForward
+from pipeline.extract.batching import PlannedBatch
+from pipeline.extract.buffers import BufferPool, HostSlot
+from pipeline.extract.driver import RunResult, finalize_or_stop, stopped
+from pipeline.extract.errors import ReserveStop
+from pipeline.extract.job import Job
+from pipeline.extract.progress import Progress
+from pipeline.extract.reserve import disk_full, is_disk_full
+from pipeline.extract.writer import HostBatch, WriterPool
+from pipeline.program_edge import StageError
+from pipeline.sizes import format_bytes
+from pipeline.store.fp8 import quantize
+from pipeline.store.layout import SCALE_COLUMNS
+from pipeline.store.manifest import ManifestWriter
+from pipeline.store.sample_file import TORCH_DTYPES
 
 
 @dataclass

@@ -7,7 +7,7 @@ A write that fails with ENOSPC or EDQUOT anywhere becomes a ReserveStop (reserve
 
 from __future__ import annotations
 
-from ..program_edge import OutOfSpace, Terminated
+from pipeline.program_edge import OutOfSpace, Terminated
 
 
 class ReserveStop(OutOfSpace):

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..program_edge import BadInput
-from ..store.layout import DTYPES, SCALE_BYTES, dtype_name, header, token_bytes
-from ..store.meta import TargetInfo
+from pipeline.program_edge import BadInput
 from pipeline.records import merge_stats
 from pipeline.records.extract_estimate import ExtractEstimate
 from pipeline.records.merge_stats import MergeStats
+from pipeline.store.layout import DTYPES, SCALE_BYTES, dtype_name, header, token_bytes
+from pipeline.store.meta import TargetInfo
 
 BLOCK_SLACK = 4096  # a file ends part-way through a block
 MANIFEST_LINE = 256  # index, id, tokens, bytes, file

@@ -8,10 +8,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..events import EventWriter
-from .driver import RunResult
-from .job import Job
-from .sharding import Shard
+from pipeline.events import EventWriter
+from pipeline.extract.driver import RunResult
+from pipeline.extract.job import Job
+from pipeline.extract.sharding import Shard
 
 
 class HFBackend:
@@ -32,8 +32,8 @@ class HFBackend:
     def run(self, job: Job, stop: threading.Event) -> RunResult:
         import torch
 
-        from ..target.model import load_target
-        from . import engine
+        from pipeline.extract import engine
+        from pipeline.target.model import load_target
 
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from ..store.manifest import manifest_files, parse_entries
-from ..sizes import format_bytes
+from pipeline.sizes import format_bytes
+from pipeline.store.manifest import manifest_files, parse_entries
 
 
 class ManifestTally:

@@ -15,13 +15,13 @@ import os
 import threading
 from pathlib import Path
 
-from ..output_guard import DISK_FULL_ERRNOS, volume_of  # the one reading of a full disk's errno and volume
-from ..program_edge import BadInput
+from pipeline.extract.errors import ReserveStop
+from pipeline.output_guard import DISK_FULL_ERRNOS, volume_of  # the one reading of a full disk's errno and volume
+from pipeline.program_edge import BadInput
 
 # One size syntax and one printed form for the whole project (`1.001GB` is the same number
 # in a config check and in --reserve): see pipeline/events.py.
-from ..sizes import format_bytes, parse_size
-from .errors import ReserveStop
+from pipeline.sizes import format_bytes, parse_size
 
 __all__ = ["DiskGuard", "disk_full", "format_bytes", "is_disk_full", "parse_size", "volume_of"]
 

@@ -58,23 +58,23 @@ from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
-from ..merged_dataset import Record
-from ..dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
-from .dumps import STATES, BadDump, ChunkBuffer, DumpFile, DumpFolder
-from .driver import RunResult, drive, finalize_or_stop, need, options_from, size_flag, stopped
-from ..program_edge import BadInput, PeerDead, StageError
-from .errors import ReserveStop
-from .job import Job
-from ..store.manifest import ManifestWriter
-from .progress import Progress
-from .reserve import disk_full, is_disk_full
-from ..sizes import format_bytes
-from .sglang_http import ServerError, SGLangServer
-from .sharding import Shard
-from ..store.fp8 import quantize_stream
-from ..store.sample_file import write_parts
-from ..store.meta import TargetInfo
-from ..events import EventWriter
+from pipeline.dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
+from pipeline.events import EventWriter
+from pipeline.extract.driver import RunResult, drive, finalize_or_stop, need, options_from, size_flag, stopped
+from pipeline.extract.dumps import STATES, BadDump, ChunkBuffer, DumpFile, DumpFolder
+from pipeline.extract.errors import ReserveStop
+from pipeline.extract.job import Job
+from pipeline.extract.progress import Progress
+from pipeline.extract.reserve import disk_full, is_disk_full
+from pipeline.extract.sglang_http import ServerError, SGLangServer
+from pipeline.extract.sharding import Shard
+from pipeline.merged_dataset import Record
+from pipeline.program_edge import BadInput, PeerDead, StageError
+from pipeline.sizes import format_bytes
+from pipeline.store.fp8 import quantize_stream
+from pipeline.store.manifest import ManifestWriter
+from pipeline.store.meta import TargetInfo
+from pipeline.store.sample_file import write_parts
 
 DTYPE = "bfloat16"
 MAX_WRITERS = 64

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..program_edge import BadInput
+from pipeline.program_edge import BadInput
 
 
 @dataclass(frozen=True)

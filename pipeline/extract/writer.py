@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from .batching import PlannedBatch
-from .buffers import BufferPool, HostSlot
-from ..program_edge import StageError
-from .reserve import disk_full, is_disk_full
-from ..store.manifest import ManifestWriter
-from ..store.sample_file import Sample, write_sample
+from pipeline.extract.batching import PlannedBatch
+from pipeline.extract.buffers import BufferPool, HostSlot
+from pipeline.extract.reserve import disk_full, is_disk_full
+from pipeline.program_edge import StageError
+from pipeline.store.manifest import ManifestWriter
+from pipeline.store.sample_file import Sample, write_sample
 
 
 @dataclass

@@ -46,9 +46,9 @@ from pipeline.merge.output import default_stats_path, remove_stale_leftovers, sh
 from pipeline.merge.pool import Progress, check_tokenizer, run_chunks
 from pipeline.merge.reading import read_chunks, resolve_sources, source_policy
 from pipeline.merge.stats import refuse_empty, report_drops, stats_of, summary, tally
-from pipeline.target.tokenizer import tokenizer_identity
 from pipeline.program_edge import BadInput, StageError, on_sigterm, run_program
 from pipeline.records import merge_stats
+from pipeline.target.tokenizer import tokenizer_identity
 
 STATS_KEYS = merge_stats.KIND.legacy_keys  # what makes a stats file merge's own
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.chat.records import ChatRecord, RecordError
 from pipeline.chat.loss_mask import encode, special_token_ids
+from pipeline.chat.records import ChatRecord, RecordError
 from pipeline.program_edge import leave_stops_to_parent
 
 EXAMPLES_KEPT = 3

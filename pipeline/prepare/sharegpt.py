@@ -22,8 +22,15 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from pipeline.chat.json_stream import ArrayReader, first_char, read_lines
-from pipeline.chat.records import (EMPTY_VALUE, NO_ASSISTANT, NO_MESSAGES, NOT_JSON, NOT_UTF8, SHAREGPT_ROLES,
-                                   UNKNOWN_ROLE)
+from pipeline.chat.records import (
+    EMPTY_VALUE,
+    NO_ASSISTANT,
+    NO_MESSAGES,
+    NOT_JSON,
+    NOT_UTF8,
+    SHAREGPT_ROLES,
+    UNKNOWN_ROLE,
+)
 from pipeline.chat.sources import DEFAULT_ROLE_MAP, DUPLICATE_ID, JOINER, LINE_TOO_LONG
 
 ROLES = {**SHAREGPT_ROLES, **DEFAULT_ROLE_MAP}

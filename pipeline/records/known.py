@@ -13,8 +13,17 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.bounded_read import read_bounded
-from pipeline.records import (evaluate_report, extract_estimate, merge_stats, regenerate_estimate, regenerate_stats,
-                              synthesis_estimate, synthesis_stats, train_estimate, train_summary)
+from pipeline.records import (
+    evaluate_report,
+    extract_estimate,
+    merge_stats,
+    regenerate_estimate,
+    regenerate_stats,
+    synthesis_estimate,
+    synthesis_stats,
+    train_estimate,
+    train_summary,
+)
 from pipeline.records.codec import MAX_BYTES, TAG
 
 FILES: dict[str, Callable[[str], object]] = {

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..program_edge import BadInput
+from pipeline.program_edge import BadInput
 
 
 def load_target(model_dir: Path, device: str, dtype: torch.dtype, flag: str = "--model") -> torch.nn.Module:

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from console.core.files.atomicfile import atomic_write_json
 from console.core.files import atomicfile as console_atomicfile
+from console.core.files.atomicfile import atomic_write_json
 from pipeline import atomic_io
 
 

@@ -3,10 +3,9 @@ from __future__ import annotations
 import sys
 
 from core_harness import ctx_for
+
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.spec.config import CheckSpec, Phase
-
-
 
 
 def check(arg, ctx):

@@ -4,13 +4,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from core_harness import ctx_for
+
 from console.core.checks import data
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.spec.config import CheckSpec, Phase
-
-
 
 
 def check(kind, arg, ctx):

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 from core_harness import ctx_for
+
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.spec.config import CheckSpec
-
-
 
 
 def check(arg, root):

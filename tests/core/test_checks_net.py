@@ -6,12 +6,10 @@ import socket
 import threading
 
 import pytest
-
 from core_harness import ctx_for
+
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.spec.config import CheckSpec
-
-
 
 
 def check(kind, arg, ctx):

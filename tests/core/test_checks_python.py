@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from core_harness import ctx_for
+
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.spec.config import CheckSpec
 

@@ -10,6 +10,7 @@ import os
 import struct
 
 from core_harness import ctx_for
+
 from console.core.checks.registry import default_name, run_checks, validate
 from console.core.spec.config import CheckSpec
 from pipeline.checksum import file_checksum

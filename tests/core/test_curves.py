@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 
-from pipeline.events import Event
-
 from console.core.figures.curves import StepCurve
 from console.core.lifecycle.livestats import LiveStats
+from pipeline.events import Event
 
 
 def test_a_week_long_run_keeps_its_first_steps_in_bounded_memory() -> None:

@@ -9,7 +9,7 @@ import os
 import tracemalloc
 
 from console.core.lifecycle.livestats import EventTail
-from pipeline.events import EventWriter, iter_events, MAX_LINE, parse_line, read_events
+from pipeline.events import MAX_LINE, EventWriter, iter_events, parse_line, read_events
 
 
 def progress(done: int, t: float = 1000.0) -> bytes:

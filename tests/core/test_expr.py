@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.core.figures.expr import (ExprError, check_expression, evaluate, evaluate_traced, parse_need,
-                               references)
+from console.core.figures.expr import ExprError, check_expression, evaluate, evaluate_traced, parse_need, references
 
 STATS = {"stats": {"tokens": 1000, "records": 10, "nested": {"hidden": 4096}, "shards": [3, 5],
                    "name": "merged", "dims": {"h": "4096"}}}

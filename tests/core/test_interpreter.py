@@ -13,10 +13,10 @@ from core_harness import wait_for
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.config.loader import load_config
-from console.core.spec.config import CheckSpec
-from console.core.text.errors import ConfigError
 from console.core.lifecycle.project import PYTHON_CHECK, Blocked, Project
 from console.core.runs import manager
+from console.core.spec.config import CheckSpec
+from console.core.text.errors import ConfigError
 
 
 def fake_env(root: Path, name: str) -> Path:
@@ -66,7 +66,7 @@ def test_a_phase_runs_under_the_configured_interpreter(tmp_path):
     p = project(tmp_path)
     for pid in ("whole", "own"):
         rd = p.start(pid)
-        wait_for(lambda: manager.run_status(rd).state == "succeeded", 30, f"{pid} to finish")
+        wait_for(lambda rd=rd: manager.run_status(rd).state == "succeeded", 30, f"{pid} to finish")
     assert "-c import sys" in uses(tmp_path, "a")
     assert "-c print('own')" in uses(tmp_path, "b")
     argv = manager.latest_run(p.config.state_dir, "own").read_argv()

@@ -3,7 +3,6 @@ from __future__ import annotations
 import getpass
 import json
 import multiprocessing
-import os
 import socket
 
 from console.core.records.journal import Journal
@@ -89,5 +88,5 @@ def test_concurrent_writers_never_interleave(tmp_path):
     assert len(recs) == 120
     for k in range(3):
         assert [r["i"] for r in recs if r["phase"] == f"w{k}"] == list(range(40))
-    raw = open(os.path.join(tmp_path, "journal.jsonl"), "rb").read()
+    raw = (tmp_path / "journal.jsonl").read_bytes()
     assert len([line for line in raw.split(b"\n") if line.strip()]) == 120  # no torn or merged lines

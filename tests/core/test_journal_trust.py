@@ -17,7 +17,6 @@ from console.cli import main
 from console.core.records.journal import Journal
 from tests.test_cli_saved_overrides import CFG  # a config with vars, a state dir and one phase
 
-
 HOSTILE = [
     {"t": "yesterday", "event": "run_started", "phase": "train", "run_id": "r-text-t"},
     {"t": 1e308, "event": "run_started", "phase": "train", "run_id": "r-huge-t"},

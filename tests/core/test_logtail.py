@@ -123,7 +123,7 @@ def test_big_log_starts_from_its_tail_without_loading_it_whole(tmp_path):
     log = tmp_path / "output.log"
     line = "x" * 90 + "\n"
     with open(log, "w") as f:
-        for block in range(16):
+        for _ in range(16):
             f.write(line * 20_000)  # ~29 MB
         f.write("".join(f"tail {i}\n" for i in range(300)))
     tail = LogTail(log, max_lines=200)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from core_harness import wait_for
 
-from console.core.records.journal import Journal
 from console.core.lifecycle.project import Project
+from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import run_status
 from console.core.runs.rundir import RunDir

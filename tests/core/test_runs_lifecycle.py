@@ -11,14 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from core_harness import config_for, wait_for
-from console.core.spec.config import Config, Phase
-from console.core.text.errors import PhaseError
+
 from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import latest_run, list_runs, run_status, start_run, stop_run
 from console.core.runs.rundir import RunDir
+from console.core.spec.config import Config, Phase
+from console.core.text.errors import PhaseError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-
 from core_harness import wait_for
-from console.core.lifecycle.project import Project
+
 from console.core.flow.runall import AllDone, Entering, Halted, Skipped, run_all
 from console.core.flow.startflow import (
     AlreadyLive,
@@ -28,6 +27,7 @@ from console.core.flow.startflow import (
 )
 from console.core.flow.waiting import wait
 from console.core.flow.watch import PhaseWatch
+from console.core.lifecycle.project import Project
 
 CFG = textwrap.dedent("""\
     name: flow

@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from console.core.text.durations import format_duration
 from console.core.lifecycle.livestats import LiveStats
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, VolumeSample
+from console.core.text.durations import format_duration
 from console.ui.render import fmt_bytes, fmt_pair, fmt_rate
 from pipeline.events import Event
 

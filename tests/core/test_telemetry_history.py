@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.core.telemetry.history import DiskForecast, GpuHistory, Series
 from console.core.telemetry.fake import FakeGpuSource
+from console.core.telemetry.history import DiskForecast, GpuHistory, Series
 from console.core.telemetry.samples import DiskReading, VolumeSample
 
 GB = 10**9

@@ -46,10 +46,10 @@ def test_every_gpu_field_reads_on_real_hardware(source):
     assert r.driver and r.gpus
     for g in r.gpus:
         assert g.name and g.uuid and g.uuid.startswith(("GPU-", "MIG-"))
-        assert 0 < g.memory_total and 0 <= g.memory_used <= g.memory_total
+        assert g.memory_total > 0 and 0 <= g.memory_used <= g.memory_total
         assert 0 <= g.utilization <= 100
         assert 0 < g.temperature < 120
-        assert 0 < g.power and 0 < g.power_limit < 2000  # watts, not milliwatts
+        assert g.power > 0 and 0 < g.power_limit < 2000  # watts, not milliwatts
         assert g.processes_unknown is False
 
 

@@ -4,10 +4,9 @@ checks running on every status look."""
 
 from __future__ import annotations
 
-
-from console.core.spec.config import Phase
-from console.core.lifecycle.state import PhaseStatus
 from console.core.flow.watch import PreflightSchedule
+from console.core.lifecycle.state import PhaseStatus
+from console.core.spec.config import Phase
 
 
 def _st(pid: str, state: str) -> PhaseStatus:

@@ -9,8 +9,7 @@ import json
 import random
 from pathlib import Path
 
-WORDS = ("the cat sat on a warm mat while rain fell over quiet hills and rivers ran to the sea "
-         "count numbers one two three four five six seven eight nine ten list colors red green blue").split()
+WORDS = ["the", "cat", "sat", "on", "a", "warm", "mat", "while", "rain", "fell", "over", "quiet", "hills", "and", "rivers", "ran", "to", "the", "sea", "count", "numbers", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "list", "colors", "red", "green", "blue"]
 
 
 def _words(rng: random.Random, lo: int, hi: int) -> str:

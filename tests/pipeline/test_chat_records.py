@@ -12,10 +12,10 @@ import pytest
 from pipeline.chat.records import RecordError, parse_record
 from pipeline.chat.sources import SourceError, SourcePolicy, SourceReport, iter_records, parse_role_map, source_files
 from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.demo.tokenizer import build_tokenizer
 from pipeline.merge.__main__ import main as merge_main
 from pipeline.program_edge import BadInput
 from pipeline.records.merge_stats import read_stats
-from pipeline.demo.tokenizer import build_tokenizer
 
 EXPECTED = [
     {"role": "system", "content": "Be brief."},

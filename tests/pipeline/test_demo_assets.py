@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.chat.records import parse_record
-from pipeline.demo.__main__ import main as demo_main
 from pipeline.chat.synthetic import LONG_SOURCE, generate
+from pipeline.demo.__main__ import main as demo_main
 from pipeline.events import read_events
 
 REPO = Path(__file__).resolve().parents[2]

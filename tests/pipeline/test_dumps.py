@@ -18,9 +18,9 @@ import torch
 from pipeline.atomic_io import TEMP_SUFFIX
 from pipeline.dump_protocol import HEADER_ALLOWANCE, request_key
 from pipeline.extract.dumps import BadDump, ChunkBuffer, DumpFolder
+from pipeline.sglang_dump import dump_parts
 from pipeline.store.layout import relpath
 from pipeline.store.sample_file import Sample, write_parts, write_sample
-from pipeline.sglang_dump import dump_parts
 
 T, H = 37, 24  # odd sizes: no chunk boundary falls on a tensor boundary
 IDS = [(i * 31 + 5) % 1000 for i in range(T)]

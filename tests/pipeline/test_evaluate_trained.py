@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.export import __main__ as export
 from pipeline.evaluate.__main__ import main as evaluate
+from pipeline.export import __main__ as export
 from pipeline.records.evaluate_report import read_report
 
 REPO = Path(__file__).resolve().parents[2]

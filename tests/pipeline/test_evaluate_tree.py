@@ -15,9 +15,9 @@ import torch
 
 from pipeline.evaluate.drafter import ChainDrafter, load_exported
 from pipeline.evaluate.speculative import greedy, speculate, speculate_tree
-from pipeline.evaluate.verifier import Target
 from pipeline.evaluate.tree import Candidates, Setting, Tree, accept, build_tree, parse_setting
 from pipeline.evaluate.tree_drafter import TreeDrafter
+from pipeline.evaluate.verifier import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_evaluate as base  # noqa: E402

@@ -145,9 +145,10 @@ def test_evaluate_without_drafter_or_baseline_says_what_to_pass(tiny, capsys):
 
 
 def test_a_drafter_replaced_by_a_new_export_mid_evaluation_is_not_reported(tiny, tmp_path, monkeypatch, capsys):
-    from pipeline.export import __main__ as export
-    from pipeline.evaluate import speculative, sweep  # sweep decodes the greedy reference
     from test_export import make_checkpoint, make_drafter
+
+    from pipeline.evaluate import speculative, sweep  # sweep decodes the greedy reference
+    from pipeline.export import __main__ as export
 
     drafter = tmp_path / "drafter"
     shutil.copytree(tiny["drafter"], drafter)

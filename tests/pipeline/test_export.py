@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.drafter import DrafterConfig, Eagle3Drafter
+from pipeline.drafter import vocab as dvocab
 from pipeline.export import __main__ as export
 from pipeline.export import folder, verify
 from pipeline.program_edge import BadInput
 from pipeline.target.config import sglang_layer_ids
-from pipeline.drafter import DrafterConfig, Eagle3Drafter
-from pipeline.drafter import vocab as dvocab
 from pipeline.train import checkpoint
 
 LAYERS = 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+
 from pipeline.records.extract_estimate import parse_estimate
 
 

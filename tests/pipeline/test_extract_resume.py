@@ -146,13 +146,13 @@ def test_a_stop_lands_between_decoder_layers_keeps_the_manifest_and_drops_the_ba
     a rerun resumes to the uninterrupted store."""
     import threading
 
+    from pipeline.events import EventWriter
     from pipeline.extract import engine
-    from pipeline.target.model import load_target
     from pipeline.extract.errors import Stopped
     from pipeline.extract.job import ExtractOptions, prepare
-    from pipeline.store.meta import TargetInfo
     from pipeline.extract.sharding import resolve_shard
-    from pipeline.events import EventWriter
+    from pipeline.store.meta import TargetInfo
+    from pipeline.target.model import load_target
 
     out = tmp_path / "store"
     options = ExtractOptions(data=tiny_data.path, out=out, stats=tiny_data.stats, batch_tokens=256, writers=1)

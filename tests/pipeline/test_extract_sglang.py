@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from standin_sglang import StandIn, states
 
+from pipeline.dump_protocol import dump_size_bound, request_key
 from pipeline.events import iter_events
 from pipeline.extract.__main__ import main
-from pipeline.dump_protocol import dump_size_bound, request_key
 from pipeline.store.manifest import read_manifest
 
 HIDDEN = 32

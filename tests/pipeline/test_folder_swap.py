@@ -9,12 +9,11 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from test_export import make_export
 
 from pipeline import output_guard
-from pipeline.export import __main__ as export
 from pipeline.demo.__main__ import main as demo_main
+from pipeline.export import __main__ as export
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from pipeline.chat.template import CHAT_TEMPLATE
-from pipeline.merge.__main__ import main as merge_main
-from pipeline.records import merge_stats, regenerate_stats
-from pipeline.demo.tokenizer import build_tokenizer
 from standin_sglang import StandIn
 from test_regenerate import MODEL, argv, lines, run, write_source
+
+from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.demo.tokenizer import build_tokenizer
+from pipeline.merge.__main__ import main as merge_main
+from pipeline.records import merge_stats, regenerate_stats
 
 SURROGATE_TEXT = '{"id": "bad-text", "conversations": [{"from": "human", "value": "hi \\ud800 there"}, ' \
                  '{"from": "gpt", "value": "old"}]}\n'

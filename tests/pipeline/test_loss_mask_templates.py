@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.chat.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
 from pipeline.chat.template import (
     CHAT_TEMPLATE,
     CHAT_TEMPLATE_WITH_GENERATION,
     SPECIAL_TOKENS,
 )
-from pipeline.chat.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
 from pipeline.demo.tokenizer import build_tokenizer, train_bpe, wrap
 
 CONV = [

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat.template import CHAT_TEMPLATE, CHAT_TEMPLATE_WITH_GENERATION
-from pipeline.chat.synthetic import LONG_SOURCE, generate, write_jsonl
-from pipeline.events import read_events
 from pipeline.chat.loss_mask import METHOD_MARKERS, METHOD_PREFIX_DIFF, encode
+from pipeline.chat.synthetic import LONG_SOURCE, generate, write_jsonl
+from pipeline.chat.template import CHAT_TEMPLATE, CHAT_TEMPLATE_WITH_GENERATION
+from pipeline.demo.tokenizer import build_tokenizer
+from pipeline.events import read_events
 from pipeline.merge.__main__ import main as merge_main
 from pipeline.records.merge_stats import MergeStats, read_stats
-from pipeline.demo.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 

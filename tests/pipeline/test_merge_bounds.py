@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat.template import CHAT_TEMPLATE
-from pipeline.chat.synthetic import generate, write_jsonl
 from pipeline.chat.loss_mask import encode
+from pipeline.chat.synthetic import generate, write_jsonl
+from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.demo.tokenizer import build_tokenizer
 from pipeline.merge.__main__ import main as merge_main
 from pipeline.merge.chunks import char_bound
 from pipeline.records.merge_stats import MergeStats, read_stats
-from pipeline.demo.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 2 * 2**30  # address space: torch and transformers map about 0.6 GiB; the record once took 20 GB

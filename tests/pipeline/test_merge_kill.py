@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from forked_signal import exit_code_of_forked_child_signalled_under
 
-from pipeline.chat.template import CHAT_TEMPLATE
 from pipeline.chat.synthetic import generate, write_jsonl
-from pipeline.merge.__main__ import main as merge_main
+from pipeline.chat.template import CHAT_TEMPLATE
 from pipeline.demo.tokenizer import build_tokenizer
+from pipeline.merge.__main__ import main as merge_main
 
 REPO = Path(__file__).resolve().parents[2]
 

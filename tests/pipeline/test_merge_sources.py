@@ -10,8 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from pipeline.chat.template import CHAT_TEMPLATE
-from pipeline.merge.__main__ import main as merge_main
 from pipeline.demo.tokenizer import build_tokenizer
+from pipeline.merge.__main__ import main as merge_main
 
 
 def _good(i: int, **extra) -> dict:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-
 DEADLINE_S = 120  # far above the child's start-up on a loaded machine; a blocked read never ends
 CEILING = 2 << 30
 

@@ -63,17 +63,16 @@ def test_a_failed_build_leaves_no_temporary_and_the_old_folder(tmp_path):
     final = tmp_path / "out"
     with og.staged_folder(final, "w", "building") as tmp:
         (tmp / "v").write_text("1")
-    with pytest.raises(RuntimeError):
-        with og.staged_folder(final, "w", "building") as tmp:
-            (tmp / "v").write_text("2")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), og.staged_folder(final, "w", "building") as tmp:
+        (tmp / "v").write_text("2")
+        raise RuntimeError("boom")
     assert (final / "v").read_text() == "1" and sorted(os.listdir(tmp_path)) == ["out"]
 
 
 def test_a_full_disk_while_building_is_exit_3_with_the_volume_and_the_bytes(tmp_path):
-    with pytest.raises(og.OutOfSpace) as e:
-        with og.staged_folder(tmp_path / "out", "w", "writing the thing", need=5_000_000_000):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with pytest.raises(og.OutOfSpace) as e, og.staged_folder(tmp_path / "out", "w", "writing the thing",
+                                                               need=5_000_000_000):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert e.value.exit_code == 3
     assert f"the disk is full on {og.volume_of(tmp_path)} while writing the thing" in str(e.value)
     assert "5.0 GB (5000000000 bytes)" in str(e.value) and "free" in str(e.value)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.chat.synthetic import generate, write_jsonl
+from pipeline.chat.template import CHAT_TEMPLATE
+from pipeline.demo.tokenizer import build_tokenizer
 from pipeline.merge.__main__ import main as merge_main
 from pipeline.regenerate.main import main as regen_main
-from pipeline.demo.tokenizer import build_tokenizer
-from pipeline.chat.template import CHAT_TEMPLATE
 
 FOREIGN = b'{"note": "somebody\'s notes"}\n{"last line without a newline": 1'
 

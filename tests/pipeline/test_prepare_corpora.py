@@ -14,7 +14,6 @@ from pipeline.prepare.corpora import chitchat_records, mtbench_prompts
 from pipeline.prepare.sources import open_source
 from pipeline.program_edge import BadInput
 
-
 # A slice of PyPI chitchat-dataset 0.9.0's dataset.json (MIT): its first conversation's first four
 # message groups, and one that nobody answered; sender ids shortened.
 CHITCHAT = {
@@ -78,9 +77,9 @@ def test_a_source_reads_the_same_from_its_file_its_xz_copy_and_its_wheel(tmp_pat
         with open_source(tmp_path / name, "--chitchat", "/dataset.json", 1 << 20) as source:
             assert source.stream.read() == text
     (tmp_path / "cut.json.xz").write_bytes((tmp_path / "dataset.json.xz").read_bytes()[:40])
-    with pytest.raises(BadInput, match="--chitchat .*cut.json.xz: cannot be read whole"):
-        with open_source(tmp_path / "cut.json.xz", "--chitchat", "/dataset.json", 1 << 20) as source:
-            source.stream.read()
+    with pytest.raises(BadInput, match="--chitchat .*cut.json.xz: cannot be read whole"), \
+            open_source(tmp_path / "cut.json.xz", "--chitchat", "/dataset.json", 1 << 20) as source:
+        source.stream.read()
 
 
 def test_the_first_mtbench_prompts_span_every_category_not_only_the_first():

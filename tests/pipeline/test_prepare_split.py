@@ -16,7 +16,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from pypi_cache import cached_wheel
 from recipe_inputs import sharegpt_text, write_inputs
 

@@ -12,7 +12,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from recipe_inputs import chat_target
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from forked_signal import exit_code_of_forked_child_signalled_under
 
 from pipeline.program_edge import (

@@ -14,10 +14,20 @@ import record_samples
 from record_samples import local_report, server_report
 
 from pipeline.program_edge import BadInput
+from pipeline.records import (
+    extract_estimate,
+    merge_stats,
+    regenerate_estimate,
+    regenerate_stats,
+    synthesis_estimate,
+    synthesis_stats,
+    train_estimate,
+    train_summary,
+)
 from pipeline.records.codec import MalformedRecord, MissingRecord, NotFinite, NotThisRecord, RecordError, UnknownVersion
-from pipeline.records import (extract_estimate, merge_stats, regenerate_estimate, regenerate_stats,
-                              synthesis_estimate, synthesis_stats, train_estimate, train_summary)
-from pipeline.records.evaluate_report import KIND as EVALUATE, read_report, write_report
+from pipeline.records.evaluate_report import KIND as EVALUATE
+from pipeline.records.evaluate_report import read_report, write_report
+
 
 def _printed(format_line):
     """An estimate's writer prints one line; here it lands in a file, as a config's command output would."""

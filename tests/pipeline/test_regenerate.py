@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from standin_sglang import StandIn, answer
 
-from pipeline.regenerate.conversation import seed_for
 from pipeline.records import regenerate_stats
 from pipeline.records.regenerate_estimate import parse_estimate
-from standin_sglang import StandIn, answer
+from pipeline.regenerate.conversation import seed_for
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "/models/tiny-target"
@@ -213,7 +213,7 @@ def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_output(tmp
             target = server.chat_requests + rng.randint(1, 90)
             proc = subprocess.Popen(argv(src, out, server.url, more=more), cwd=REPO, env=env(),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            _wait(lambda: proc.poll() is not None or server.chat_requests >= target, f"{target} answers")
+            _wait(lambda proc=proc, target=target: proc.poll() is not None or server.chat_requests >= target, f"{target} answers")
             if proc.poll() is not None:
                 _, err = proc.communicate()
                 assert proc.returncode == 0, err

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from standin_sglang import StandIn, answer
 from test_regenerate import MODEL, argv, expected, lines, run, write_source
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from tiny_chat_target import build_chat_target
 
-from pipeline.regenerate.loops import loop_tail, trim
 from pipeline.records import regenerate_stats
+from pipeline.regenerate.loops import loop_tail, trim
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 48

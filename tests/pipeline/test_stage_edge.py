@@ -20,14 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
 from standin_sglang import StandIn
 from test_evaluate import VOCAB
 from test_export import make_checkpoint, make_drafter, make_target
 from test_merge_kill import _leftovers, _wait_for_parts, workload  # noqa: F401  (workload: the fixture)
-from test_regenerate import MODEL
+from test_regenerate import MODEL, write_source
 from test_regenerate import argv as regenerate_argv
-from test_regenerate import write_source
 
 from pipeline.events import iter_events
 from pipeline.records import regenerate_stats

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from conftest import make_records, write_merged
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import store_tamper
+
 from pipeline.store.integrity import verify_store
 
 

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from pipeline.program_edge import BadInput
-
 from pipeline.target.config import TargetError, capture_layers, read_config, sglang_layer_ids, text_config
 from pipeline.target.weights import FingerprintError, target_fingerprint, weight_files, weight_map
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from forked_signal import exit_code_of_forked_child_signalled_under
 
 from pipeline.events import iter_events

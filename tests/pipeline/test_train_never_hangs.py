@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+import store_tamper
 import torch
 
-import store_tamper
 from pipeline.events import iter_events
 
 BOUND = 240  # seconds: a run that has not ended by then hangs (the runs here take about 20 s)

@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 from pipeline.events import iter_events
-from pipeline.records.train_summary import read_summary
 from pipeline.records.train_estimate import TrainEstimate, parse_estimate
+from pipeline.records.train_summary import read_summary
 
 OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-every", "1", "--workers", "1",
         "--val-samples", "4", "--ttt-length", "3", "--device", "cpu"]

@@ -34,7 +34,7 @@ class Browser:
         self.ws: Any = None
         self._id = 0
 
-    async def __aenter__(self) -> "Browser":
+    async def __aenter__(self) -> Browser:
         exe = chromium()
         assert exe is not None
         self.proc = subprocess.Popen(

@@ -17,10 +17,10 @@ from console.core.figures.acceptance import AcceptanceView, Setting
 from console.core.lifecycle.project import Project
 from console.ui.components.detail.acceptance_bars import AcceptanceBars, acceptance_lines
 from console.ui.components.detail.charts import CurveChart, DetailCharts
-from console.ui.components.machine.disk_panel import DiskPanel
-from console.ui.components.machine.gpu_panel import GpuPanel
 from console.ui.components.logs.journal_view import JournalView
 from console.ui.components.logs.log_view import LogView
+from console.ui.components.machine.disk_panel import DiskPanel
+from console.ui.components.machine.gpu_panel import GpuPanel
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 

@@ -49,7 +49,7 @@ def test_the_browser_tab_gets_the_loss_curve_and_the_acceptance_bars(tmp_path: P
                 assert left > 0, f"the tab never got {what}; last bytes: {ANSI.sub('', streamed)[-400:]!r}"
                 try:
                     msg = await ws.receive(timeout=left)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 assert msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), msg
                 if msg.type == aiohttp.WSMsgType.BINARY:

@@ -3,11 +3,10 @@ folder and fake telemetry."""
 
 from __future__ import annotations
 
-from textual.command import CommandList, CommandPalette
-
 import os
 import time
 
+from textual.command import CommandList, CommandPalette
 from textual.widgets import Input, SelectionList
 from ui_harness import Notices, answered, make_app, nothing_started, select, showing, state_of, wait_for, workers_of
 

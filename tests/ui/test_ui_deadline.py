@@ -30,7 +30,7 @@ async def test_live_phases_show_together_and_n_moves_the_log_between_them(projec
             await wait_for(pilot, lambda: main.selected in ("sleeper", "stream"), what="a live phase selected")
             phase = main.selected
             want = "sleeping" if phase == "sleeper" else "stream line 01 wrote rows_0/100.safetensors"
-            await wait_for(pilot, lambda: want in log.lines, what=f"{phase}'s log in the pane")
+            await wait_for(pilot, lambda want=want: want in log.lines, what=f"{phase}'s log in the pane")
             seen.add(phase)
         assert seen == {"sleeper", "stream"}
         assert main.selected != "prep"

@@ -17,8 +17,8 @@ from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, VolumeSample
 from console.ui.components.detail.acceptance_bars import acceptance_lines
 from console.ui.components.detail.charts import CurveChart
-from console.ui.components.machine.disk_panel import volume_line
 from console.ui.components.detail.stats_panel import stats_lines
+from console.ui.components.machine.disk_panel import volume_line
 
 # The demo's sweep as evaluate reports it: the top-level figures are the first setting's (the
 # chain 3,1,4), the best is another.

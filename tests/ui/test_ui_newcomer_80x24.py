@@ -13,11 +13,11 @@ from console.core.config.overlay import write_saved
 from console.core.lifecycle.project import Project
 from console.ui.components.logs.log_view import LogView
 from console.ui.components.phases.phase_list import PhaseList
+from console.ui.components.phases.phases_title import phases_title
 from console.ui.messages import LogLines
 from console.ui.screens.blocked_dialog import BlockedDialog
 from console.ui.screens.help_screen import help_text
 from console.ui.screens.log_screen import LogScreen
-from console.ui.components.phases.phases_title import phases_title
 
 TARGET = "/home/newcomer/eagle3-console/configs/examples/models/SmolLM2-135M-Instruct"
 

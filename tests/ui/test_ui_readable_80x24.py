@@ -66,13 +66,13 @@ async def test_help_at_80x24_says_more_is_below_until_its_end_and_fits_at_160x48
         app = make_app(project, intervals=FROZEN)
         async with app.run_test(size=size) as pilot:
             await pilot.press("question_mark")
-            await wait_for(pilot, lambda: showing(app, HelpScreen), what="help")
+            await wait_for(pilot, lambda app=app: showing(app, HelpScreen), what="help")
             box = app.screen.query_one("#dialog-box")
-            await wait_for(pilot, lambda: box.virtual_size.height > 0 and box.border_subtitle, what="help laid out")
+            await wait_for(pilot, lambda box=box: box.virtual_size.height > 0 and box.border_subtitle, what="help laid out")
             await pilot.pause()
             assert (box.max_scroll_y > 0) == taller
             assert (box.border_subtitle == MORE) == taller, box.border_subtitle
             if taller:
                 await pilot.press("end")
-                await wait_for(pilot, lambda: box.scroll_y >= box.max_scroll_y, what="the end of the help")
-                await wait_for(pilot, lambda: box.border_subtitle == "esc closes", what="no cue at the end")
+                await wait_for(pilot, lambda box=box: box.scroll_y >= box.max_scroll_y, what="the end of the help")
+                await wait_for(pilot, lambda box=box: box.border_subtitle == "esc closes", what="no cue at the end")

@@ -15,9 +15,9 @@ from console.core.checks.result import CheckResult
 from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeGpuSource
 from console.ui.components.checks.checks_view import ChecksView, render_results
-from console.ui.components.machine.gpu_panel import GpuPanel, owner_of
 from console.ui.components.logs.journal_view import render_records
 from console.ui.components.logs.log_view import LogView
+from console.ui.components.machine.gpu_panel import GpuPanel, owner_of
 from console.ui.components.phases.phase_list import PhaseList
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.blocked_dialog import BlockedDialog

@@ -13,10 +13,10 @@ from ui_harness import FROZEN, T0, AtTime, make_app, stop_all, wait_for, write_c
 from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource
 from console.core.telemetry.history import DiskForecast
-from console.ui.components.machine.disk_panel import DiskPanel
-from console.ui.components.machine.gpu_panel import GpuPanel
 from console.ui.components.logs.journal_view import JournalView
 from console.ui.components.logs.log_view import LogView
+from console.ui.components.machine.disk_panel import DiskPanel
+from console.ui.components.machine.gpu_panel import GpuPanel
 from console.ui.messages import LogLines
 
 LOG_PATH = "/data/eagle3/state/runs/stream/20260101-000000-abcd/output.log"

@@ -17,19 +17,18 @@ from textual.screen import Screen
 from textual.worker import WorkerState
 from ui_harness import Notices, wait_for
 
-from console.core.text.errors import Eagle3Error
-
+from console.core.lifecycle.snapshot import SpaceNeed
 from console.core.telemetry.history import DiskForecast
 from console.core.telemetry.samples import DiskReading, ShmReading, VolumeSample
-from console.ui.components.machine.disk_panel import DiskPanel
+from console.core.text.errors import Eagle3Error
+from console.ui import watchdog
 from console.ui.components.logs.journal_view import JournalView
 from console.ui.components.logs.log_view import LogView
+from console.ui.components.machine.disk_panel import DiskPanel
 from console.ui.logfeed import LogFeed, clean
 from console.ui.messages import LogLines, ShmUpdated
-from console.core.lifecycle.snapshot import SpaceNeed
 from console.ui.pollers import Poller
 from console.ui.theming import load_themes
-from console.ui import watchdog
 from console.ui.watchdog import TtyWatchdog
 from console.ui.worker_notices import WorkerNotices
 

@@ -9,8 +9,8 @@ from textual.worker import Worker, WorkerState
 from ui_harness import FAST, Notices, make_app, select, state_of, wait_for
 
 from console.core.flow import startflow
-from console.core.text.errors import Eagle3Error
 from console.core.lifecycle.project import Project
+from console.core.text.errors import Eagle3Error
 from console.ui.components.phases.phase_list import PhaseList
 from console.ui.screens.main.reads import Intervals
 

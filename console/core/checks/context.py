@@ -8,15 +8,15 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from console.core.checks import hints
 from console.core.checks.sharing import Sharing
 from console.core.files.interpreter import path_with_interpreter, python_argv
+from console.core.spec.config import Config, Phase
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.samples import GpuReading
-from console.core.spec.config import Config, Phase
 
 
 def _nvml_reading() -> GpuReading:

@@ -155,9 +155,9 @@ def run_jsonl_records(args: dict[str, Any], ctx: CheckContext) -> Outcome:
 
 
 def _cross(a: dict[str, Any]) -> str | None:
-    if a.get("min") is not None and a.get("max") is not None:
-        if not isinstance(a["min"], str) and not isinstance(a["max"], str) and a["min"] > a["max"]:
-            return f"min ({a['min']}) is larger than max ({a['max']})"
+    if (a.get("min") is not None and a.get("max") is not None
+            and not isinstance(a["min"], str) and not isinstance(a["max"], str) and a["min"] > a["max"]):
+        return f"min ({a['min']}) is larger than max ({a['max']})"
     return names_check([a.get("min"), a.get("max"), a.get("equals")], a.get("values"))
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, short_path
-from pipeline.sizes import format_bytes
 from console.core.telemetry.disk import nearest_existing  # one definition: the disk panel's too
+from pipeline.sizes import format_bytes
 
 WALK_LIMIT = 100_000
 LINE_LIMIT = 300

@@ -11,8 +11,8 @@ from console.core.checks.kind import Field, Kind, Outcome, names_check
 from console.core.checks.sharing import whose
 from console.core.checks.values import ValueSourceError, named_values, values_budget
 from console.core.figures.expr import ExprError, need_traced
-from pipeline.sizes import format_bytes
 from console.core.telemetry.samples import GpuSample
+from pipeline.sizes import format_bytes
 
 
 def _select(args: dict[str, Any], ctx: CheckContext) -> tuple[list[GpuSample] | None, Outcome | None]:

@@ -17,7 +17,6 @@ from typing import Any
 from console.core.checks.result import CheckResult
 from console.core.spec.config import Config, Phase
 
-
 _ENDS = "/:;,)'\"] "  # what may follow a value for it to be the whole value, not a prefix of a name
 
 

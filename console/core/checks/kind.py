@@ -8,13 +8,14 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, Callable, Mapping
+from typing import Any
 
+from console.core.checks.context import CheckContext
 from console.core.figures.expr import ExprError, check_expression, check_need, number_of, references
 from pipeline.sizes import parse_size
-from console.core.checks.context import CheckContext
 
 
 @dataclass(frozen=True)

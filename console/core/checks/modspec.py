@@ -38,7 +38,7 @@ def locate(name):
     try:
         spec = importlib.util.find_spec(parts[0])
     except (ImportError, ValueError) as e:
-        answer["error"] = "{}: {}".format(type(e).__name__, e)
+        answer["error"] = f"{type(e).__name__}: {e}"
         return answer
     i = 1
     while spec is not None and i < len(parts):

@@ -119,10 +119,7 @@ def _contains(lines: list[str], seq: list[str]) -> bool:
     if n == 0:
         return True
     first = seq[0]
-    for start in range(len(lines) - n + 1):
-        if lines[start] == first and lines[start:start + n] == seq:
-            return True
-    return False
+    return any(lines[start] == first and lines[start:start + n] == seq for start in range(len(lines) - n + 1))
 
 
 def _hunk_state(lines: list[str], h: Hunk) -> str:

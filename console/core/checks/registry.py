@@ -9,16 +9,16 @@ from __future__ import annotations
 import difflib
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from console.core.checks import command, data, digest, disk, fresh, fs, gpu, jsonfile, net, patch, python
 from console.core.checks import store as store_checks
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import ArgError, Kind, Outcome
 from console.core.checks.result import CheckResult
-from console.core.text.terminal_text import strip_format
 from console.core.spec.config import CheckSpec
-
+from console.core.text.terminal_text import strip_format
 
 _ALL: dict[str, Kind] = {k.name: k for fam in (fs, data, digest, jsonfile, disk, gpu, net, python, patch, fresh, command,
                                                store_checks)

@@ -39,7 +39,7 @@ class CheckResult:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "CheckResult":
+    def from_json(cls, d: dict[str, Any]) -> CheckResult:
         return cls(**{k: d.get(k) for k in ("name", "kind", "severity", "status", "message")},
                    evidence=d.get("evidence") or {}, overridden=bool(d.get("overridden")),
                    reason=d.get("reason"))

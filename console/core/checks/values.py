@@ -6,8 +6,9 @@ the wrong type, fails the check naming the file and the key, rather than lending
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from console.core.checks.context import CheckContext
 from console.core.checks.subproc import program, run_bounded

@@ -70,11 +70,11 @@ def check(text: str) -> None:
 
     for ev in yaml.parse(text, Loader=yaml.SafeLoader):
         tag = getattr(ev, "tag", None)
-        if isinstance(ev, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            if tag not in SAFE_TAGS:
-                raise BoundsError(f"the YAML tag {tag} is not allowed in a config; remove it "
-                                  "(values are plain text, numbers, lists and mappings)",
-                                  line(ev), _child_key(stack))
+        if (isinstance(ev, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent))
+                and tag not in SAFE_TAGS):
+            raise BoundsError(f"the YAML tag {tag} is not allowed in a config; remove it "
+                              "(values are plain text, numbers, lists and mappings)",
+                              line(ev), _child_key(stack))
         if isinstance(ev, yaml.AliasEvent):
             if ev.anchor not in sizes:
                 raise BoundsError(f"alias *{ev.anchor} refers to an anchor that is not complete here",

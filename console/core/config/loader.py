@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pipeline import bounded_read
 
 from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config import commands
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
+from console.core.config.overlay import overlay_path, read_saved
 from console.core.spec.config import (
     MAX_NOTIFY_TIMEOUT,
     MAX_PARALLEL,
@@ -28,10 +28,10 @@ from console.core.spec.config import (
     NotifySpec,
     Phase,
 )
-from console.core.config.overlay import overlay_path, read_saved
 from console.core.text.durations import parse_duration
 from console.core.text.errors import ConfigError
 from console.core.text.terminal_text import strip_controls
+from pipeline import bounded_read
 
 TOP_KEYS = ("name", "vars", "state_dir", "volumes", "shm_dump", "python", "notify", "parallel", "phases")
 PHASE_KEYS = (
@@ -376,7 +376,7 @@ def _phase(r: _Reader, node: yaml.Node, i: int, resolve: Callable[[str], Path],
 
     env: dict[str, str] = {}
     if "env" in entries:
-        for k, kn, vn in r.mapping(entries["env"][1], f"{key}.env"):
+        for k, _kn, vn in r.mapping(entries["env"][1], f"{key}.env"):
             env[k] = r.string(vn, f"{key}.env.{k}", allow_empty=True, as_written=True)
     kind = "task"
     if "kind" in entries:

@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
-from pipeline import bounded_read
 
 from console.core.config.composer import compose, restore
 from console.core.text.errors import ConfigError
+from pipeline import bounded_read
 from pipeline.atomic_io import fsync_dir, write_bytes_atomic
 
 SUFFIX = ".local.yaml"

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
 
-from console.core.spec.config import Phase
 from console.core.lifecycle.project import Project
+from console.core.lifecycle.state import LIVE, PhaseStatus, State
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
-from console.core.lifecycle.state import LIVE, PhaseStatus, State
+from console.core.spec.config import Phase
 from console.core.text.terminal_text import strip_controls
 
 LOG_POLL_S = 0.2

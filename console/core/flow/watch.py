@@ -14,19 +14,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from console.core.checks.result import CheckResult
-from console.core.records.journal import Journal
 from console.core.lifecycle.notify import Notifier, ended_notice
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.reread import ConfigChanged
-from console.core.runs.deadline import Deadline, DeadlineError
-from console.core.runs.manager import run_status
 from console.core.lifecycle.snapshot import Snapshot, SnapshotBuilder, SpaceNeed
 from console.core.lifecycle.stall import StallAlert, StallWatch
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
+from console.core.records.journal import Journal
+from console.core.runs.deadline import Deadline, DeadlineError
+from console.core.runs.manager import run_status
 from console.core.telemetry.history import DiskForecast, VolumeForecast
 from console.core.telemetry.ownership import owner_map
 from console.core.telemetry.samples import DiskReading, GpuReading
-
 
 
 @dataclass

@@ -17,11 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipeline.events import Event, read_events
-
 from console.core.figures.curves import Curve, StepCurve
 from console.core.telemetry.history import Series, slope
 from console.core.text.terminal_text import one_line
+from pipeline.events import Event, read_events
 
 MAX_METRICS = 64  # distinct metric names kept: a chatty phase cannot grow the console without end
 METRIC_POINTS = 500

@@ -11,27 +11,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from console.core.records import provenance
 from console.core.checks.context import CheckContext
-from console.core.checks.registry import run_checks
 from console.core.checks.hints import explain
+from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult, redact_results
 from console.core.checks.sharing import Sharing, share_of, shares_fit, visible_gpus
-from console.core.text.redaction import redactor_for
-from console.core.spec.config import Config, Phase
-from console.core.text.errors import Eagle3Error, PhaseError
 from console.core.files.interpreter import locate, missing_message, path_with_interpreter
-from console.core.records.journal import Journal, private_dir, user_name
 from console.core.lifecycle.notify import Notifier
 from console.core.lifecycle.reread import ConfigChanged, ConfigSource
+from console.core.lifecycle.state import LIVE, PhaseStatus, derive_states
+from console.core.records import provenance
+from console.core.records.journal import Journal, private_dir, user_name
 from console.core.runs import deadline as deadlines
 from console.core.runs import manager
 from console.core.runs.deadline import Deadline
 from console.core.runs.locks import start_lock
 from console.core.runs.procs import STOP_GRACE
 from console.core.runs.rundir import RunDir
+from console.core.spec.config import Config, Phase
+from console.core.text.errors import Eagle3Error, PhaseError
+from console.core.text.redaction import redactor_for
 from pipeline.sizes import format_bytes
-from console.core.lifecycle.state import LIVE, PhaseStatus, derive_states
 
 
 class Blocked(Eagle3Error):
@@ -89,7 +89,7 @@ class Project:
         self._reread_lock = threading.Lock()
 
     @classmethod
-    def load(cls, path: str | Path, overrides: Mapping[str, str] | None = None, **kw) -> "Project":  # type: ignore[no-untyped-def]
+    def load(cls, path: str | Path, overrides: Mapping[str, str] | None = None, **kw) -> Project:  # type: ignore[no-untyped-def]
         source = ConfigSource.of(path, overrides)
         try:
             config = source.load()

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console.core.config.loader import load_config
-from console.core.spec.config import Config
 from console.core.config.overlay import overlay_path
+from console.core.spec.config import Config
 from console.core.text.errors import ConfigError, Eagle3Error
 
 Signature = tuple[tuple[int, int, int] | None, ...]
@@ -38,10 +38,10 @@ class ConfigSource:
     path: Path
     overrides: dict[str, str]
     seen: Signature = ()
-    broken: "ConfigChanged | None" = None  # the files changed and do not load: why
+    broken: ConfigChanged | None = None  # the files changed and do not load: why
 
     @classmethod
-    def of(cls, path: str | os.PathLike[str], overrides: Mapping[str, str] | None) -> "ConfigSource":
+    def of(cls, path: str | os.PathLike[str], overrides: Mapping[str, str] | None) -> ConfigSource:
         return cls(Path(path), dict(overrides or {}))
 
     def signature(self) -> Signature:

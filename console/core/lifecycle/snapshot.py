@@ -20,7 +20,6 @@ from console.core.lifecycle.stall import FirstUnitWatch, first_unit_reported, si
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
 
 
-
 @dataclass(frozen=True)
 class SpaceNeed:
     """Bytes running phases still have to write on one volume (from their events)."""

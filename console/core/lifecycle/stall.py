@@ -26,9 +26,9 @@ from typing import Any
 
 import psutil
 
-from console.core.text.durations import MAX_DURATION, format_duration, parse_duration
 from console.core.lifecycle.notify import claim, claims_dir
 from console.core.lifecycle.state import State
+from console.core.text.durations import MAX_DURATION, format_duration, parse_duration
 
 __all__ = ["DEFAULT_STALL_AFTER", "MAX_DURATION", "FirstUnitWatch", "StallAlert", "StallWatch", "first_unit_reported",
            "parse_duration", "silence", "stall_after"]

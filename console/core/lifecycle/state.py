@@ -13,9 +13,9 @@ from enum import StrEnum
 from typing import Any
 
 from console.core.checks.result import CheckResult
+from console.core.runs.rundir import RunDir
 from console.core.spec.config import Config, Phase
 from console.core.text.durations import Elapsed
-from console.core.runs.rundir import RunDir
 
 
 class State(StrEnum):

@@ -27,9 +27,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from pipeline.bounded_read import open_regular
-
 from console.core.text.terminal_text import strip_format
+from pipeline.bounded_read import open_regular
 
 FILE = "journal.jsonl"
 TAIL_BYTES = 16 << 20  # what a bounded read looks at: the newest records, never the whole history

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from console.core.files.atomicfile import atomic_write_json
+from console.core.spec.config import Config, Phase
 from console.core.text.redaction import Redactor, redactor_for
 from pipeline.sizes import format_bytes
-from console.core.spec.config import Config, Phase
-
 
 FULL_HASH_LIMIT = 64 * 2**20
 PARTIAL_CHUNK = 2**20
@@ -118,7 +117,7 @@ def record_path(state_dir: str | os.PathLike[str], phase_id: str) -> Path:
     return Path(state_dir) / "provenance" / f"{phase_id}.json"
 
 
-def _key(config: "Config", p: str | os.PathLike[str]) -> str:
+def _key(config: Config, p: str | os.PathLike[str]) -> str:
     """How a path is stored: relative to the config's folder when inside it (a moved or
     copied project then checks its own files), absolute otherwise."""
     full = os.path.abspath(config.resolve(p))
@@ -126,7 +125,7 @@ def _key(config: "Config", p: str | os.PathLike[str]) -> str:
     return full if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
-def record_phase(config: "Config", phase: "Phase", run_id: str) -> dict[str, Any]:
+def record_phase(config: Config, phase: Phase, run_id: str) -> dict[str, Any]:
     """Fingerprint the phase's inputs and outputs now and store the record atomically
     (paths relative to the config's folder, `${env:...}` values redacted: the record names
     the variable instead). Returns it as `read_record` will give it back."""
@@ -156,10 +155,10 @@ def _root_now(record: dict[str, Any], state_dir: Path) -> Path | None:
     root, then = record.get("root"), record.get("state_dir")
     if not isinstance(root, str):
         return None
-    if isinstance(then, str) and os.path.abspath(then) != os.path.abspath(state_dir):
-        if os.path.abspath(then).startswith(os.path.abspath(root) + os.sep):
-            rel = os.path.relpath(root, then)
-            return Path(os.path.normpath(os.path.join(os.path.abspath(state_dir), rel)))
+    if (isinstance(then, str) and os.path.abspath(then) != os.path.abspath(state_dir)
+            and os.path.abspath(then).startswith(os.path.abspath(root) + os.sep)):
+        rel = os.path.relpath(root, then)
+        return Path(os.path.normpath(os.path.join(os.path.abspath(state_dir), rel)))
     return Path(root)
 
 

@@ -65,7 +65,7 @@ class Deadline:
         return {"at": self.at, "grace": self.grace, "set_at": self.set_at, "by": self.by, "how": self.how}
 
     @classmethod
-    def from_json(cls, d: Any) -> "Deadline":
+    def from_json(cls, d: Any) -> Deadline:
         if not isinstance(d, dict):
             raise DeadlineError("not a JSON object")
         try:

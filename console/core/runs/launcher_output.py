@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from console.core.records.journal import Journal
-from console.core.text.redaction import Redactor
 from console.core.runs.rundir import RunDir
+from console.core.text.redaction import Redactor
 
 
 def log(msg: str) -> None:

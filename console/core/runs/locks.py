@@ -19,7 +19,6 @@ from typing import Any
 
 from console.core.text.errors import PhaseError
 
-
 START_LOCK = "_start.lock"  # `_` never begins a phase id: no phase's lock has this name
 
 
@@ -51,7 +50,7 @@ class PhaseLock:
         self.path = lock_path(state_dir, phase_id)
         self.fd: int | None = None
 
-    def acquire(self, note: dict[str, Any] | None = None) -> "PhaseLock":
+    def acquire(self, note: dict[str, Any] | None = None) -> PhaseLock:
         """Take the lock and write `note` (who holds it) into the file for error messages."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -99,7 +98,7 @@ class PhaseLock:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self) -> "PhaseLock":
+    def __enter__(self) -> PhaseLock:
         return self.acquire() if self.fd is None else self
 
     def __exit__(self, *exc: object) -> None:

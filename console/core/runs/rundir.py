@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console.core.files.atomicfile import atomic_write_json
 from console.core.checks.result import CheckResult
+from console.core.files.atomicfile import atomic_write_json
 
 ARGV = "argv.json"
 OUTPUT = "output.log"
@@ -53,7 +53,7 @@ class PidInfo:
                 "child_start_time": self.child_start_time, "started_at": self.started_at}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "PidInfo":
+    def from_json(cls, d: dict[str, Any]) -> PidInfo:
         return cls(pid=int(d["pid"]), start_time=d.get("start_time"),
                    child_pid=d.get("child_pid"), child_start_time=d.get("child_start_time"),
                    started_at=d.get("started_at"))
@@ -81,7 +81,7 @@ class ExitInfo:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ExitInfo":
+    def from_json(cls, d: dict[str, Any]) -> ExitInfo:
         deadline = d.get("deadline")
         return cls(code=d.get("code"), signal=d.get("signal"), ended_at=float(d.get("ended_at") or 0.0),
                    stopped=bool(d.get("stopped")), error=d.get("error"),

@@ -35,7 +35,7 @@ class CheckSpec:
         return {"kind": self.kind, "arg": self.arg, "name": self.name, "severity": self.severity}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "CheckSpec":
+    def from_json(cls, d: dict[str, Any]) -> CheckSpec:
         return cls(kind=d["kind"], arg=d["arg"], name=d["name"], severity=d.get("severity", "error"))
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable
 
 from console.core.telemetry.samples import DiskReading, VolumeSample
 

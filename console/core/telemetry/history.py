@@ -241,7 +241,7 @@ class DiskForecast:
         best = None
         for k in keys:
             root = os.path.abspath(k)
-            if target == root or target.startswith(root.rstrip(os.sep) + os.sep):
-                if best is None or len(root) > len(os.path.abspath(best)):
-                    best = k
+            if ((target == root or target.startswith(root.rstrip(os.sep) + os.sep))
+                    and (best is None or len(root) > len(os.path.abspath(best)))):
+                best = k
         return best

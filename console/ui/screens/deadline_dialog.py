@@ -15,8 +15,8 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from console.core.text.durations import format_duration
 from console.core.runs.deadline import Deadline, DeadlineError, parse_until
+from console.core.text.durations import format_duration
 
 CLEAR = ("", "off", "none")
 

@@ -12,8 +12,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from console.core.text.durations import format_duration
 from console.core.lifecycle.state import LIVE, glyph_of
+from console.core.text.durations import format_duration
 
 
 @dataclass(frozen=True)

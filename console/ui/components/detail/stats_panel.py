@@ -15,9 +15,9 @@ from console.ui.components.detail.charts import charted_metrics
 from console.ui.render import (
     CHART_MIN_POINTS,
     bar,
+    few_points,
     fit_parts,
     fit_words,
-    few_points,
     fmt_bytes,
     fmt_duration,
     fmt_rate,

@@ -11,9 +11,9 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from console.core.lifecycle.snapshot import SpaceNeed
 from console.core.telemetry.history import FILLING_B_PER_S, VolumeForecast
 from console.core.telemetry.samples import DiskReading, VolumeSample
-from console.core.lifecycle.snapshot import SpaceNeed
 from console.ui.render import bar, fit, fmt_bytes, fmt_duration
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget

@@ -10,23 +10,24 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import OptionList
 
+from console.core.checks.result import CheckResult
 from console.core.flow.watch import PreflightSchedule
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.stall import StallAlert
 from console.core.lifecycle.state import PhaseStatus, State
-from console.ui.components.detail.charts import DetailCharts
 from console.ui.components.checks.checks_view import ChecksView
+from console.ui.components.detail.charts import DetailCharts
 from console.ui.components.detail.detail_header import NO_PHASE, DetailHeader, heading
+from console.ui.components.detail.live_bar import LiveBar, live_line
+from console.ui.components.detail.stats_panel import StatsPanel, is_empty
+from console.ui.components.logs.journal_view import JournalView
+from console.ui.components.logs.log_view import LogView
 from console.ui.components.machine.disk_panel import DiskPanel
 from console.ui.components.machine.gpu_panel import GpuPanel
 from console.ui.components.machine.host_panel import HostPanel
-from console.ui.components.logs.journal_view import JournalView
-from console.ui.components.detail.live_bar import LiveBar, live_line
-from console.ui.components.logs.log_view import LogView
+from console.ui.components.machine.shm_panel import ShmPanel
 from console.ui.components.phases.phase_list import PhaseList
 from console.ui.components.phases.phases_title import phases_title
-from console.ui.components.machine.shm_panel import ShmPanel
-from console.ui.components.detail.stats_panel import StatsPanel, is_empty
 from console.ui.messages import (
     ActionFailed,
     ChecksDone,
@@ -42,7 +43,6 @@ from console.ui.messages import (
     StartOutcome,
     StartsChanged,
 )
-from console.core.checks.result import CheckResult
 from console.ui.pollers import Poller
 from console.ui.screens.main.follow import CheckMemory, PhaseFollow
 from console.ui.screens.main.reads import Intervals

@@ -25,18 +25,18 @@ from console.core.flow.watch import PreflightSchedule
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.state import LIVE
 from console.core.telemetry.samples import DiskReading, GpuReading, HostReading, ShmReading, Source
-from console.ui.components.detail.charts import DetailCharts
 from console.ui.components.checks.checks_view import ChecksView
+from console.ui.components.detail.charts import DetailCharts
 from console.ui.components.detail.detail_header import DetailHeader
+from console.ui.components.detail.live_bar import LiveBar
+from console.ui.components.detail.stats_panel import StatsPanel
+from console.ui.components.logs.journal_view import JournalView
+from console.ui.components.logs.log_view import LogView
 from console.ui.components.machine.disk_panel import DiskPanel
 from console.ui.components.machine.gpu_panel import GpuPanel
 from console.ui.components.machine.host_panel import HostPanel
-from console.ui.components.logs.journal_view import JournalView
-from console.ui.components.detail.live_bar import LiveBar
-from console.ui.components.logs.log_view import LogView
-from console.ui.components.phases.phase_list import PhaseList
 from console.ui.components.machine.shm_panel import ShmPanel
-from console.ui.components.detail.stats_panel import StatsPanel
+from console.ui.components.phases.phase_list import PhaseList
 from console.ui.screens.ask_dialog import AskDialog
 from console.ui.screens.checks_screen import ChecksScreen
 from console.ui.screens.deadline_dialog import DeadlineDialog
