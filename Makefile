@@ -34,6 +34,7 @@ demo: $(STAMP) bytecode
 test: $(STAMP) bytecode
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 bench: $(STAMP)

@@ -96,10 +96,10 @@ def run_program(
     `known`: other exception types whose str() is an operator's line (their `exit_code`,
     else 1). `stop_note`: said after an interrupt or a stop that brings no note of its own
     (e.g. "temporary files removed")."""
-    known = known if isinstance(known, tuple) else (known,)
+    caught: tuple[type[BaseException], ...] = (StageError, *(known if isinstance(known, tuple) else (known,)))
     try:
         return body()
-    except (StageError, *known) as e:
+    except caught as e:
         print(f"{name}: error: {e}", file=sys.stderr, flush=True)
         return int(getattr(e, "exit_code", BUG))
     except KeyboardInterrupt as e:

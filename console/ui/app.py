@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from console.core.telemetry.disk import DiskSource
 from console.core.telemetry.host import HostSource
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.shm import ShmSource
+from console.ui.components.phases.phase_list import PhaseList
 from console.ui.crashlog import EXIT_CRASH, one_line, write_crash_log
 from console.ui.messages import StartsLanded
 from console.ui.screens.ask_dialog import AskDialog
@@ -194,17 +196,23 @@ class ConsoleApp(App[int]):
         for st in main.follow.statuses:
             pid = st.phase.id
             yield SystemCommand(f"Select {pid}", f"{st.phase.title} ({st.state})",
-                                lambda p=pid: main.query_one("#phases").select_id(p), False)
+                                lambda p=pid: main.query_one("#phases", PhaseList).select_id(p), False)
             if pid == main.selected:
                 continue  # its commands are listed above, once
             for verb, fn in (("Run", main.action_run), ("Check", main.action_check),
                              ("Verify", main.action_verify), ("Stop", main.action_stop),
                              ("Log of", main.action_log), ("History of", main.action_history)):
                 yield SystemCommand(f"{verb} {pid}", st.phase.title,
-                                    lambda p=pid, f=fn: (main.query_one("#phases").select_id(p), setattr(main, "selected", p), f()),
-                                    False)
+                                    partial(_select_then, main, pid, fn), False)
         yield SystemCommand("Screenshot", "Save an SVG of the screen in the current folder",
                             lambda: self.notify(f"saved {self.save_screenshot()}"), False)
+
+
+def _select_then(main: MainScreen, phase_id: str, action: Callable[[], None]) -> None:
+    """A palette command for a phase other than the selected one: select it, then act on it."""
+    main.query_one("#phases", PhaseList).select_id(phase_id)
+    main.selected = phase_id
+    action()
 
 
 def _default_sources(project: Any) -> dict[str, Any]:

@@ -176,7 +176,8 @@ class GuardedServer(Server):
         height = bounded(request.query.get("height"), HEIGHT, 24)
         websocket = web.WebSocketResponse(heartbeat=15)
         session = Session(self.command, write_bytes=websocket.send_bytes, write_str=websocket.send_str,
-                          close=websocket.close, download_manager=self.download_manager, debug=self.debug)
+                          close=websocket.close,  # type: ignore[arg-type]  # its bool result is not read
+                          download_manager=self.download_manager, debug=self.debug)
         self.started += 1
         session.mark = f"{os.getpid()}:{self.started}"
         self.sessions.add(session)  # before any await: the cap holds against a burst

@@ -176,7 +176,7 @@ def _hints(cls: type) -> dict[str, Any]:
 def _dataclass(cls: type[T], value: object, where: str) -> T:
     if not isinstance(value, dict):
         raise _Wrong(where, "an object", value)
-    hints = _hints(cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.init:
@@ -212,7 +212,7 @@ def _value(tp: Any, value: object, where: str) -> Any:
             raise _Wrong(where, _describe(tp), value)
         item = get_args(tp)[1]
         return {k: _value(item, v, f"{where}[{k!r}]") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass(tp, value, where)
     return _scalar(tp, value, where)
 

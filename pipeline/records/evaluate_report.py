@@ -162,5 +162,6 @@ def read_report(path: str | os.PathLike[str], missing: str | None = None) -> Rep
     """The report at `path`; a RecordError naming the file when it is missing (`missing` says
     what to do instead of the default), not a report, of an unknown version or malformed."""
     obj = KIND.load(path, missing)
-    cls = ServerReport if obj.get("mode") == "server" else LocalReport
-    return KIND.decode(cls, obj, os.fspath(path))
+    if obj.get("mode") == "server":
+        return KIND.decode(ServerReport, obj, os.fspath(path))
+    return KIND.decode(LocalReport, obj, os.fspath(path))

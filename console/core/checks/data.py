@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import Field, Kind, Outcome, names_check, short_path
@@ -38,7 +38,7 @@ def count_lines(path: Path) -> tuple[int, int]:
     return count, size
 
 
-def _head(f, n: int) -> list[bytes]:
+def _head(f: BinaryIO, n: int) -> list[bytes]:
     buf = b""
     eof = False
     while buf.count(b"\n") < n and len(buf) < EDGE_BYTES:
@@ -54,7 +54,7 @@ def _head(f, n: int) -> list[bytes]:
     return lines[:n]
 
 
-def _tail(f, size: int, n: int) -> list[bytes]:
+def _tail(f: BinaryIO, size: int, n: int) -> list[bytes]:
     pos = size
     buf = b""
     while pos > 0 and len(buf) < EDGE_BYTES:

@@ -11,9 +11,10 @@ import importlib.machinery
 import importlib.util
 import json
 import sys
+from typing import Any
 
 
-def _version(top):
+def _version(top: str) -> str | None:
     try:
         from importlib import metadata
     except ImportError:  # Python < 3.8
@@ -30,10 +31,10 @@ def _version(top):
     return None
 
 
-def locate(name):
+def locate(name: str) -> dict[str, Any]:
     """{"found": bool, "origin", "locations", "version", "python", "error"}."""
     parts = name.split(".")
-    answer = {"module": name, "found": False, "python": sys.executable,
+    answer: dict[str, Any] = {"module": name, "found": False, "python": sys.executable,
               "sys_path": [str(p) for p in sys.path][:12]}
     try:
         spec = importlib.util.find_spec(parts[0])

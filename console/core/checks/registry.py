@@ -16,7 +16,7 @@ from console.core.checks import command, data, digest, disk, fresh, fs, gpu, jso
 from console.core.checks import store as store_checks
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import ArgError, Kind, Outcome
-from console.core.checks.result import CheckResult
+from console.core.checks.result import CheckResult, Status
 from console.core.spec.config import CheckSpec
 from console.core.text.terminal_text import strip_format
 
@@ -62,7 +62,7 @@ def default_name(kind_name: str, arg: Any) -> str:
 
 
 def _result(spec: CheckSpec, ok: bool, message: str, evidence: dict[str, Any]) -> CheckResult:
-    status = "pass" if ok else ("warn" if spec.severity == "warning" else "fail")
+    status: Status = "pass" if ok else ("warn" if spec.severity == "warning" else "fail")
     return CheckResult(name=spec.name, kind=spec.kind, severity=spec.severity, status=status,
                        message=strip_format(message), evidence=evidence)
 

@@ -40,7 +40,8 @@ class CheckResult:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CheckResult:
-        return cls(**{k: d.get(k) for k in ("name", "kind", "severity", "status", "message")},
+        fields: dict[str, Any] = {k: d.get(k) for k in ("name", "kind", "severity", "status", "message")}
+        return cls(**fields,
                    evidence=d.get("evidence") or {}, overridden=bool(d.get("overridden")),
                    reason=d.get("reason"))
 

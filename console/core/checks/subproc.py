@@ -15,6 +15,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -57,7 +58,7 @@ def program(argv: list[str]) -> str:
     return " ".join(words) + (" …" if len(words) < len(argv) else "")
 
 
-def _read(f) -> str:
+def _read(f: IO[bytes]) -> str:
     f.seek(0, os.SEEK_END)
     size = f.tell()
     f.seek(max(0, size - MAX_OUTPUT))

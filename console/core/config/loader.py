@@ -96,7 +96,7 @@ class _Reader:
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, key, f"expected a mapping (key: value lines), got {self._kind(node)}")
         seen: dict[str, int] = {}
-        out = []
+        out: list[tuple[str, yaml.Node, yaml.Node]] = []
         for knode, vnode in node.value:
             if not isinstance(knode, yaml.ScalarNode):
                 raise self.error(knode, key, "keys must be plain names")
@@ -222,7 +222,7 @@ def load_config(
 
 def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
            overrides: dict[str, str], validate_check: Callable[[str, Any], str | None],
-           saved: dict[str, str]) -> Config:
+           saved: Mapping[str, str]) -> Config:
     """In the order a reader needs: the top-level keys, the vars (everything else may refer to
     them) with the saved overrides and --set over them, the settings, then the phases."""
     r = _Reader(file, loader)
@@ -288,7 +288,7 @@ def _raw_vars(r: _Reader, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> tuple[
     return raw_vars, var_nodes
 
 
-def _apply_overrides(file: Path, raw_vars: dict[str, str], saved: dict[str, str],
+def _apply_overrides(file: Path, raw_vars: dict[str, str], saved: Mapping[str, str],
                      overrides: dict[str, str]) -> dict[str, str]:
     """Set the saved overrides, then --set over them, in `raw_vars`; each must name a
     variable the config has. The overrides in force, returned."""

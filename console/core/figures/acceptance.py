@@ -124,6 +124,7 @@ class ReportReader:
         cached = self._cache.get(path)
         if cached is not None and cached[0] == key:
             return cached[1]
+        view: AcceptanceView | None
         try:
             view = view_of(read_report(path), path, st.st_mtime)
         except RecordError as e:

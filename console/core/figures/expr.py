@@ -13,7 +13,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from pipeline.sizes import parse_size
 
@@ -213,11 +213,12 @@ class _Evaluator:
                 known = ", ".join(sorted(self.names)) or "none"
                 raise ExprError(f"'{self.text}': unknown name '{node.id}' (values defined: {known})")
             return self.names[node.id]
+        key: Any
         if isinstance(node, ast.Attribute):
             base, key = self.lookup(node.value), node.attr
         else:
             assert isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
-            base, key = self.lookup(node.value), node.slice.value
+            base, key = self.lookup(node.value), node.slice.value  # a name or an index: checked below
         where = _dotted(node.value)
         if isinstance(base, Mapping):
             if key not in base:
@@ -232,7 +233,7 @@ class _Evaluator:
 
     def eval(self, node: ast.AST) -> int | float:
         if isinstance(node, ast.Constant):
-            return node.value
+            return cast("int | float", node.value)  # the whitelist let only numbers through
         if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
             dotted = _dotted(node) or "?"
             value = _number(self.lookup(node), dotted)

@@ -139,8 +139,8 @@ def derive_states(
             st.reason = "service exited (code 0)"
         elif run_state == "succeeded":
             st.state = State.DONE
-            why = _upstream_stale(phase, deps, record_time) or stale_reason(phase)
-            if why:
+            stale = _upstream_stale(phase, deps, record_time) or stale_reason(phase)
+            if stale:
                 st.state = State.STALE
                 st.reason = why
         elif run_state == "failed":

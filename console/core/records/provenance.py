@@ -130,7 +130,7 @@ def record_phase(config: Config, phase: Phase, run_id: str) -> dict[str, Any]:
     (paths relative to the config's folder, `${env:...}` values redacted: the record names
     the variable instead). Returns it as `read_record` will give it back."""
     redactor = redactor_for(config)
-    record = {
+    record: dict[str, Any] = {
         "phase": phase.id,
         "run_id": run_id,
         "argv": list(phase.argv),

@@ -111,6 +111,7 @@ def run_status(rd: RunDir) -> RunStatus:
         if launcher_alive or child_alive:
             st.state = "running"
             if not launcher_alive:
+                assert pid is not None  # its child is alive: the pid file was read
                 st.reasons.append(f"its launcher (pid {pid.pid}) is gone; the end will not be recorded")
         elif pid is None and created is not None and time.time() - created < _PID_PATIENCE:
             st.state = "running"
@@ -243,6 +244,7 @@ def start_run(config: Config, phase: Phase | str, run_env: dict[str, str] | None
         except OSError as e:
             raise PhaseError(f"cannot prepare a run of phase {ph.id} in {state_dir}: {e}") from None
         log_fd = os.open(rd.output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        assert lock.fd is not None  # _acquire() took it
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", LAUNCHER, str(rd.path), "--lock-fd", str(lock.fd)],
@@ -315,7 +317,7 @@ def stop_run(config: Config, phase_id: str, grace: float = procs.STOP_GRACE, jou
         except ProcessLookupError:
             pass
     marked = procs.with_env(RUN_DIR_ENV, str(rd.path))
-    procs.kill_group(pid.child_pid if child_alive else pid.pid, grace,
+    procs.kill_group(pid.child_pid if child_alive and pid.child_pid else pid.pid, grace,
                      sid=pid.pid if launcher_alive else None, spare={pid.pid}, extra=marked)
 
     patience = time.monotonic() + max(grace, 5.0)

@@ -4,6 +4,7 @@ loader (checks, runs, UI) reads these and never the raw YAML."""
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -103,7 +104,7 @@ class Config:
         """Folder relative paths resolve against, and the phases' working directory."""
         return self.path.parent
 
-    def resolve(self, p: str | Path) -> Path:
+    def resolve(self, p: str | os.PathLike[str]) -> Path:
         q = Path(p).expanduser()
         return q if q.is_absolute() else (self.root / q)
 

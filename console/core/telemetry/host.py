@@ -55,7 +55,8 @@ class HostSource:
             pass
         load = None
         try:
-            load = tuple(round(x, 2) for x in os.getloadavg())
+            one, five, fifteen = os.getloadavg()
+            load = (round(one, 2), round(five, 2), round(fifteen, 2))
         except Exception:  # noqa: BLE001 - not on every platform
             pass
         return HostReading(t=t, cpu_percent=cpu, mem_used=mem_used, mem_total=mem_total, load=load, cpu_count=self._cpus)

@@ -84,7 +84,7 @@ class NvmlGpuSource:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._nvml = nvml
+        self._nvml: Any = nvml  # pynvml, or a module of its API
         self._retry_s = retry_s
         self._clock = clock
         self._monotonic = monotonic
@@ -130,14 +130,14 @@ class NvmlGpuSource:
         return GpuReading(t=t, gpus=gpus, driver=self._driver)
 
     def _init(self) -> None:
-        nvml = self._nvml
-        if nvml is None:
+        if self._nvml is None:
             try:
-                import pynvml as nvml  # noqa: PLC0415 - lazy: the console starts without it
+                import pynvml  # noqa: PLC0415 - lazy: the console starts without it
             except Exception as exc:  # noqa: BLE001
                 self._fail(NO_PACKAGE.format(reason=exc))
                 return
-            self._nvml = nvml
+            self._nvml = pynvml
+        nvml = self._nvml
         try:
             nvml.nvmlInit()
         except Exception as exc:  # noqa: BLE001

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -157,7 +158,7 @@ class ChecksView(VerticalScroll):
     def results(self) -> tuple[CheckResult, ...] | None:
         return self.shown.results
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield Static(Content.styled(NOT_CHECKED, "$text-muted"), id="checks-body")
 
     def show(self, results: Sequence[CheckResult] | None, title: str, hint: str = NOT_CHECKED) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.reactive import reactive
@@ -76,7 +77,7 @@ class JournalView(VerticalScroll):
     # (records, whether each row names its phase)
     shown: reactive[tuple[tuple[dict[str, Any], ...], bool] | None] = reactive(None, init=False)
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield Static(Content.styled("reading journal…", "$text-muted"), id="journal-body")
 
     def show(self, records: Sequence[dict[str, Any]], show_phase: bool = True) -> None:

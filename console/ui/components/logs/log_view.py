@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import groupby
 from typing import Any
 
 from rich.segment import Segment
@@ -41,6 +42,13 @@ FRAME_SLACK = 0.05  # frames are at least FRAME_S less this apart, so a poll's j
 ROW_BYTES_PER_S = 4000  # and a big pane waits longer, so its rows cost the terminal about this
 ROW_OVERHEAD = 25  # bytes a repainted row costs beyond its cells (cursor move, style)
 
+
+
+def _runs(rows: list[int]) -> Iterator[tuple[int, int]]:
+    """Rows in ascending order as runs of consecutive ones, (first, last): one refresh a run."""
+    for _, run in groupby(enumerate(rows), key=lambda iy: iy[1] - iy[0]):
+        ys = [y for _, y in run]
+        yield ys[0], ys[-1]
 
 class LogView(ScrollView, can_focus=True):
     COMPONENT_CLASSES = {"log-view--match", "log-view--partial"}
@@ -214,15 +222,8 @@ class LogView(ScrollView, can_focus=True):
             self._view = self._style = self._rows_memo = None
         self.rows_sent += len(changed)
         self._gap = max(self.frame_s, len(changed) * (width + ROW_OVERHEAD) / ROW_BYTES_PER_S)
-        start = None
-        for y in [*changed, None]:
-            if start is None:
-                start = prev = y
-            elif y is not None and y == prev + 1:
-                prev = y
-            else:
-                self.refresh(Region(0, start, width, prev - start + 1))
-                start = prev = y
+        for first, last in _runs(changed):
+            self.refresh(Region(0, first, width, last - first + 1))
 
     def _sync_size(self) -> None:
         """The virtual size bounds scrolling. Following, the rows are pinned to the end and
@@ -297,9 +298,9 @@ class LogView(ScrollView, can_focus=True):
         if self.follow:
             top = max(0, self.line_count - self.scrollable_content_region.height)
         n = self.line_count
-        order = range(top + 1, n) if forward else range(top - 1, -1, -1)
+        ahead = range(top + 1, n) if forward else range(top - 1, -1, -1)
         # Past the last match, wrap around to the other end, as less and vim do.
-        order = [*order, *(range(0, top + 1) if forward else range(n - 1, top - 1, -1))]
+        order = [*ahead, *(range(0, top + 1) if forward else range(n - 1, top - 1, -1))]
         for i in order:
             text = self.text_at(i)
             if text is not None and self.search.search(text):

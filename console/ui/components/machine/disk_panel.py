@@ -62,7 +62,7 @@ def volume_line(v: VolumeSample, f: VolumeForecast | None, width: int) -> Conten
     if v.error is not None:
         return Content.assemble(path_label(v.path, path_width(width)), " ", ("⚠ " + v.error, "$warning"))
     usable = (v.used + v.free) if v.used is not None and v.free is not None else None
-    frac = v.used / usable if usable else None
+    frac = v.used / usable if usable and v.used is not None else None
     rate = f.rate if f else None
     wide = width >= 60
     if rate is None:

@@ -181,7 +181,7 @@ class PhaseList(OptionList):
         if sum(1 + d.second for d in plan) != sum(1 + d.second for d in before):
             self.refresh(layout=True)
 
-    def watch_highlighted(self, old: int | None, highlighted: int | None) -> None:
+    def watch_highlighted(self, old: int | None, highlighted: int | None) -> None:  # type: ignore[override]
         """The marker leaves one row for another."""
         super().watch_highlighted(highlighted)
         self._sync()
