@@ -37,7 +37,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 from console.core.config.loader import load_config  # noqa: E402
-from console.core.spec.config import Config  # noqa: E402
+from console.core.model.config import Config  # noqa: E402
 from pipeline.records.evaluate_report import read_report  # noqa: E402
 from pipeline.records.merge_stats import read_stats as read_merge_stats  # noqa: E402
 from pipeline.records.regenerate_stats import read_stats as read_regen_stats  # noqa: E402

@@ -23,13 +23,13 @@ from console.core.lifecycle.notify import Notifier, ended_notice
 from console.core.lifecycle.snapshot import SnapshotBuilder
 from console.core.lifecycle.stall import StallWatch, stall_after
 from console.core.lifecycle.state import PhaseStatus, State, derive_states
+from console.core.model.config import CheckSpec
 from console.core.records.journal import Journal
 from console.core.records.provenance import record_phase
 from console.core.runs import deadline as deadlines
 from console.core.runs.launcher_output import journal, log, redactor_of
 from console.core.runs.manager import run_status
 from console.core.runs.rundir import VERIFYING, PidInfo, RunDir
-from console.core.spec.config import CheckSpec
 
 # The three seams to the config, the checks and provenance; tests replace them.
 

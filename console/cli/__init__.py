@@ -18,7 +18,7 @@ from console.cli.parser import COMMANDS, parse_args, parse_sets
 from console.cli.printing import note_misread_paths
 from console.core.config.saved import BadOverride
 from console.core.lifecycle.project import Project
-from console.core.spec.config import UnknownPhase
+from console.core.model.config import UnknownPhase
 from console.core.text.errors import ConfigError, Eagle3Error
 
 

@@ -36,10 +36,10 @@ from console.core.flow.startflow import (
 from console.core.flow.waiting import Waited, wait
 from console.core.lifecycle.project import Project, override_hint
 from console.core.lifecycle.state import State
+from console.core.model.config import MAX_PARALLEL, Phase
 from console.core.runs.deadline import MAX_GRACE, DeadlineError, parse_until
 from console.core.runs.procs import STOP_GRACE
 from console.core.runs.rundir import RunDir
-from console.core.spec.config import MAX_PARALLEL, Phase
 
 HELP = "start a phase (or --all, in order) after its checks pass"
 EPILOG = f"""\

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core.checks.context import CheckContext
-from console.core.spec.config import Config, Phase
+from console.core.model.config import Config, Phase
 
 
 def config_for(root: Path, *phases: Phase, fingerprint: str = "fp",

@@ -5,7 +5,7 @@ import sys
 from core_harness import ctx_for
 
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec, Phase
+from console.core.model.config import CheckSpec, Phase
 
 
 def check(arg, ctx):

@@ -8,7 +8,7 @@ from core_harness import ctx_for
 
 from console.core.checks import data
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec, Phase
+from console.core.model.config import CheckSpec, Phase
 
 
 def check(kind, arg, ctx):

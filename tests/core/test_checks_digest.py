@@ -9,7 +9,7 @@ from core_harness import ctx_for
 
 from console.core.checks import digest
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 
 ARG = {"path": "train.jsonl", "equals": "stats.dataset_sha256", "values": {"stats": "train.stats.json"}}
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import default_name, run_checks, validate
+from console.core.model.config import CheckSpec, Config, Phase
 from console.core.records.provenance import record_phase
-from console.core.spec.config import CheckSpec, Config, Phase
 
 
 def setup(root: Path):

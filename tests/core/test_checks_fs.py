@@ -3,7 +3,7 @@ from __future__ import annotations
 from core_harness import ctx_for
 
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 
 
 def check(kind, arg, ctx, severity="error"):

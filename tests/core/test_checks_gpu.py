@@ -6,7 +6,7 @@ import pytest
 
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec, Config
+from console.core.model.config import CheckSpec, Config
 from console.core.telemetry.samples import GpuProcess, GpuReading, GpuSample
 
 GB = 10**9

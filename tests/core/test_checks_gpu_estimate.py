@@ -10,7 +10,7 @@ from pathlib import Path
 
 from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks, validate
-from console.core.spec.config import CheckSpec, Config
+from console.core.model.config import CheckSpec, Config
 from console.core.telemetry.samples import GpuReading, GpuSample
 
 GB = 10**9

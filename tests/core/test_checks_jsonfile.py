@@ -8,7 +8,7 @@ from pathlib import Path
 from core_harness import ctx_for
 
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 
 
 def check(arg, root):

@@ -9,7 +9,7 @@ import pytest
 from core_harness import ctx_for
 
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 
 
 def check(kind, arg, ctx):

@@ -14,7 +14,7 @@ from core_harness import ctx_for
 from console.core.checks import patch as patch_kind
 from console.core.checks.patch import parse_unified_diff
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 
 ORIGINAL = [f"line {i}\n" for i in range(1, 41)]
 PATCHED = list(ORIGINAL)

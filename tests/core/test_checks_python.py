@@ -9,7 +9,7 @@ import pytest
 from core_harness import ctx_for
 
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_checks_never_load_torch_into_the_console():
         "from pathlib import Path\n"
         "from console.core.checks.context import CheckContext\n"
         "from console.core.checks.registry import run_checks\n"
-        "from console.core.spec.config import CheckSpec, Config\n"
+        "from console.core.model.config import CheckSpec, Config\n"
         "cfg = Config(path=Path('/tmp/x.yaml'), name='t', vars={}, state_dir=Path('/tmp/s'), volumes=(),"
         " phases=(), fingerprint='f')\n"
         "specs = [CheckSpec('python_import', 'torch', 'a'), CheckSpec('python_import', 'torch.nn.functional', 'b'),"

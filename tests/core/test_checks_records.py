@@ -16,7 +16,7 @@ from core_harness import ctx_for
 
 from console.core.checks import disk
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 from pipeline.records import merge_stats, train_estimate
 
 

@@ -9,7 +9,7 @@ from core_harness import ctx_for
 from console.core.checks import registry
 from console.core.checks.kind import Outcome
 from console.core.checks.registry import KINDS, default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 
 DESIGN_KINDS = {"exists", "absent", "contains", "lacks", "free_space", "shm_free", "gpu_free_memory",
                 "gpus_idle", "port_free", "http_ok", "python_import", "patch_applied", "jsonl_records",

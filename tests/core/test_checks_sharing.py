@@ -12,7 +12,7 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import default_name, run_checks
 from console.core.checks.sharing import GpuClaim, Sharing, SpaceClaim, share_of, visible_gpus
 from console.core.lifecycle.project import SHARES_CHECK, Project
-from console.core.spec.config import CheckSpec, Phase
+from console.core.model.config import CheckSpec, Phase
 from console.core.telemetry.samples import GpuReading, GpuSample
 
 GB = 10**9

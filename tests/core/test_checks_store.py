@@ -12,7 +12,7 @@ import struct
 from core_harness import ctx_for
 
 from console.core.checks.registry import default_name, run_checks, validate
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 from pipeline.checksum import file_checksum
 from pipeline.store.layout import header, sample_bytes
 from pipeline.target.weights import target_fingerprint

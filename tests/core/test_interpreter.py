@@ -14,8 +14,8 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.config.loader import load_config
 from console.core.lifecycle.project import PYTHON_CHECK, Blocked, Project
+from console.core.model.config import CheckSpec
 from console.core.runs import manager
-from console.core.spec.config import CheckSpec
 from console.core.text.errors import ConfigError
 
 

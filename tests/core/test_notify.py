@@ -9,8 +9,8 @@ from pathlib import Path
 from core_harness import config_for, wait_for
 
 from console.core.lifecycle.notify import Notifier
+from console.core.model.config import NotifySpec, Phase
 from console.core.records.journal import Journal
-from console.core.spec.config import NotifySpec, Phase
 
 
 def _notifier(tmp_path: Path, *specs: NotifySpec, phase_specs: tuple[NotifySpec, ...] = ()) -> Notifier:

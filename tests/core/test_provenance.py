@@ -4,9 +4,9 @@ import json
 import os
 from pathlib import Path
 
+from console.core.model.config import Config, Phase
 from console.core.records import provenance
 from console.core.records.provenance import changed_paths, fingerprint, read_record, record_phase
-from console.core.spec.config import Config, Phase
 
 
 def test_file_fingerprint_is_a_full_hash_for_small_files(tmp_path):

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from core_harness import config_for, wait_for
 
+from console.core.model.config import Config, Phase
 from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import latest_run, list_runs, run_status, start_run, stop_run
 from console.core.runs.rundir import RunDir
-from console.core.spec.config import Config, Phase
 from console.core.text.errors import PhaseError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ STARTER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from console.core.spec.config import Config, Phase
+from console.core.model.config import Config, Phase
 from console.core.runs.manager import start_run
 tmp = Path({tmp!r})
 ph = Phase(id="extract", title="Extract", argv=("sh", "-c", "until [ -e go ]; do sleep 0.05; done; echo finished > done.txt; exit 0"))

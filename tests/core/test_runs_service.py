@@ -10,9 +10,9 @@ import pytest
 from core_harness import config_for
 
 from console.core.checks.result import CheckResult
+from console.core.model.config import CheckSpec, Phase
 from console.core.runs import manager
 from console.core.runs.manager import readiness, start_run, stop_run
-from console.core.spec.config import CheckSpec, Phase
 
 READY = CheckSpec(kind="http_ok", arg="http://127.0.0.1:1/health", name="health")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 from core_harness import config_for, wait_for
 
+from console.core.model.config import Config, Phase
 from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import run_status, start_run, stop_run
-from console.core.spec.config import Config, Phase
 
 # A grandchild that ignores SIGTERM, writes its pid to argv[1] and sleeps; with "setsid"
 # it first moves to a session of its own, with "daemon" it also double-forks so its

@@ -11,11 +11,11 @@ import pytest
 
 from console import launcher, supervision
 from console.core.checks.result import CheckResult
+from console.core.model.config import CheckSpec
 from console.core.records.journal import Journal
 from console.core.runs import procs
 from console.core.runs.manager import run_status
 from console.core.runs.rundir import RunDir, atomic_write_json
-from console.core.spec.config import CheckSpec
 
 SPEC = CheckSpec(kind="exists", arg="out.txt", name="output-written")
 

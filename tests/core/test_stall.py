@@ -13,9 +13,9 @@ import pytest
 from console.core.lifecycle.snapshot import SnapshotBuilder
 from console.core.lifecycle.stall import DEFAULT_STALL_AFTER, StallWatch, parse_duration, silence, stall_after
 from console.core.lifecycle.state import PhaseStatus
+from console.core.model.config import Phase
 from console.core.records.journal import Journal
 from console.core.runs.rundir import RunDir
-from console.core.spec.config import Phase
 
 
 @pytest.mark.parametrize("text,secs", [(90, 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400),

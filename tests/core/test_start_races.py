@@ -11,8 +11,8 @@ from core_harness import config_for
 
 from console.core.flow.waiting import wait
 from console.core.lifecycle.project import Project
+from console.core.model.config import Phase
 from console.core.runs import manager
-from console.core.spec.config import Phase
 from console.core.text.errors import Eagle3Error
 
 WAIT_S = 5.0  # how long b's start lingers before launching, for a rerun of a to slip in

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from console.core.flow.watch import PreflightSchedule
 from console.core.lifecycle.state import PhaseStatus
-from console.core.spec.config import Phase
+from console.core.model.config import Phase
 
 
 def _st(pid: str, state: str) -> PhaseStatus:

@@ -136,9 +136,9 @@ def _free_port() -> int:
 
 
 def test_the_server_is_the_phase_process_and_stops_with_the_phase(tmp_path, model):
+    from console.core.model.config import CheckSpec, Config, Phase
     from console.core.runs.manager import latest_run, readiness, start_run, stop_run
     from console.core.runs.procs import alive
-    from console.core.spec.config import CheckSpec, Config, Phase
 
     fake = tmp_path / "fake-sglang"
     (fake / "sglang").mkdir(parents=True)

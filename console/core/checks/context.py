@@ -14,7 +14,7 @@ from pathlib import Path
 from console.core.checks import hints
 from console.core.checks.sharing import Sharing
 from console.core.files.interpreter import path_with_interpreter, python_argv
-from console.core.spec.config import Config, Phase
+from console.core.model.config import Config, Phase
 from console.core.telemetry.nvml import NvmlGpuSource
 from console.core.telemetry.samples import GpuReading
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core.checks.result import CheckResult
-from console.core.spec.config import Config, Phase
+from console.core.model.config import Config, Phase
 
 _ENDS = "/:;,)'\"] "  # what may follow a value for it to be the whole value, not a prefix of a name
 

@@ -17,7 +17,7 @@ from console.core.checks import store as store_checks
 from console.core.checks.context import CheckContext
 from console.core.checks.kind import ArgError, Kind, Outcome
 from console.core.checks.result import CheckResult, Status
-from console.core.spec.config import CheckSpec
+from console.core.model.config import CheckSpec
 from console.core.text.terminal_text import strip_format
 
 _ALL: dict[str, Kind] = {k.name: k for fam in (fs, data, digest, jsonfile, disk, gpu, net, python, patch, fresh, command,

@@ -1,1 +1,1 @@
-"""The pipeline config: YAML in, the typed objects of `console.core.spec` out."""
+"""The pipeline config: YAML in, the typed objects of `console.core.model` out."""

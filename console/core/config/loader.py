@@ -19,7 +19,7 @@ from console.core.config import commands
 from console.core.config.composer import compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.overlay import overlay_path, read_saved
-from console.core.spec.config import (
+from console.core.model.config import (
     MAX_NOTIFY_TIMEOUT,
     MAX_PARALLEL,
     NOTIFY_EVENTS,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from console.core.config.loader import load_config
 from console.core.config.overlay import overlay_lock, overlay_path, read_saved, write_saved
+from console.core.model.config import Config
 from console.core.records.journal import Journal
-from console.core.spec.config import Config
 from console.core.text.errors import Eagle3Error
 from console.core.text.redaction import redactor_for
 

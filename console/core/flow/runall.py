@@ -22,7 +22,7 @@ from typing import TextIO
 
 from console.core.checks.result import CheckResult
 from console.core.checks.sharing import GpuClaim, Sharing, SpaceClaim, device_of, share_of, visible_gpus
-from console.core.spec.config import Config, Phase
+from console.core.model.config import Config, Phase
 from console.core.flow.linefeed import PrefixedLog
 from console.core.flow.startflow import Answers, Started, StartRequest, StartResult, drive
 from console.core.flow.waiting import LOG_POLL_S, SERVICE_POLL_S, Waited

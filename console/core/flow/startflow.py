@@ -17,7 +17,7 @@ from typing import Protocol
 
 from console.core.checks.result import CheckResult
 from console.core.checks.sharing import Sharing
-from console.core.spec.config import Phase
+from console.core.model.config import Phase
 from console.core.text.errors import Eagle3Error
 from console.core.lifecycle.project import Blocked, NeedsConfirmation, Project
 from console.core.lifecycle.reread import ConfigChanged

@@ -13,9 +13,9 @@ from typing import Literal, TextIO
 
 from console.core.lifecycle.project import Project
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
+from console.core.model.config import Phase
 from console.core.runs import manager
 from console.core.runs.rundir import RunDir
-from console.core.spec.config import Phase
 from console.core.text.terminal_text import strip_controls
 
 LOG_POLL_S = 0.2

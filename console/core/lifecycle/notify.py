@@ -45,9 +45,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from console.core.model.config import MAX_NOTIFY_TIMEOUT
 from console.core.records.journal import Journal
 from console.core.runs.procs import with_env
-from console.core.spec.config import MAX_NOTIFY_TIMEOUT
 from console.core.text.redaction import Redactor
 
 CLAIMS = "claims"

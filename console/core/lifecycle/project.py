@@ -20,6 +20,7 @@ from console.core.files.interpreter import locate, missing_message, path_with_in
 from console.core.lifecycle.notify import Notifier
 from console.core.lifecycle.reread import ConfigChanged, ConfigSource
 from console.core.lifecycle.state import LIVE, PhaseStatus, derive_states
+from console.core.model.config import Config, Phase
 from console.core.records import provenance
 from console.core.records.journal import Journal, private_dir, user_name
 from console.core.runs import deadline as deadlines
@@ -28,7 +29,6 @@ from console.core.runs.deadline import Deadline
 from console.core.runs.locks import start_lock
 from console.core.runs.procs import STOP_GRACE
 from console.core.runs.rundir import RunDir
-from console.core.spec.config import Config, Phase
 from console.core.text.errors import Eagle3Error, PhaseError
 from console.core.text.redaction import redactor_for
 from pipeline.sizes import format_bytes

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from console.core.config.loader import load_config
 from console.core.config.overlay import overlay_path
-from console.core.spec.config import Config
+from console.core.model.config import Config
 from console.core.text.errors import ConfigError, Eagle3Error
 
 Signature = tuple[tuple[int, int, int] | None, ...]

@@ -13,8 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 from console.core.checks.result import CheckResult
+from console.core.model.config import Config, Phase
 from console.core.runs.rundir import RunDir
-from console.core.spec.config import Config, Phase
 from console.core.text.durations import Elapsed
 
 

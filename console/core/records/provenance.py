@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core.files.atomicfile import atomic_write_json
-from console.core.spec.config import Config, Phase
+from console.core.model.config import Config, Phase
 from console.core.text.redaction import Redactor, redactor_for
 from pipeline.sizes import format_bytes
 

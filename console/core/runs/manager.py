@@ -22,11 +22,11 @@ from console.core.checks.context import CheckContext
 from console.core.checks.registry import run_checks
 from console.core.checks.result import CheckResult
 from console.core.files.interpreter import python_argv
+from console.core.model.config import Config, Phase
 from console.core.records.journal import Journal, private_dir, user_name
 from console.core.runs import procs
 from console.core.runs.locks import PhaseLock
 from console.core.runs.rundir import RUN_DIR_ENV, STOPPING, ExitInfo, RunDir, atomic_write_json, new_run_id
-from console.core.spec.config import Config, Phase
 from console.core.text.durations import Elapsed
 from console.core.text.errors import PhaseError
 from console.core.text.redaction import redactor_for
