@@ -35,6 +35,7 @@ def quota_cores(cgroup_root: Path = CGROUP, proc_cgroup: Path = Path("/proc/self
     except OSError:
         return None
     found: list[float] = []
+    files: tuple[str, ...]
     for line in lines:
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         names = controllers.split(",")

@@ -42,17 +42,17 @@ import json
 import sys
 from pathlib import Path
 
-from .. import cpu_threads
-from ..program_edge import BadInput, run_program
-from ..records.extract_estimate import format_estimate
-from ..sizes import format_bytes
-from ..store.integrity import verify_store
-from ..store.meta import TargetInfo
-from .driver import PROG, RESUME, drive, need, options_from
-from .estimate import estimate
-from .hf_backend import HFBackend
-from .reserve import disk_full, is_disk_full
-from .sharding import device_for, resolve_shard
+from pipeline import cpu_threads
+from pipeline.extract.driver import PROG, RESUME, drive, need, options_from
+from pipeline.extract.estimate import estimate
+from pipeline.extract.hf_backend import HFBackend
+from pipeline.extract.reserve import disk_full, is_disk_full
+from pipeline.extract.sharding import device_for, resolve_shard
+from pipeline.program_edge import BadInput, run_program
+from pipeline.records.extract_estimate import format_estimate
+from pipeline.sizes import format_bytes
+from pipeline.store.integrity import verify_store
+from pipeline.store.meta import TargetInfo
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,7 +158,7 @@ def _body(args: argparse.Namespace) -> int:
         if args.estimate:
             return _estimate(args)
         if args.backend == "sglang":
-            from .sglang_client import extract
+            from pipeline.extract.sglang_client import extract
 
             return extract(args)
         return _extract(args)

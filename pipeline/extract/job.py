@@ -15,18 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .batching import PlannedBatch, plan_batches
-from ..merged_dataset import DatasetIndex, index_dataset
-from ..program_edge import BadInput, StageError
-from .estimate import read_stats
-from ..store.integrity import RESUME_CHECKSUMS, resume_damage
-from ..store.layout import sample_bytes
-from ..store.manifest import manifest_in_order
-from ..store.meta import TargetInfo, build_meta, ensure_meta
-from .reserve import DiskGuard
-from .sharding import Shard
-from ..store.lock import StoreLock
-from ..target.tokenizer import check_merged_with
+from pipeline.extract.batching import PlannedBatch, plan_batches
+from pipeline.extract.estimate import read_stats
+from pipeline.extract.reserve import DiskGuard
+from pipeline.extract.sharding import Shard
+from pipeline.merged_dataset import DatasetIndex, index_dataset
+from pipeline.program_edge import BadInput, StageError
+from pipeline.store.integrity import RESUME_CHECKSUMS, resume_damage
+from pipeline.store.layout import sample_bytes
+from pipeline.store.lock import StoreLock
+from pipeline.store.manifest import manifest_in_order
+from pipeline.store.meta import TargetInfo, build_meta, ensure_meta
+from pipeline.target.tokenizer import check_merged_with
 
 
 @dataclass

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.records.extract_estimate import ExtractEstimate, parse_estimate
+from pipeline.records.train_summary import read_summary
 from pipeline.store.fp8 import dequantize, quantize
 from pipeline.store.meaning import LayoutOf
 from pipeline.train.data import read_sample
-from pipeline.records.train_summary import read_summary
-from pipeline.records.extract_estimate import ExtractEstimate, parse_estimate
 
 WIDE = 128  # hidden size of this file's target: the 16 bytes of scales a token weigh as at real sizes
 E4M3_HALF_ULP = 2.0 ** -4  # relative rounding error of a normal e4m3 value

@@ -22,13 +22,13 @@ from typing import TextIO
 
 from console.core.checks.result import CheckResult
 from console.core.checks.sharing import GpuClaim, Sharing, SpaceClaim, device_of, share_of, visible_gpus
-from console.core.model.config import Config, Phase
 from console.core.flow.linefeed import PrefixedLog
 from console.core.flow.startflow import Answers, Started, StartRequest, StartResult, drive
 from console.core.flow.waiting import LOG_POLL_S, SERVICE_POLL_S, Waited
 from console.core.lifecycle.livestats import EventTail
 from console.core.lifecycle.project import NEEDS_CHECK, SHARES_CHECK, Project
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
+from console.core.model.config import Config, Phase
 from console.core.runs import manager
 from console.core.runs.deadline import Deadline
 from console.core.runs.rundir import RunDir

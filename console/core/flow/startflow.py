@@ -17,13 +17,12 @@ from typing import Protocol
 
 from console.core.checks.result import CheckResult
 from console.core.checks.sharing import Sharing
-from console.core.model.config import Phase
-from console.core.text.errors import Eagle3Error
 from console.core.lifecycle.project import Blocked, NeedsConfirmation, Project
 from console.core.lifecycle.reread import ConfigChanged
-from console.core.runs.rundir import RunDir
 from console.core.lifecycle.state import LIVE, PhaseStatus, State
-
+from console.core.model.config import Phase
+from console.core.runs.rundir import RunDir
+from console.core.text.errors import Eagle3Error
 
 
 @dataclass(frozen=True)
