@@ -142,7 +142,7 @@ def derive_states(
             stale = _upstream_stale(phase, deps, record_time) or stale_reason(phase)
             if stale:
                 st.state = State.STALE
-                st.reason = why
+                st.reason = stale
         elif run_state == "failed":
             st.state = State.FAILED
             st.reason = _failure_reason(rs)

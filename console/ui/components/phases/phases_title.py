@@ -31,9 +31,9 @@ def phases_title(name: str, saved: Mapping[str, str], width: int = 60, target: s
     target comes first (it is what a run is about), and what still does not fit is cut at a
     word, never inside a name."""
     shown = sorted((k, v) for k, v in saved.items() if k != "target" or not target)
+    who = f"target {short_path(target, 0)}" if target else ""
     heads = [f"phases · {name}"]
     if target:
-        who = f"target {short_path(target, 0)}"
         heads = [f"phases · {name} · {who}", f"{who} · {name}"]
     forms = [("full", None), ("short", None)] + [("names", n) for n in range(len(shown), 0, -1)]
     for form, names in forms:
