@@ -1,8 +1,8 @@
 """The phase a console opens on when an operator attaches to a walk: the live one, the next to
 do, or, when the walk is over, its last result rather than its first step."""
 
-from console.core.spec.config import Phase
 from console.core.lifecycle.state import PhaseStatus
+from console.core.model.config import Phase
 from console.ui.screens.main.follow import PhaseFollow
 
 
