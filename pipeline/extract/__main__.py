@@ -8,9 +8,9 @@ estimate how many bytes that will take.
     python -m pipeline.extract --backend sglang --server URL --dump-dir DIR --model TARGET --data MERGED.jsonl --out STORE
 
 Exit codes: 0 done (or this rank's share done; --verify: the store is intact), 2 bad input
-(also: "store STORE in use by pid N", another extraction writes to it), 3 stopped by the
-disk reserve or a full disk (free space and rerun to resume), 1 anything else (--verify:
-the store has problems, each printed on one line), 4 (--backend sglang) the server is
+(also: "store STORE in use by pid N", another extraction writes to it; --verify: the store
+has problems, each printed on one line, as train refuses such a sample with 2), 3 stopped by
+the disk reserve or a full disk (free space and rerun to resume), 1 anything else, 4 (--backend sglang) the server is
 unreachable or failed --max-failures requests in a row: restart it and rerun to resume
 (pipeline/extract/sglang_client.py), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (the
 manifest is kept; rerun to resume). The codes and the `extract: error: ...` line are the
@@ -131,7 +131,7 @@ def _verify(args: argparse.Namespace) -> int:
         for line in report.problems:
             print(f"verify: {line}", flush=True)
         print(f"verify: {report.summary()}", flush=True)
-    return 0 if report.ok else 1
+    return 0 if report.ok else 2
 
 
 def _extract(args: argparse.Namespace) -> int:

@@ -79,7 +79,7 @@ def test_a_truncated_sample_fails_naming_the_file_and_both_sizes(tmp_path):
     r = check("store", tmp_path)  # scalar form: the path; default sample
     assert r.status == "fail"
     assert str(victim) in r.message and "500 bytes" in r.message and str(size) in r.message
-    assert r.evidence["problem_count"] == 1 and r.evidence["exit_code"] == 1
+    assert r.evidence["problem_count"] == 1 and r.evidence["exit_code"] == 2
 
 
 def test_a_sample_whose_bytes_changed_fails_on_its_checksum_when_all_are_checked(tmp_path):

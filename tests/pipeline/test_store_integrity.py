@@ -45,7 +45,7 @@ def test_truncated_sample_fails_verify_then_resume_extracts_it_again(store_copy,
     os.truncate(path, 5000)
 
     proc = _verify(xt, store_copy, "--model", tiny_target)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert str(path) in proc.stdout and "5000 bytes" in proc.stdout and str(victim["bytes"]) in proc.stdout
     report = json.loads(_verify(xt, store_copy, "--json", "--sample", "4").stdout)
     assert report["ok"] is False and report["problem_count"] == 1 and report["samples"] == len(tiny_data.records)
@@ -70,7 +70,7 @@ def test_altered_content_of_the_same_size_is_caught_by_the_checksum(store_copy, 
     path.write_bytes(bytes(data))
 
     proc = _verify(xt, store_copy)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert str(path) in proc.stdout and "xxh3" in proc.stdout
 
     resumed = run_extract(tiny_target, tiny_data.path, store_copy)
@@ -83,7 +83,7 @@ def test_incomplete_manifest_fails_verify(store_copy, xt):
     lines = (store_copy / "manifest.jsonl").read_text().splitlines(keepends=True)
     (store_copy / "manifest.jsonl").write_text("".join(lines[:3] + lines[4:]))
     proc = _verify(xt, store_copy)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "1 of 36 samples missing (indices 3)" in proc.stdout
 
 
@@ -108,7 +108,7 @@ def test_weights_changed_in_place_are_refused_by_name_but_a_moved_target_resumes
     assert "target_fingerprint" in refused.stderr and fingerprint in refused.stderr
     assert len(_entries(out)) == 4
     proc = _verify(xt, out, "--model", target)
-    assert proc.returncode == 1 and "target_fingerprint" in proc.stdout
+    assert proc.returncode == 2 and "target_fingerprint" in proc.stdout
 
 
 def test_a_second_extraction_on_a_busy_store_is_refused_with_the_pid(tmp_path, tiny_target, tiny_data, run_extract):

@@ -76,7 +76,7 @@ def test_extract_verify_refuses_a_resealed_sample_that_means_nothing(fp8_store, 
     assert verify_store(store, checksums="all").checksums_checked == 36  # every checksum matches: resealed
     rc = main(["--verify", "--out", str(store)])
     out = capsys.readouterr().out
-    assert rc == 1, out
+    assert rc == 2, out
     index = store_tamper.entries(store)[POSITION]["index"]
     assert f"{path} (sample {index}): key {TAMPERING[what][1]}" in out, out
     assert "intact" not in out
@@ -136,7 +136,7 @@ def test_a_full_verify_of_a_store_with_a_rotted_sample_does_not_ask_for_a_full_v
     store = tmp_path / "store"
     shutil.copytree(fp8_store, store)
     store_tamper.rot_header_byte(store, 3)
-    assert main(["--verify", "--out", str(store)]) == 1
+    assert main(["--verify", "--out", str(store)]) == 2
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "36 checksums" in line and "the values of 1 samples were not read (left out by --sample, or failing" in line
     assert "without --sample" not in line, line
