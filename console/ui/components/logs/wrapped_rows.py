@@ -8,18 +8,30 @@ WRAP_INDENT = "  "  # a wrapped line's next rows start here, so a new line stand
 WRAP_MAX_ROWS = 50  # rows one line may take; past them it ends in "…"
 
 
+def _cut(text: str, room: int) -> tuple[str, str]:
+    """The row `text` starts, and the rest: at the last space that leaves the row at least half
+    full, so a number or a path is not cut in two ("0.3" / "81"); a word longer than that is."""
+    if len(text) <= room:
+        return text, ""
+    space = text.rfind(" ", room // 2, room + 1)
+    if space > 0:
+        return text[:space], text[space + 1:]
+    return text[:room], text[room:]
+
+
 def wrap_rows(text: str, width: int) -> list[str]:
     """`text` cut into rows of `width` cells (a character a cell: log lines are mostly ASCII),
-    the rows after the first indented."""
+    between words where it can, the rows after the first indented."""
     if width <= len(WRAP_INDENT) + 4 or len(text) <= width:
         return [text]
-    rows, rest, room = [text[:width]], text[width:], width - len(WRAP_INDENT)
+    first, rest = _cut(text, width)
+    rows, room = [first], width - len(WRAP_INDENT)
     while rest:
         if len(rows) == WRAP_MAX_ROWS:
-            rows[-1] = rows[-1][:-1] + "…"
+            rows[-1] = rows[-1][:room + len(WRAP_INDENT) - 1] + "…"
             break
-        rows.append(WRAP_INDENT + rest[:room])
-        rest = rest[room:]
+        row, rest = _cut(rest, room)
+        rows.append(WRAP_INDENT + row)
     return rows
 
 
