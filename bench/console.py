@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import fcntl
 import os
 import shutil
-import signal
 import statistics
 import struct
 import subprocess
@@ -103,8 +103,7 @@ def run_in_pty(argv: list[str], cols: int, rows: int, counter: Drained | None = 
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows), **(extra_env or {}))
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-                            close_fds=True)
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
     os.close(slave)
 
     def drain() -> None:
@@ -169,12 +168,24 @@ def measure_ptys(named: dict[str, tuple[list[str], tuple[int, int]]], seconds: f
                for n, p in procs.items()}
     finally:
         for p in procs.values():
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(p.pid, signal.SIGKILL)
+            end_tree(p.pid)
     return out
+
+
+def end_tree(pid: int) -> None:
+    """The measured program and whatever it started (its pollers' helpers): asked, then made."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 FOLLOW_CONFIG = """\
