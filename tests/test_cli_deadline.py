@@ -36,7 +36,7 @@ WORK = textwrap.dedent("""\
         if os.path.exists('work/release'):
             break
         n += 1
-        time.sleep(0.05)
+        time.sleep(0.05)  # wait-ok: the stand-in phase's work, a count a tick
     open('work/count.txt', 'w').write(str(n)); print('finished at', n, flush=True)
     """)
 
@@ -45,7 +45,7 @@ STUBBORN = textwrap.dedent("""\
     signal.signal(signal.SIGTERM, lambda *a: print('ignoring SIGTERM', flush=True))
     open('work/started', 'w').close()
     for _ in range(12000):
-        time.sleep(0.05)
+        time.sleep(0.05)  # wait-ok: a phase that ignores SIGTERM, killed at its grace
     """)
 
 
@@ -239,7 +239,7 @@ def test_no_phase_starts_past_the_deadline_and_one_verifying_then_finishes(tmp_p
           - id: slow-verify
             run: [python, -c, "print('made')"]
             verify:
-              - command: [python, -c, "import time; time.sleep(5)"]
+              - command: [python, -c, "import time; time.sleep(5)"]  # wait-ok: a verify still running when the deadline comes
                 name: takes-a-while
           - id: next
             run: [python, -c, "print('next ran')"]

@@ -23,19 +23,19 @@ SIDE = textwrap.dedent("""\
     for _ in range(1200):
         if os.path.exists(f'work/{other}.started'):
             break
-        time.sleep(0.05)
+        time.sleep(0.05)  # wait-ok: a poll for the other side, bounded by the loop
     else:
         print(me, 'never saw', other, 'start', flush=True); sys.exit(1)
     for i in range(3):
         for piece in range(4):  # one line written in pieces: it must reach the stream whole
-            sys.stdout.write(me[0] * 5); sys.stdout.flush(); time.sleep(0.02)
+            sys.stdout.write(me[0] * 5); sys.stdout.flush(); time.sleep(0.02)  # wait-ok: pieces apart in time
         print(flush=True)
     if os.path.exists(f'work/{me}.fail'):
         sys.exit(4)
     for _ in range(1200):
         if not os.path.exists(f'work/{other}.fail') or glob.glob(f'work/state/runs/{other}/*/exit'):
             break
-        time.sleep(0.05)
+        time.sleep(0.05)  # wait-ok: a poll for the other's end, bounded by the loop
     """)
 
 PHASES = """\
