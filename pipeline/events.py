@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -95,6 +96,16 @@ class EventWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# A log line that is a warning: the one `warn` prints (`<stage>: warning: ...`), this module's
+# own `warning: ...`, and Python's `warnings` (`file.py:12: UserWarning: ...`). The console
+# marks these lines in a phase's log.
+WARNING_LINE = re.compile(r"^(?:[\w.-]+: )?warning: |^\S+:\d+: \w*Warning: ")
+
+
+def is_warning_line(line: str) -> bool:
+    return WARNING_LINE.match(line) is not None
 
 
 def warn(stage: str, text: str, events: EventWriter | None = None, *,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_harness import FROZEN, T0, AtTime, make_app, stop_all, wait_for, write_config
+from ui_harness import CONFIG, FROZEN, T0, AtTime, finish, make_app, stop_all, wait_for, write_config
 
 from console.core.lifecycle.project import Project
 from console.core.telemetry.fake import FakeDiskSource, FakeGpuSource
@@ -305,6 +305,55 @@ def test_the_detail_log_wraps_a_long_line(snap_compare, snap_project) -> None:  
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(_app(snap_project), terminal_size=(80, 24), run_before=settle)
+
+
+# prep, a stand-in stage that warns twice through pipeline.events.warn, as the stages do.
+WARNING_PREP = """\
+from pipeline.events import warn
+print("prep: reading 3 sources", flush=True)
+warn("prep", "skipped 3 records with no assistant turn")
+warn("prep", "source chitchat has 12 duplicate ids; the first of each is kept, the rest are dropped")
+print("prep: wrote 997 records", flush=True)
+"""
+
+
+def test_a_stage_warning_shows_on_its_phase_row_and_in_its_log(snap_compare, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A stage that warned twice: `⚠2` on its row beside the duration (the title cut at a word
+    to make room), the warnings counted in its stats, and its warning lines marked in its log."""
+    prep_run = next(ln for ln in CONFIG.splitlines(keepends=True) if ln.startswith("    run:"))
+    (tmp_path / "warning_prep.py").write_text(WARNING_PREP)
+    project = Project.load(write_config(tmp_path, CONFIG.replace(prep_run, "    run: [python, warning_prep.py]\n", 1)))
+    finish(project, "prep")
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        main = pilot.app.main_screen()
+        await wait_for(pilot, lambda: main.follow.warnings.get("prep") == 2, what="prep's two warnings")
+        await _settle(pilot, run=False)
+        prep = main.follow.by_id["prep"]
+        prep.started_at, prep.ended_at = T0 + 3000, T0 + 3192  # the row and the header say how long: pin it
+        main.query_one("#phases").show(main.follow.statuses, main.follow.stalled, main.flow.starting,
+                                       main.follow.warnings)
+        await _reselect(pilot, "prep")
+        view = main.query_one("#log", LogView)
+        logged = Path(main.follow.log_path("prep") or "").read_text().splitlines()
+        kept = [ln for ln in logged if not ln.startswith("[eagle3 ")]  # the launcher's line: times, paths
+        assert kept[-1] == "prep: wrote 997 records"
+        main.post_message(LogLines("pinned", kept, "", reset=True, path=LOG_PATH))
+        await wait_for(pilot, lambda: view.lines == kept and view.settled, what="the pinned lines drawn")
+        pilot.app.clear_notifications()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")  # times on screen are local: pin the zone
+    time.tzset()
+    try:
+        assert snap_compare(_app(project), terminal_size=(80, 24), run_before=settle)
+    finally:
+        stop_all(project)
+        monkeypatch.undo()
+        time.tzset()
 
 
 __all__ = ["AtTime"]

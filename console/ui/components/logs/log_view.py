@@ -35,6 +35,7 @@ from textual.timer import Timer
 
 from console.ui.components.logs.wrapped_rows import WrappedRows
 from console.ui.render import cut_left
+from pipeline.events import is_warning_line
 
 _MAX_WIDTH = 1000
 FRAME_S = 0.5  # new lines are drawn this often (2 frames a second)
@@ -51,12 +52,13 @@ def _runs(rows: list[int]) -> Iterator[tuple[int, int]]:
         yield ys[0], ys[-1]
 
 class LogView(ScrollView, can_focus=True):
-    COMPONENT_CLASSES = {"log-view--match", "log-view--partial"}
+    COMPONENT_CLASSES = {"log-view--match", "log-view--partial", "log-view--warning"}
     DEFAULT_CSS = """
     LogView { background: $surface; }
     LogView.-following { scrollbar-size-vertical: 0; }
     LogView > .log-view--match { background: $warning 60%; color: $text; }
     LogView > .log-view--partial { color: $text-muted; }
+    LogView > .log-view--warning { color: $warning; text-style: bold; }
     """
     BINDINGS = [
         Binding("up,k", "scroll_up", "Up", show=False, id="log.up", tooltip="Scroll up (pauses follow)"),
@@ -339,9 +341,11 @@ class LogView(ScrollView, can_focus=True):
         if self.wrap and width:
             rows, partial_rows = self._rows()
             if index < len(rows):
-                return (rows[index], False, 0, width, pattern)
+                return (rows[index], False, 0, width, pattern, self._wrapped.warned[index])
             rest = index - len(rows)
-            return (partial_rows[rest] if rest < len(partial_rows) else None, rest < len(partial_rows), 0, width, pattern)
+            partial = rest < len(partial_rows)
+            return (partial_rows[rest] if partial else None, partial, 0, width, pattern,
+                    partial and is_warning_line(self.partial))
         lines = self.lines
         if index < len(lines):
             text: str | None = lines[index]
@@ -349,7 +353,7 @@ class LogView(ScrollView, can_focus=True):
         else:
             text = self.text_at(index)
             partial = text is not None
-        return (text, partial, scroll_x, width, pattern)
+        return (text, partial, scroll_x, width, pattern, text is not None and is_warning_line(text))
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._in_pass = True
@@ -370,11 +374,13 @@ class LogView(ScrollView, can_focus=True):
         cached = self._strips.get((*key, base))
         if cached is not None:
             return cached
-        text, partial, scroll_x, _, _ = key
+        text, partial, scroll_x, _, _, warned = key
         if text is None:
             strip = Strip.blank(width, base)
         else:
             style = base + self.get_component_rich_style("log-view--partial", partial=True) if partial else base
+            if warned:
+                style += self.get_component_rich_style("log-view--warning", partial=True)
             visible = text[scroll_x: scroll_x + width]
             if self.search is None and style == base and visible.isascii() and visible.isprintable():
                 # One segment, padding included: the terminal gets one style change a row.

@@ -4,6 +4,8 @@ built again: a followed log adds lines many times a second and keeps a thousand.
 
 from __future__ import annotations
 
+from pipeline.events import is_warning_line
+
 WRAP_INDENT = "  "  # a wrapped line's next rows start here, so a new line stands out
 WRAP_MAX_ROWS = 50  # rows one line may take; past them it ends in "…"
 
@@ -36,7 +38,8 @@ def wrap_rows(text: str, width: int) -> list[str]:
 
 
 class WrappedRows:
-    """The rows of the complete lines (`rows`) and of the partial one (`partial_rows`).
+    """The rows of the complete lines (`rows`, and beside each in `warned` whether its line is
+    a warning, so a warning's every row is marked) and of the partial one (`partial_rows`).
 
     `sync(lines, width)` wraps the lines added since the last call (all of them after a width
     change or a `reset`); `cut(n)` drops the rows of the first n lines, as the log drops them."""
@@ -44,11 +47,12 @@ class WrappedRows:
     def __init__(self) -> None:
         self.width = 0
         self.rows: list[str] = []
+        self.warned: list[bool] = []
         self.counts: list[int] = []  # rows of each line wrapped so far
         self._partial: tuple[str, int, list[str]] = ("", 0, [])
 
     def reset(self) -> None:
-        self.rows, self.counts = [], []
+        self.rows, self.warned, self.counts = [], [], []
 
     def sync(self, lines: list[str], width: int) -> None:
         if width != self.width:
@@ -57,6 +61,7 @@ class WrappedRows:
         for text in lines[len(self.counts):]:
             rows = wrap_rows(text, width)
             self.rows.extend(rows)
+            self.warned.extend([is_warning_line(text)] * len(rows))
             self.counts.append(len(rows))
 
     def cut(self, n: int) -> int:
@@ -65,6 +70,7 @@ class WrappedRows:
         gone = sum(self.counts[:n])
         del self.counts[:n]
         del self.rows[:gone]
+        del self.warned[:gone]
         return gone
 
     def partial_rows(self, text: str) -> list[str]:

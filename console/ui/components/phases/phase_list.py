@@ -1,11 +1,12 @@
-"""The phase checklist: one row per phase with its state glyph, id, title, duration and,
-when something needs the operator, why (a stalled run says so here first). The selected
-row carries a marker as well as a background, for terminals that draw no colour."""
+"""The phase checklist: one row per phase with its state glyph, id, title, how many warnings
+its run emitted (`⚠2`), duration and, when something needs the operator, why (a stalled run
+says so here first). The selected row carries a marker as well as a background, for
+terminals that draw no colour."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,12 @@ class PhaseRow:
     duration: str  # "" until it has started
     stalled: bool  # running, and silent past its stall time
     starting: bool  # its start's checks are running (r): not the last run's ✓ or ✗ any more
+    warnings: int = 0  # warnings its latest run emitted (pipeline.events.warn)
+
+    @property
+    def badge(self) -> str:
+        """The warnings' count as the row shows it, beside the duration: `⚠2 `, or ""."""
+        return f"⚠{self.warnings} " if self.warnings else ""
 
 
 def _duration(status: Any, now: float) -> str:
@@ -70,13 +77,15 @@ def _duration(status: Any, now: float) -> str:
 
 
 def phase_rows(statuses: Sequence[Any], stalled: Collection[str], starting: Collection[str],
-               now: float) -> tuple[PhaseRow, ...]:
+               now: float, warnings: Mapping[str, int] | None = None) -> tuple[PhaseRow, ...]:
+    warned = warnings or {}
     return tuple(PhaseRow(
         id=s.phase.id, title=s.phase.title, state=s.state,
         reason=s.reason.splitlines()[0] if s.reason else "",
         duration=_duration(s, now),
         stalled=s.phase.id in stalled and s.state == State.RUNNING,
         starting=s.phase.id in starting and s.state not in LIVE,
+        warnings=warned.get(s.phase.id, 0),
     ) for s in statuses)
 
 
@@ -125,8 +134,9 @@ class PhaseList(OptionList):
         if phase_id in ids:
             self.highlighted = ids.index(phase_id)
 
-    def show(self, statuses: Sequence[Any], stalled: Collection[str] = (), starting: Collection[str] = ()) -> None:
-        self.rows = phase_rows(statuses, stalled, starting, self.clock())
+    def show(self, statuses: Sequence[Any], stalled: Collection[str] = (), starting: Collection[str] = (),
+             warnings: Mapping[str, int] | None = None) -> None:
+        self.rows = phase_rows(statuses, stalled, starting, self.clock(), warnings)
 
     def watch_rows(self, old: tuple[PhaseRow, ...], rows: tuple[PhaseRow, ...]) -> None:
         if [r.id for r in rows] != [r.id for r in old]:
@@ -198,19 +208,22 @@ class PhaseList(OptionList):
             glyph, dur, reason = Content.styled("…", "$primary"), "start…", "starting: pre-flight checks"
         mark = Content.styled(MARKER if selected else " ", "bold $accent")
         id_w = min(14, max(len(r.id) for r in self.rows or (row,)) + 1)
+        # The warnings' count sits by the duration, its room taken from the title (cut at a word).
+        took = Content.styled(dur.rjust(dur_w), "$text-muted") if not row.badge else Content.assemble(
+            (" " * max(0, dur_w - len(dur)), "$text-muted"), (row.badge, "$warning"), (dur, "$text-muted"))
         if width >= 72:
             title_w = min(34, width - 3 - id_w - dur_w - 12)
             rest = width - 3 - id_w - title_w - dur_w - 1
+            title_w -= len(row.badge)
             why = ("stalled", "bold $warning") if row.stalled else (
                 fit_words(reason, rest) if reason else "",
                 state_style(row.state) if row.state in _EXPLAIN and not row.starting else "$text-muted")
             return Content.assemble(
-                mark, glyph, " ", (fit(row.id, id_w), "$text-muted"), _title(row.title, title_w),
-                (dur.rjust(dur_w), "$text-muted"), " ", why)
+                mark, glyph, " ", (fit(row.id, id_w), "$text-muted"), _title(row.title, title_w), took, " ", why)
         # Narrow: the id (what the operator types to confirm) and as much title as fits.
-        title_w = max(0, width - 3 - id_w - dur_w)
+        title_w = max(0, width - 3 - id_w - dur_w - len(row.badge))
         line = Content.assemble(mark, glyph, " ", (fit(row.id, id_w), "bold" if selected else ""),
-                                (_title(row.title, title_w), "$text-muted"), (dur.rjust(dur_w), "$text-muted"))
+                                (_title(row.title, title_w), "$text-muted"), took)
         if not drawn.second:
             return line
         if row.stalled:

@@ -79,7 +79,7 @@ class MainFeed(Screen[None]):
         for pid, results in look.attach_checks.items():
             self.remember_checks(pid, "check", results, redraw=False)
         plist = self.query_one(PhaseList)
-        plist.show(follow.statuses, follow.stalled, self.flow.starting)
+        plist.show(follow.statuses, follow.stalled, self.flow.starting, follow.warnings)
         if first:
             if (pick := follow.worth_opening()) is not None:
                 plist.select_id(pick)
@@ -209,7 +209,8 @@ class MainFeed(Screen[None]):
         self.notify(msg.text, severity="error", timeout=15)
 
     def on_starts_changed(self, _msg: StartsChanged) -> None:
-        self.query_one(PhaseList).show(self.follow.statuses, self.follow.stalled, self.flow.starting)
+        self.query_one(PhaseList).show(self.follow.statuses, self.follow.stalled, self.flow.starting,
+                                       self.follow.warnings)
 
     def on_start_checked(self, msg: StartChecked) -> None:
         self.remember_checks(msg.phase_id, "check", msg.results)

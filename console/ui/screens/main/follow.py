@@ -25,6 +25,7 @@ class PhaseFollow:
         self.by_id: dict[str, PhaseStatus] = {}
         self.stats: dict[str, LiveSnapshot] = {}
         self.stalled: set[str] = set()
+        self.warnings: dict[str, int] = {}  # warnings each phase's latest run emitted, where any
         self.first_unit: set[str] = set()  # silent past stall_after, busy on their first unit
         self.sessions: dict[int, str] = {}  # a launcher's session -> its phase, for the GPU owners
         self.ended: list[tuple[str, str]] = []
@@ -38,6 +39,7 @@ class PhaseFollow:
         self.stats = snap.stats
         self.deadline = look.deadline
         self.stalled = {pv.id for pv in snap.phases if pv.stalled}
+        self.warnings = {pid: live.warnings for pid, live in self.stats.items() if live.warnings}
         self.first_unit = {pv.id for pv in snap.phases if pv.awaiting_first_unit}
         self.sessions = snap.sessions()
         self.ended = [*self.ended, *((st.phase.id, st.state) for st in look.ended)]
