@@ -21,7 +21,8 @@ eager with one warning line, rather than the run failing. CPU runs stay eager by
 
 Batches are right-padded and run without an attention mask: with causal attention no real
 token ever attends to the padding after it, so the padding cannot change a real token's
-state, and SDPA can take its fused causal kernel. Finiteness is checked on the device,
+state, and SDPA can take its fused causal kernel (flash: `pipeline/sdpa_choice.py` says why
+not cuDNN's). Finiteness is checked on the device,
 per sample over its real tokens, before the copy out. On CUDA the copy to pinned host
 memory runs on a side stream while the next batch's forward runs on the main one.
 """
@@ -35,6 +36,7 @@ import torch
 
 from pipeline.events import warn
 from pipeline.program_edge import StageError
+from pipeline.sdpa_choice import leave_out_cudnn
 
 
 class StoppedInForward(Exception):
@@ -67,6 +69,7 @@ class Capturer:
         self.num_layers = num_layers
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
+        leave_out_cudnn()
         self.side = torch.cuda.Stream(self.device) if self.cuda else None
         self.log = log
         self.stage = stage

@@ -21,6 +21,7 @@ from ..drafter import target_head
 from ..drafter import vocab as dvocab
 from ..drafter.config import DrafterConfig
 from ..compiled_ops import CompiledOps
+from ..sdpa_choice import leave_out_cudnn
 from ..drafter.model import Eagle3Drafter, load_drafter
 from ..drafter.ttt_attention import EAGER_MERGE
 from ..events import EventWriter, warn
@@ -145,6 +146,7 @@ def build(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading
     run.identity = identity_of(opts, plan, source.identity(), val_pos, run.total)
     if existing is not None and not opts.resume:
         _clear_checkpoints(run)
+    leave_out_cudnn()  # the drafter's first TTT step, backward: a new shape nearly every step
     _build_drafter(run)
     if opts.online:
         run.states = TargetStates(Path(opts.target), dist.device, opts.compile_target, log, stop)

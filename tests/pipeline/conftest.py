@@ -174,3 +174,14 @@ def xt():
                            tiny_tokenizer=tiny_tokenizer, write_merged=write_merged, write_stats=write_stats, save_tiny_llama=save_tiny_llama,
                            extract_argv=extract_argv, cli_env=cli_env, REPO=REPO, NUM_LAYERS=NUM_LAYERS,
                            HIDDEN=HIDDEN, VOCAB=VOCAB)
+
+
+@pytest.fixture
+def cudnn_sdp():
+    """torch's process-wide choice of SDPA kernels, as it was before the test."""
+    import torch
+
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(was)

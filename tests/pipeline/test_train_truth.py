@@ -112,6 +112,12 @@ def test_draft_vocabulary_comes_from_the_merged_dataset_without_held_out_records
     assert any("held-out samples'" in line and "distinct answer tokens are missing" in line for line in log)
 
 
+def test_a_training_run_leaves_cudnns_attention_out_of_sdpas_choice(sharp, tmp_path, cudnn_sdp):
+    # the drafter's first TTT step runs SDPA backward on a new batch length nearly every step
+    _run(sharp, tmp_path / "run", steps=1, val_samples=0)
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
 def test_a_vocabulary_file_other_than_the_stores_dataset_is_refused(sharp, tmp_path, capsys):
     from pipeline.train.__main__ import main
 
