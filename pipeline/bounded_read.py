@@ -14,9 +14,9 @@ one reader for every file the programs take."""
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
-from typing import BinaryIO
 
 from pipeline.program_edge import BadInput
 
@@ -70,7 +70,7 @@ def open_regular(path: str | os.PathLike[str]) -> int:
         raise
 
 
-def open_file(path: str | os.PathLike[str]) -> BinaryIO:
+def open_file(path: str | os.PathLike[str]) -> io.BufferedReader:
     """`open(path, "rb")` for a regular file only (a stream with no size bound: a dataset)."""
     return os.fdopen(open_regular(path), "rb")
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -60,11 +61,11 @@ def compile_failed(what: str, e: Exception, flag: str) -> str:
 
 
 class Capturer:
-    def __init__(self, model: torch.nn.Module, layers: list[int], num_layers: int, device: str,
+    def __init__(self, model: Any, layers: list[int], num_layers: int, device: str,
                  compile: bool | None = None, log: Callable[[str], None] = print,
                  compile_backend: str | Callable = "inductor", stop: threading.Event | None = None,
                  stage: str = "extract") -> None:
-        self.base = model.base_model
+        self.base = model.base_model  # a transformers causal LM's (pipeline.target.model.load_target)
         self.layers = layers
         self.num_layers = num_layers
         self.device = torch.device(device)

@@ -138,7 +138,7 @@ def index_dataset(path: Path, max_len: int | None = None, vocab_size: int | None
             if raw.strip():
                 try:
                     obj = json.loads(raw)
-                except ValueError as e:
+                except json.JSONDecodeError as e:
                     raise _bad(path, lineno, f"not valid JSON ({e.msg})") from None
                 _, n = _check(obj, path, lineno, vocab_size)
                 offsets.append(offset)

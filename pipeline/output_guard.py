@@ -30,6 +30,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal, overload
 
 from pipeline.atomic_io import fsync_dir, write_bytes_atomic
 from pipeline.process_alive import pid_alive
@@ -113,6 +114,10 @@ def refuse_foreign_stats(stats: Path, keys: Iterable[str], writer: str, flag: st
                    "yours to lose")
 
 
+@overload
+def open_output(path: Path, create: Literal[True], flag: str = "--out") -> int: ...
+@overload
+def open_output(path: Path, create: bool, flag: str = "--out") -> int | None: ...
 def open_output(path: Path, create: bool, flag: str = "--out") -> int | None:
     """The output file, opened once to read, cut and append to, never through a symlink;
     None when it is absent and `create` is false. A created file must be new (O_EXCL): one that

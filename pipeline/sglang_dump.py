@@ -171,7 +171,7 @@ def dump_parts(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str])
         header[name] = {"dtype": _SAFETENSORS_DTYPES[x.dtype], "shape": list(x.shape),
                         "data_offsets": [offset, offset + n]}
         offset += n
-        buffers.append(memoryview(x.reshape(-1).view(torch.uint8).numpy()))
+        buffers.append(x.reshape(-1).view(torch.uint8).numpy().data)
     js = json.dumps(header, separators=(",", ":")).encode()
     js += b" " * (-(len(js) + 8) % 8)
     return struct.pack("<Q", len(js)) + js, buffers
@@ -232,10 +232,10 @@ class DumpHook:
                    "or the patch applied to a model class that does not capture?")
         else:
             why = self._shape_problem(sum(lens), hidden_states, aux, input_ids)
-        if why is not None:
+        if why is not None or lens is None or prefix is None or aux is None or input_ids is None:
             for key in keys:
                 if key is not None:
-                    self.refuse(key, why)
+                    self.refuse(key, why or "")
             return
         offset = 0
         for key, n, pre in zip(keys, lens, prefix):
@@ -285,6 +285,7 @@ class DumpHook:
                              f"budget {format_bytes(budget)}: raise {ENV_BUDGET}")
             return False
         deadline = self.clock() + self.config.wait
+        why = ""
         while True:
             with self._locked():
                 used = self.folder_bytes()

@@ -70,8 +70,8 @@ def _specials(tokenizer: Any) -> _Specials:
     ids |= set(getattr(tokenizer, "all_special_ids", []) or [])
     texts = {str(tok) for i, tok in decoder.items() if int(i) in ids}
     texts |= {t for t in getattr(tokenizer, "all_special_tokens", []) or [] if t}
-    texts = sorted((t for t in texts if t and not t.isspace()), key=len, reverse=True)
-    pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+    longest_first = sorted((t for t in texts if t and not t.isspace()), key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, longest_first))) if longest_first else None
     found = _Specials(frozenset(ids), pattern)
     try:
         _specials_cache[tokenizer] = found
@@ -145,12 +145,13 @@ def generation_char_spans(tokenizer: Any, messages: Sequence[dict]) -> tuple[str
     """The rendered conversation and the spans its template marks with `{% generation %}`."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    rendered, indices = render_jinja_template(
+    out: Any = render_jinja_template(
         conversations=[list(messages)],
         chat_template=tokenizer.chat_template,
         return_assistant_tokens_mask=True,
         **tokenizer.special_tokens_map,
     )
+    rendered, indices = out  # the texts and, asked for, each one's generation spans
     return rendered[0], [(int(a), int(b)) for a, b in indices[0] if b > a]
 
 
@@ -266,8 +267,9 @@ def tokenize(tokenizer: Any, text: str, literals: Sequence[tuple[int, int]] = ()
 
 def _encode(tokenizer: Any, messages: Sequence[dict], method: str) -> Encoded:
     specials = _specials(tokenizer)
-    marked = specials.pattern is not None and any(specials.pattern.search(m["content"]) for m in messages)
-    msgs = _mark(messages, specials.pattern) if marked else list(messages)
+    pattern = specials.pattern
+    marked = pattern is not None and any(pattern.search(m["content"]) for m in messages)
+    msgs = _mark(messages, pattern) if pattern is not None and marked else list(messages)
     if method == METHOD_MARKERS:
         full, spans = generation_char_spans(tokenizer, msgs)
     else:

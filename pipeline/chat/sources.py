@@ -225,7 +225,7 @@ def _raw_records(path: Path, source: str, policy: SourcePolicy, report: SourceRe
             for el in reader:
                 report.bytes_read = base + reader.bytes_read
                 yield el.value, el.line, f"{source}:{el.index}"
-            if reader.cut_at is not None:
+            if reader.cut_at is not None and reader.cut_line is not None:  # set together
                 cut = ArrayCut(file=name, byte=reader.cut_at, line=reader.cut_line)
                 if policy.strict:
                     raise SourceError(

@@ -118,4 +118,4 @@ def train(
 
 def build_target(shape: TargetShape, tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    return LlamaForCausalLM(make_config(shape, tokenizer)).to(torch.float32)
+    return LlamaForCausalLM(make_config(shape, tokenizer)).float()

@@ -121,7 +121,7 @@ class KVCache:
         return 0 if self.k is None else int(self.k.shape[2])
 
     def crop(self, length: int) -> None:
-        if self.k is not None:
+        if self.k is not None and self.v is not None:
             self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int) -> torch.Tensor:
@@ -236,6 +236,8 @@ class Rotary(nn.Module):
     """cos/sin for the target's rope settings. default, linear and llama3 are computed here;
     any other rope_type goes through transformers' table of rope initialisers."""
 
+    inv_freq: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
         p = cfg.rope_parameters()
@@ -266,6 +268,10 @@ class Rotary(nn.Module):
 
 
 class Eagle3Drafter(nn.Module):
+    embed_tokens: torch.Tensor  # buffers, registered in __init__
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+
     def __init__(self, config: DrafterConfig) -> None:
         super().__init__()
         self.config = config

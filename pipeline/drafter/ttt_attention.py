@@ -17,6 +17,9 @@ softmax over all T + i keys. The diagonal terms are elementwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from pipeline.compiled_ops import CompiledOps
@@ -144,7 +147,7 @@ def merge_grad_diag(grad: torch.Tensor, q: torch.Tensor, dq: torch.Tensor, d: to
     return dq.to(q.dtype), (ds[..., None] * q.float()).to(ks.dtype), (beta[..., None] * g).to(vs.dtype)
 
 
-MERGE = {"merge_forward": merge_forward, "merge_grad_out": merge_grad_out, "merge_grad_diag": merge_grad_diag}
+MERGE: dict[str, Callable[..., Any]] = {"merge_forward": merge_forward, "merge_grad_out": merge_grad_out, "merge_grad_diag": merge_grad_diag}
 EAGER_MERGE = CompiledOps(MERGE, compile=False, what="the TTT attention's merge", flag="")
 """The merge written out op by op; training compiles the same table (pipeline.train.drafter_compile)."""
 

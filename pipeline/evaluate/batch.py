@@ -98,7 +98,7 @@ class MaskedCache:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
         self.valid = torch.zeros(rows, 0, dtype=torch.bool, device=device)
-        self.new_valid: torch.Tensor | None = None
+        self.new_valid = self.valid  # the new slots' validity, set by begin
 
     def begin(self, new_valid: torch.Tensor) -> None:
         self.new_valid = new_valid
@@ -141,11 +141,13 @@ class BatchDrafter:
         ext = [seqs[b][self.rows[b] + 1 :] if active[b] else [] for b in range(b_all)]
         ids, new_valid = _padded(ext, self.device)
         width = ids.shape[1]
-        hidden = torch.zeros(b_all, width, states[next(b for b in range(b_all) if active[b])].shape[-1],
+        given = {b: s for b, s in enumerate(states) if active[b] and s is not None}
+        if len(given) != sum(active):
+            raise ValueError("an active row has no target states to draft from")
+        hidden = torch.zeros(b_all, width, next(iter(given.values())).shape[-1],
                              device=self.device, dtype=self.model.fc.weight.dtype)
-        for b in range(b_all):
-            if active[b]:
-                hidden[b, : len(ext[b])] = states[b].to(hidden.dtype)
+        for b, state in given.items():
+            hidden[b, : len(ext[b])] = state.to(hidden.dtype)
         pos = torch.tensor(self.rows, device=self.device)[:, None] + torch.arange(width, device=self.device)[None]
         logits, out = self._run(ids, hidden, pos, new_valid)
         last = torch.tensor([max(len(e) - 1, 0) for e in ext], device=self.device)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,6 +35,12 @@ if TYPE_CHECKING:
 REPEATS = 5
 Times = dict[str, dict[int, float]]
 """Seconds of a forward: {"target": {tokens verified: s}, "drafter": {rows (topk): s}}."""
+
+
+def _draft_once(model: Eagle3Drafter, chain: ChainDrafter, ids: torch.Tensor, hidden: torch.Tensor,
+                pos: torch.Tensor) -> object:
+    """One drafter step of `ids` over the chain's prefix, in slots of its own (as a tree round)."""
+    return model(ids, hidden, pos, cache=SlotCache(chain.cache))
 
 
 def _median_seconds(fn: Callable[[], object], sync: Callable[[], object]) -> float:
@@ -61,7 +68,7 @@ def forward_times(target: Target, drafter_model: Eagle3Drafter, prompt: list[int
     out: Times = {"target": {}, "drafter": {}}
     for d in sorted({1} | {s.num_draft_tokens for s in settings}):
         tree = chain_tree(prompt[-1], d - 1)
-        out["target"][d] = _median_seconds(lambda t=tree: target.verify_tree(prompt, t), sync)
+        out["target"][d] = _median_seconds(partial(target.verify_tree, prompt, tree), sync)
     target.forget()
     if drafter_model is not None:
 
@@ -73,8 +80,7 @@ def forward_times(target: Target, drafter_model: Eagle3Drafter, prompt: list[int
                 hidden = torch.zeros(k, 1, drafter_model.config.hidden_size, device=dev, dtype=drafter_model.fc.weight.dtype)
                 ids = torch.ones(k, 1, dtype=torch.long, device=dev)
                 pos = torch.full((k, 1), len(prompt) - 1, device=dev)
-                out["drafter"][k] = _median_seconds(
-                    lambda i=ids, h=hidden, p=pos: drafter_model(i, h, p, cache=SlotCache(chain.cache)), sync)
+                out["drafter"][k] = _median_seconds(partial(_draft_once, drafter_model, chain, ids, hidden, pos), sync)
     return out
 
 

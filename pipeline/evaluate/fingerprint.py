@@ -41,12 +41,12 @@ def take(folder: Path) -> dict[str, tuple[int, str]]:
         raise BadInput(f"--drafter {folder}: {len(entries)} entries, more than an exported drafter's "
                        f"{MAX_FILES}; point --drafter at the folder pipeline.export wrote")
     out: dict[str, tuple[int, str]] = {}
-    for e in entries:
-        if e.is_file(follow_symlinks=True):
+    for entry in entries:
+        if entry.is_file(follow_symlinks=True):
             try:
-                out[e.name] = (e.stat().st_size, _sha256(Path(e.path)))
+                out[entry.name] = (entry.stat().st_size, _sha256(Path(entry.path)))
             except OSError as err:
-                out[e.name] = (-1, f"unreadable: {err.strerror or err}")
+                out[entry.name] = (-1, f"unreadable: {err.strerror or err}")
     return out
 
 

@@ -122,7 +122,9 @@ def demo_prompts(tokenizer: Any, count: int, seed: int) -> Iterator[Prompt]:
     for i in range(count):
         recs = sources[names[i % len(names)]]
         rec = recs[(i // len(names)) % len(recs)]
-        yield Prompt(f"demo-{seed}:{rec['id']}", chat_prompt(tokenizer, rec["conversations"], rec["id"]))
+        ids = chat_prompt(tokenizer, rec["conversations"], rec["id"])
+        assert ids is not None  # None only past a bound, and none is given
+        yield Prompt(f"demo-{seed}:{rec['id']}", ids)
 
 
 def _digest(ids: list[int]) -> bytes:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.events import EventWriter
 from pipeline.http_client import TOO_LARGE, HttpFailure, post_json
@@ -146,7 +147,7 @@ def query(base_url: str, prompts: list[Prompt], max_new: int, timeout: float, co
 
 def summarize(results: list[ServerResult], server: str, excluded: int) -> ServerReport:
     mean = sum(r.accept_length for r in results) / len(results)
-    weighted = {}
+    weighted: dict[str, Any] = {}
     if all(r.verify_ct and r.completion_tokens is not None for r in results):
         tokens = sum(r.completion_tokens or 0 for r in results)
         verifies = sum(r.verify_ct or 0 for r in results)

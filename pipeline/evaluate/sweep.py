@@ -104,7 +104,7 @@ def score_chunk(target: Target, prompts: list[Prompt], arms: list[Arm], max_new:
     todo = [j for j, k in enumerate(kept) if k is None]
     fresh = dict(zip(todo, greedy_batch(target, [ids[j] for j in todo], max_new))) if todo else {}
 
-    ref = [fresh[j] if kept[j] is None else Decoded(kept[j], forwards=len(kept[j])) for j in range(len(ids))]
+    ref = [fresh[j] if k is None else Decoded(k, forwards=len(k)) for j, k in enumerate(kept)]
     got = [speculate_batch(target, arm.proposer.model, ids, max_new, arm.setting.num_steps) for arm in arms]
     redone = [j for j in range(len(ids)) if any(g[j].tokens != ref[j].tokens for g in got)]
     for j in redone:

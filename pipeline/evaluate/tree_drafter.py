@@ -38,9 +38,11 @@ class SlotCache:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int) -> torch.Tensor:
         self.k = k if self.k is None else torch.cat((self.k, k), dim=2)
         self.v = v if self.v is None else torch.cat((self.v, v), dim=2)
-        slots = q.shape[0]
-        keys = torch.cat((self.prefix.k.expand(slots, -1, -1, -1), self.k), dim=2)
-        values = torch.cat((self.prefix.v.expand(slots, -1, -1, -1), self.v), dim=2)
+        slots, prefix_k, prefix_v = q.shape[0], self.prefix.k, self.prefix.v
+        if prefix_k is None or prefix_v is None:
+            raise ValueError("the slots attend over the chain drafter's prefix: extend it first")
+        keys = torch.cat((prefix_k.expand(slots, -1, -1, -1), self.k), dim=2)
+        values = torch.cat((prefix_v.expand(slots, -1, -1, -1), self.v), dim=2)
         keys = keys.repeat_interleave(groups, dim=1) if groups > 1 else keys
         values = values.repeat_interleave(groups, dim=1) if groups > 1 else values
         return F.scaled_dot_product_attention(q, keys, values)

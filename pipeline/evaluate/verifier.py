@@ -57,7 +57,8 @@ class Target:
     def __init__(self, model_dir: Path, device: str, dtype: torch.dtype, kv_cache: bool = True) -> None:
         self.model = load_target(Path(model_dir), device, dtype, "--target")
         self.device = torch.device(device)
-        self.model_dir, self._fingerprint = Path(model_dir), None
+        self.model_dir = Path(model_dir)
+        self._fingerprint: str | None = None
         layers = self.model.base_model.layers
         self.num_layers = len(layers)
         self.capture = capture_layers(self.num_layers)
@@ -69,10 +70,11 @@ class Target:
         self.cache_kw = cache_kwarg(self.model)
         self.positions_run = 0  # token positions the target has computed, over all forwards
         self._seen: dict[int, torch.Tensor] = {}
-        self._cache = None
+        self._cache: Any = None  # a transformers DynamicCache once a step runs
         self._ids: list[int] = []  # the tokens whose keys, values and states are cached
         self._aux: torch.Tensor | None = None  # [capacity, 3H]; rows < len(self._ids) are valid
-        self._pending = None  # what the last verify_tree computed, until commit keeps its accepted path
+        # what the last verify_tree computed, until commit keeps its accepted path
+        self._pending: tuple[int, list[int], torch.Tensor, list[int]] | None = None
         for i in self.capture:
             layers[i].register_forward_pre_hook(self._hook(i), with_kwargs=True)
 
@@ -114,9 +116,9 @@ class Target:
         elif self._cache.get_seq_length() > reuse:
             self._cache.crop(reuse - self._cache.get_seq_length())
         logits, aux = self._forward(ids[reuse:], self._cache, keep)
-        self._store_aux(reuse, aux)
+        stored = self._store_aux(reuse, aux)
         self._ids = list(ids)
-        return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=self._aux[: len(ids)])
+        return TargetStep(next_ids=logits.float().argmax(-1).cpu(), aux=stored[: len(ids)])
 
     @torch.inference_mode()
     def verify_tree(self, seq: list[int], tree: Tree) -> torch.Tensor:
@@ -149,6 +151,8 @@ class Target:
         """Keep the accepted tree nodes `path` (after the last `verify_tree`): the cache holds
         the sequence plus that path, as if the path had been decoded one token at a time.
         Returns the captured states of every committed position."""
+        if self._pending is None:
+            raise ValueError("commit without a verify_tree before it")
         reuse, seq, aux, tokens = self._pending
         self._pending = None
         end = len(seq) - reuse  # rows of the tail; tree node i >= 1 is row end - 1 + i
@@ -157,9 +161,9 @@ class Target:
             keep = torch.cat((torch.arange(reuse, device=aux.device), reuse + rows))
             for layer in self._cache.layers:
                 layer.keys, layer.values = layer.keys.index_select(-2, keep), layer.values.index_select(-2, keep)
-            self._store_aux(reuse, aux.index_select(0, rows))
+            stored = self._store_aux(reuse, aux.index_select(0, rows))
             self._ids = seq + [tokens[i] for i in path]
-            return self._aux[: len(self._ids)]
+            return stored[: len(self._ids)]
         return aux.index_select(0, rows)
 
     def _forward(self, ids: list[int], cache: Any, keep: int, **extra: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,9 +183,9 @@ class Target:
         self.positions_run += len(ids)
         return out.logits[0], aux
 
-    def _store_aux(self, at: int, rows: torch.Tensor) -> None:
-        """Rows `at`.. of the captured states; the buffer doubles as it fills, so a long
-        answer copies its states O(log n) times, not once per token."""
+    def _store_aux(self, at: int, rows: torch.Tensor) -> torch.Tensor:
+        """Rows `at`.. of the captured states, and the buffer that holds them; it doubles as it
+        fills, so a long answer copies its states O(log n) times, not once per token."""
         need = at + rows.shape[0]
         if self._aux is None or self._aux.shape[0] < need:
             grown = torch.empty((max(need, 2 * (0 if self._aux is None else self._aux.shape[0]), 64), rows.shape[1]),
@@ -190,3 +194,4 @@ class Target:
                 grown[:at] = self._aux[:at]
             self._aux = grown
         self._aux[at:need] = rows
+        return self._aux

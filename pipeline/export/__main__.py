@@ -62,8 +62,10 @@ def _run(args: ExportOptions) -> int:
             print(f"export: {args.verify} is complete: {len(required_keys())} weights, all finite, checksums "
                   f"match{', for this target' if args.target else ''}; config for SGLang")
         return 1 if problems else 0
+    checkpoint, target, out = args.checkpoint, args.target, args.out
+    assert checkpoint is not None and target is not None and out is not None  # validate() refused it
     with EventWriter.from_env() as events:
-        info = export(args.checkpoint, args.target, args.out, DTYPES[args.dtype], events, args.mode)
+        info = export(checkpoint, target, out, DTYPES[args.dtype], events, args.mode)
     print(f"export: {info['checkpoint']} -> {info['out']}: {info['keys']} weights, {info['bytes']} bytes, "
           f"{info['dtype']}, draft vocab {info['draft_vocab_size']}, "
           f"aux layer ids {info['eagle_aux_hidden_state_layer_ids']}")

@@ -102,7 +102,7 @@ def target_dtype(target: Path) -> str | None:
     for f in files:
         header, _, _ = safetensors_layout(f)
         for entry in header.values():
-            name = SAFETENSORS_DTYPES.get(entry.get("dtype")) if isinstance(entry, dict) else None
+            name = SAFETENSORS_DTYPES.get(str(entry.get("dtype"))) if isinstance(entry, dict) else None
             if name in FLOAT_DTYPES:
                 return name
     return None

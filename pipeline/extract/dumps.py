@@ -209,7 +209,7 @@ def check_dump(path: Path, fd: int, input_ids: list[int], hidden: int, dtype: st
             raise BadDump(f"{path}: {name} has data_offsets {offsets}, expected [begin, begin + {nbytes}]")
         begins[name] = offsets[0]
     end = 0
-    for name in sorted(begins, key=begins.get):
+    for name in sorted(begins, key=begins.__getitem__):
         if begins[name] != end:
             raise BadDump(f"{path}: its tensors' data_offsets overlap or leave a gap ({name} begins at byte "
                           f"{begins[name]} of the data, not {end})")

@@ -185,6 +185,8 @@ def _host_batch(lb: LoadedBatch, capturer: Capturer, final: torch.Tensor, aux: t
                 slot: HostSlot, nbytes: dict[int, int], fp8: bool) -> HostBatch:
     """The batch's copy into its host slot started (quantized first for an fp8 store), as the
     writers take it: they wait on its event before they read the slot."""
+    h_final_scale: torch.Tensor | None
+    h_aux_scale: torch.Tensor | None
     if fp8:
         (h_final, h_aux, h_final_scale, h_aux_scale, h_bad), ready = quantize_to_host(
             capturer, final, aux, bad, slot)

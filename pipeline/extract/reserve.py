@@ -80,7 +80,7 @@ def disk_full(e: OSError, doing: str, out: Path | str | None) -> ReserveStop:
     where = f" {e.filename}" if e.filename else ""
     vol = f" on {volume_of(Path(out))}" if out is not None else ""
     return ReserveStop(
-        f"extract stopped: the disk is full ({e.strerror or os.strerror(e.errno)}) while {doing}{where}; the "
+        f"extract stopped: the disk is full ({e.strerror or os.strerror(e.errno or 0)}) while {doing}{where}; the "
         f"samples listed in the manifest are kept; free space{vol} (or raise --reserve) and rerun the same command "
         "to resume"
     )

@@ -12,6 +12,7 @@ CUDA_VISIBLE_DEVICES says otherwise.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipeline.program_edge import BadInput
@@ -27,7 +28,7 @@ class Shard:
         return range(self.rank, total, self.world_size)
 
 
-def _env_int(env: dict, key: str) -> int | None:
+def _env_int(env: Mapping[str, str], key: str) -> int | None:
     v = env.get(key)
     if v is None or v == "":
         return None
@@ -37,10 +38,10 @@ def _env_int(env: dict, key: str) -> int | None:
         raise BadInput(f"environment variable {key}={v!r} is not an integer") from None
 
 
-def resolve_shard(rank: int | None, world_size: int | None, env: dict | None = None) -> Shard:
-    env = os.environ if env is None else env
-    env_rank, env_world = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
-    local = _env_int(env, "LOCAL_RANK")
+def resolve_shard(rank: int | None, world_size: int | None, env: Mapping[str, str] | None = None) -> Shard:
+    where = os.environ if env is None else env
+    env_rank, env_world = _env_int(where, "RANK"), _env_int(where, "WORLD_SIZE")
+    local = _env_int(where, "LOCAL_RANK")
     if rank is None and world_size is None and env_world is not None:
         rank, world_size = env_rank or 0, env_world
     if (rank is None) != (world_size is None):

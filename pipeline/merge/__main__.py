@@ -61,9 +61,9 @@ def _refuse_bad_options(opts: MergeOptions) -> None:
     if opts.max_line_bytes is not None and opts.max_line_bytes < 2:
         raise BadInput(f"--max-line-bytes must be at least 2, got {opts.max_line_bytes}")
     if not opts.sources:
-        trailing = (opts.include or opts.exclude or [None])[-1]
+        trailing = (opts.include or opts.exclude or [""])[-1]
         hint = ""
-        if trailing is not None and Path(trailing).exists():
+        if trailing and Path(trailing).exists():
             hint = f" ('{trailing}' was read as a source name: put sources before --include/--exclude or end them with --)"
         raise BadInput(f"no SOURCE given{hint}")
 

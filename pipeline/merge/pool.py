@@ -98,11 +98,11 @@ def run_chunks(
         more = True
         while True:
             while more and not failed and len(pending) < 2 * workers:
-                chunk = next(chunks, None)
-                if chunk is None:
+                due = next(chunks, None)
+                if due is None:
                     more = False
                 else:
-                    pending.add(pool.submit(encode_chunk, chunk))
+                    pending.add(pool.submit(encode_chunk, due))
             if not pending:
                 break
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)

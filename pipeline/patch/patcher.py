@@ -223,7 +223,7 @@ def apply(path: Path) -> str:
         data = read(real)
         state = classify(data)
         backup = backup_path(real)
-        if state.kind == "unknown":
+        if state.recipe is None or state.original is None:  # unknown
             raise Refused(f"refusing to patch {shown}: its content (sha256 {sha256(data)[:12]}…) is not an "
                           f"original this patcher knows, nor its patched form; supported: {supported()}")
         problem = _backup_problem(backup, state.recipe)
@@ -252,7 +252,7 @@ def revert(path: Path) -> str:
         data = read(real)
         state = classify(data)
         backup = backup_path(real)
-        if state.kind == "unknown":
+        if state.recipe is None or state.original is None:  # unknown
             raise Refused(f"refusing to revert {shown}: it is neither a supported original nor exactly its "
                           f"patched form (edited by hand?){_unknown_hint(real, backup)}")
         problem = _backup_problem(backup, state.recipe)

@@ -67,7 +67,8 @@ class Stats:
         write_stats(path, self.to_record())
 
 
-def previous(path: Path, generation: dict, read: Callable[[Path], Earlier] = read_stats) -> Earlier | None:
+def previous(path: Path, generation: dict,
+             read: Callable[[Path], Earlier] = read_stats) -> Earlier | None:  # type: ignore[assignment]
     """The stats an earlier run of this output left (read by `read`: regenerate's, or
     synthesis's), refusing a resume with other sampling."""
     try:

@@ -123,4 +123,4 @@ def quantize_stream(dtype: str, hidden: int,
 
 
 def _raw(x: torch.Tensor) -> memoryview:
-    return memoryview(x.reshape(-1).view(torch.uint8).numpy())
+    return x.reshape(-1).view(torch.uint8).numpy().data

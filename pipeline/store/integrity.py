@@ -213,13 +213,13 @@ def verify_store(out: Path | str, *, model: Path | str | None = None, checksums:
     else:
         to_sum = set()
     layout = _layout(out, meta, rep) if checksums != "none" else None
-    for e in entries:
-        summed = e["index"] in to_sum
-        problem = _entry_problem(out, e, checksum=summed)
+    for entry in entries:
+        summed = entry["index"] in to_sum
+        problem = _entry_problem(out, entry, checksum=summed)
         rep.sizes_checked += 1
         rep.checksums_checked += summed
         if problem is None and layout is not None:
-            problem = _meaning_problem(out / e["file"], e, layout, whole=summed, rep=rep)
+            problem = _meaning_problem(out / entry["file"], entry, layout, whole=summed, rep=rep)
         if problem:
             rep.add(problem)
     if model is not None:

@@ -83,7 +83,7 @@ def validate(s: Sample, hidden: int, dtype: torch.dtype, finite: bool) -> None:
 
 
 def _bytes_of(x: torch.Tensor) -> memoryview:
-    return memoryview(x.reshape(-1).view(torch.uint8).numpy())
+    return x.reshape(-1).view(torch.uint8).numpy().data
 
 
 def write_sample(out: Path, s: Sample, hidden: int, finite: bool = True, fp8: bool = False,
@@ -94,9 +94,12 @@ def write_sample(out: Path, s: Sample, hidden: int, finite: bool = True, fp8: bo
     is stored as it is; `captured` names the dtype they were captured in (the file's metadata)."""
     dtype = s.hidden_state.dtype
     validate(s, hidden, dtype, finite)
+    states: tuple[torch.Tensor, ...]
     if dtype == TORCH_FP8:
-        if captured not in TORCH_DTYPES.values():
+        if captured is None or captured not in TORCH_DTYPES.values():
             raise ValueError(f"an e4m3 sample needs the dtype it was captured in, not {captured!r}")
+        if s.hidden_state_scale is None or s.aux_hidden_state_scale is None:
+            raise ValueError("an e4m3 sample needs its states' scales")
         fp8, name = True, captured
         states = (s.hidden_state, s.aux_hidden_state, s.hidden_state_scale, s.aux_hidden_state_scale)
     elif fp8:

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from pipeline.program_edge import BadInput
 
 
-def load_target(model_dir: Path, device: str, dtype: torch.dtype, flag: str = "--model") -> torch.nn.Module:
-    """The target for inference; BadInput naming `model_dir` (as the operator's `flag` named it)
-    when transformers cannot load it."""
+def load_target(model_dir: Path, device: str, dtype: torch.dtype, flag: str = "--model") -> Any:
+    """The target for inference (a transformers causal LM, whose config and base model are
+    read by attribute: typed Any); BadInput naming `model_dir` (as the operator's `flag` named
+    it) when transformers cannot load it."""
     import transformers
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
@@ -34,8 +36,9 @@ def load_target(model_dir: Path, device: str, dtype: torch.dtype, flag: str = "-
     if on_gpu and importlib.util.find_spec("accelerate") is not None:
         kwargs["device_map"] = {"": device}
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), output_loading_info=True,
+        loaded: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), output_loading_info=True,
                                                            ignore_mismatched_sizes=True, **kwargs)
+        model, info = loaded  # with output_loading_info, the model and what loading found
     except (OSError, ValueError, KeyError, SafetensorError) as e:
         raise BadInput(f"cannot load the target from {model_dir} ({flag}): {str(e).splitlines()[0]}") from None
     _refuse_random_tensors(model_dir, flag, info)

@@ -15,6 +15,7 @@ an exact loop (LoopWatch, loops.py's rule).
 from __future__ import annotations
 
 import time
+from typing import Any
 from dataclasses import dataclass
 
 import torch
@@ -95,7 +96,7 @@ class Decoder:
         self.max_positions = max_positions  # the most a slot can need (0: the target does not say)
         first = min(WIDTH_STEP, max_positions) if max_positions else WIDTH_STEP
         self.kv = SlotKV(cfg.num_hidden_layers, slots, kv_heads, head_dim, first, dtype, device)
-        z = dict(device=device, dtype=torch.int64)
+        z: dict[str, Any] = dict(device=device, dtype=torch.int64)
         self.ids, self.pos, self.seeds, self.gen = (torch.zeros(slots, **z) for _ in range(4))
         self.done = torch.ones(slots, dtype=torch.bool, device=device)
         self.limit = torch.full((slots,), max_new, **z)
@@ -107,9 +108,10 @@ class Decoder:
         self.loops = LoopWatch(slots, device) if stop_loops else None
         self.lanes = layout(slots, lane_slots)
         self.stats = StepStats()
-        self.graphs: dict[int, torch.cuda.CUDAGraph] | None = {} if graphs and device.type == "cuda" else None
+        self.graphs: dict[tuple[int, ...], torch.cuda.CUDAGraph] | None = (
+            {} if graphs and device.type == "cuda" else None)
         self.width_step = WIDTH_STEP if self.graphs is not None else WIDTH_STEP_EAGER
-        self._pool = None
+        self._pool: Any = None  # torch's graph memory pool, shared by every graph captured
 
     def reserve(self, positions: int) -> None:
         """Room for `positions` per slot; graphs captured for the old buffers are dropped."""
@@ -188,15 +190,18 @@ class Decoder:
     def _graph(self, key: tuple[int, ...]):
         """The graph for these lane widths (or for a wider combination already captured, once
         `MAX_GRAPHS` are), captured on first use; (key used, graph), or (key, None) if capture failed."""
-        if key not in self.graphs and len(self.graphs) >= MAX_GRAPHS:
-            wider = covering(key, self.graphs, [len(lane) for lane in self.lanes])
+        graphs = self.graphs
+        if graphs is None:
+            raise RuntimeError("a CUDA graph asked for with graphs off")
+        if key not in graphs and len(graphs) >= MAX_GRAPHS:
+            wider = covering(key, graphs, [len(lane) for lane in self.lanes])
             key = wider or tuple(self.kv.capacity for _ in self.lanes)
-        if key in self.graphs:
-            return key, self.graphs[key]
+        if key in graphs:
+            return key, graphs[key]
         t0 = time.perf_counter()
         graph = self._capture(key)
         if graph is not None:
-            self.graphs[key] = graph
+            graphs[key] = graph
             self.stats.graphs += 1
             self.stats.capture_s += time.perf_counter() - t0
         return key, graph

@@ -49,6 +49,13 @@ class Slots:
     def active(self) -> list[int]:
         return [s for s, c in enumerate(self.chat) if c is not None]
 
+    def busy(self, slot: int) -> Chat:
+        """The chat in a slot the scheduler gave one."""
+        chat = self.chat[slot]
+        if chat is None:
+            raise RuntimeError(f"slot {slot} holds no chat")
+        return chat
+
     def bounds(self, max_new: int) -> list[int]:
         """Each lane's widest chat: positions its current turn can reach."""
         return self._lane_max(lambda s: len(self.prompt[s]) + max_new + 1)
@@ -161,17 +168,17 @@ class Scheduler:
         admits = []
         for slot in due:
             try:
-                tokens = self.prompt_ids(self.slots.chat[slot].prompt())
+                tokens = self.prompt_ids(self.slots.busy(slot).prompt())
             except Failure as f:
                 self._fail(slot, f)
                 continue
             admits.append(self._turn(slot, tokens))
         fresh = []
-        for chat, tokens in new:
-            if isinstance(tokens, Failure):
-                self.sink.put(chat.index, (chat, tokens))
+        for chat, encoded in new:
+            if isinstance(encoded, Failure):
+                self.sink.put(chat.index, (chat, encoded))
             else:
-                fresh.append((tokens, chat))
+                fresh.append((encoded, chat))
         bounds = self.slots.bounds(self.dec.max_new)
         for tokens, chat in sorted(fresh, key=lambda tc: len(tc[0])):
             slot = self.slots.free.take(len(tokens) + self.dec.max_new + 1, bounds)
@@ -187,7 +194,7 @@ class Scheduler:
         start = min(len(os.path.commonprefix([held, tokens])), len(tokens) - 1)
         self.dec.reserve(len(tokens) + self.dec.max_new)
         self.slots.prompt[slot], self.slots.since[slot] = tokens, self.step
-        chat = self.slots.chat[slot]
+        chat = self.slots.busy(slot)
         return Admit(slot, tokens, start, self.seed_of(chat), chat.limit, chat.temperature)
 
     def _collect(self) -> list[int]:
@@ -196,7 +203,7 @@ class Scheduler:
         self.sink.generating(in_flight)
         due, idle = [], []
         for slot, answer, ended in zip(slots, toks, hit):
-            chat = self.slots.chat[slot]
+            chat = self.slots.busy(slot)
             self.slots.held[slot] = self.slots.prompt[slot] + answer[:-1]
             kept = answer[:-1] if ended else trim(answer) if self.dec.loops is not None else answer
             cut = 0 if ended else len(answer) - len(kept)
@@ -218,7 +225,7 @@ class Scheduler:
         return due
 
     def _fail(self, slot: int, failure: Failure, release: bool = True) -> None:
-        chat = self.slots.chat[slot]
+        chat = self.slots.busy(slot)
         self.slots.chat[slot] = None
         self.slots.free.give(slot)
         if release:

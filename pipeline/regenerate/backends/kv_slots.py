@@ -157,6 +157,8 @@ class SlotKV:
         kv_heads = keys.shape[1]
         folded = q.reshape(n, kv_heads, groups * qlen, dim)
         mask = self.mask
+        if mask is None:
+            raise RuntimeError("prefill rows attended before set_prefill gave their mask")
         if groups > 1 and qlen > 1:
             mask = mask[:, :, None].expand(n, 1, groups, qlen, self.width).reshape(n, 1, groups * qlen, self.width)
         out = F.scaled_dot_product_attention(folded, keys, values, attn_mask=mask, scale=scaling)
