@@ -132,3 +132,14 @@ def test_results_are_json_serialisable(tmp_path):
                                              ("jsonl_records", "s.py")]]
     for r in run_checks(specs, ctx_for(tmp_path)):
         json.dumps(r.to_json())
+
+
+def test_a_port_written_3e4_is_read_as_an_expression_reads_it(tmp_path):
+    """YAML reads `port: 3e4` as text; a check reads it with the one number reader the
+    expressions use, so it is 30000 there as in `need: 3e4 * 8`. Not a whole number: refused."""
+    specs = [CheckSpec("port_free", {"port": p}, f"p{i}") for i, p in enumerate(("3e4", "7e4", "2.5", "inf"))]
+    read, big, half, inf = run_checks(specs, ctx_for(tmp_path))
+    assert "bad argument" not in read.message and read.evidence["port"] == 30000
+    assert big.message == "bad argument: port must be 1..65535, got 70000"
+    for r, text in ((half, "'2.5'"), (inf, "'inf'")):
+        assert r.status == "fail" and r.message.startswith("bad argument: port must be a whole number") and text in r.message

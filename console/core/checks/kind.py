@@ -46,21 +46,15 @@ def _got(value: Any) -> str:
 
 
 def _as_int(value: Any, what: str, lo: int | None = None, hi: int | None = None) -> int:
-    if isinstance(value, bool):
+    number = number_of(value)
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if not isinstance(number, int):
         raise ArgError(f"{what} must be a whole number, got {_got(value)}")
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ArgError(f"{what} must be a whole number, got {_got(value)}") from None
-    if not isinstance(value, int):
-        raise ArgError(f"{what} must be a whole number, got {_got(value)}")
-    if lo is not None and value < lo or hi is not None and value > hi:
+    if lo is not None and number < lo or hi is not None and number > hi:
         bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ArgError(f"{what} must be {bounds}, got {value}")
-    return value
+        raise ArgError(f"{what} must be {bounds}, got {number}")
+    return number
 
 
 def _as_number(value: Any, what: str) -> float:
