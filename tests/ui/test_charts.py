@@ -13,7 +13,7 @@ import pytest
 from charts_project import T0, write_charts_project
 from ui_harness import FAST, FROZEN, finish, make_app, wait_for
 
-from console.core.figures.acceptance import AcceptanceView, Setting
+from console.core.figures.acceptance import AcceptanceView, SettingFigures
 from console.core.lifecycle.project import Project
 from console.ui.components.detail.acceptance_bars import AcceptanceBars, acceptance_lines
 from console.ui.components.detail.charts import CurveChart, DetailCharts
@@ -93,7 +93,7 @@ async def test_the_evaluate_detail_shows_acceptance_bars_once_its_report_exists(
 
 def _view(n_settings: int = 5) -> AcceptanceView:
     lengths = [2.41, 2.71, 3.05, 3.11, 3.32, 2.2, 2.9][:n_settings]
-    settings = tuple(Setting(f"{i},1,{i + 1}", a, (0.8, 0.5), 1.0 + a / 10) for i, a in enumerate(lengths, 3))
+    settings = tuple(SettingFigures(f"{i},1,{i + 1}", a, (0.8, 0.5), 1.0 + a / 10) for i, a in enumerate(lengths, 3))
     return AcceptanceView("r.json", 0.0, 2.41, 3, 16, (0.78, 0.55, 0.31), settings, settings[2].label, None)
 
 

@@ -10,7 +10,7 @@ import re
 import pytest
 from textual.app import App, ComposeResult
 
-from console.core.figures.acceptance import AcceptanceView, Setting
+from console.core.figures.acceptance import AcceptanceView, SettingFigures
 from console.core.figures.curves import StepCurve
 from console.core.lifecycle.livestats import LiveSnapshot
 from console.core.telemetry.history import DiskForecast
@@ -22,10 +22,10 @@ from console.ui.components.machine.disk_panel import volume_line
 
 # The demo's sweep as evaluate reports it: the top-level figures are the first setting's (the
 # chain 3,1,4), the best is another.
-CHAIN = Setting("3,1,4", 1.825, (0.52, 0.23, 0.08), 1.21)
-TREE = Setting("3,2,6", 2.109, (0.61, 0.36, 0.14), 1.38)
+CHAIN = SettingFigures("3,1,4", 1.825, (0.52, 0.23, 0.08), 1.21)
+TREE = SettingFigures("3,2,6", 2.109, (0.61, 0.36, 0.14), 1.38)
 SWEEP = AcceptanceView("r.json", 0.0, 1.825, 3, 16, CHAIN.accept_rate, (CHAIN, TREE), "3,2,6", None)
-SINGLE = AcceptanceView("r.json", 0.0, 1.059, 3, 16, (0.05, 0.01, 0.0), (Setting("3,1,4", 1.059, (0.05, 0.01, 0.0), 0.16),),
+SINGLE = AcceptanceView("r.json", 0.0, 1.059, 3, 16, (0.05, 0.01, 0.0), (SettingFigures("3,1,4", 1.059, (0.05, 0.01, 0.0), 0.16),),
                         "3,1,4", None)
 
 

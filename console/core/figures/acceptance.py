@@ -27,8 +27,9 @@ LABEL_CHARS = 24
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One setting of a sweep: `label` as SGLang's flags order it (steps,topk,draft tokens)."""
+class SettingFigures:
+    """What the detail draws of one setting of a sweep (a row of the report): `label` as
+    SGLang's flags order it (steps,topk,draft tokens), its acceptance figures and speedup."""
 
     label: str
     acceptance_length: float
@@ -47,7 +48,7 @@ class AcceptanceView:
     num_steps: int | None
     prompts: int | None
     accept_rate: tuple[float, ...]
-    settings: tuple[Setting, ...]
+    settings: tuple[SettingFigures, ...]
     best: str | None
     flags: str | None
     refused: str | None = None
@@ -62,7 +63,7 @@ def view_of(report: Report, path: str = "", mtime: float = 0.0) -> AcceptanceVie
     if not isinstance(report, LocalReport):
         return AcceptanceView(path=path, mtime=mtime, acceptance_length=report.acceptance_length, num_steps=None,
                               prompts=report.prompts, accept_rate=(), settings=(), best=None, flags=None)
-    settings = tuple(Setting(row.setting[:LABEL_CHARS], row.acceptance_length, _rates(row.accept_rate),
+    settings = tuple(SettingFigures(row.setting[:LABEL_CHARS], row.acceptance_length, _rates(row.accept_rate),
                              row.speedup_estimate) for row in report.settings[:MAX_SETTINGS])
     return AcceptanceView(path=path, mtime=mtime, acceptance_length=report.acceptance_length,
                           num_steps=report.num_steps, prompts=report.prompts, accept_rate=_rates(report.accept_rate),

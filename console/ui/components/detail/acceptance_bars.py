@@ -14,14 +14,14 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.core.figures.acceptance import AcceptanceView, Setting
+from console.core.figures.acceptance import AcceptanceView, SettingFigures
 from console.ui.render import bar, fit, fit_parts, fit_words
 
 TALL_ROWS = 8  # from this many rows on, the flags line shows too
 SPLIT_MIN_WIDTH = 60  # below this the settings go under the positions, not beside them
 
 
-def headline(v: AcceptanceView) -> Setting | None:
+def headline(v: AcceptanceView) -> SettingFigures | None:
     """The setting the title's figure and the per-position bars belong to: the best of a
     sweep (the report's top-level figures are its first setting's, which need not be it)."""
     if not v.settings:
@@ -107,7 +107,7 @@ def position_rows(rates: tuple[float, ...], rows: int, width: int) -> list[Conte
     return out
 
 
-def _pick(settings: tuple[Setting, ...], best: str | None, n: int) -> list[Setting]:
+def _pick(settings: tuple[SettingFigures, ...], best: str | None, n: int) -> list[SettingFigures]:
     """The best setting and the longest acceptances, in the report's order."""
     ranked = sorted(range(len(settings)),
                     key=lambda i: (settings[i].label == best, settings[i].acceptance_length), reverse=True)
