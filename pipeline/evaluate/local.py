@@ -133,7 +133,7 @@ def run_local(opts: EvalOptions, events: EventWriter, progress: Progress) -> Loc
     cpu_threads.fit("evaluate", opts.threads)
     import torch
 
-    from . import estimate, sweep
+    from . import speedup_model, sweep
     from .drafter import BASELINE_SEED
     from .verifier import Target
 
@@ -161,7 +161,7 @@ def run_local(opts: EvalOptions, events: EventWriter, progress: Progress) -> Loc
     per_prompt, greedy_fw, redecoded = _decode(opts, target, chosen.prompts, arms, baseline, refs, batch, events,
                                                progress)
     decode_seconds = time.monotonic() - decode_started
-    times = estimate.forward_times(target, timed_model, chosen.prompts[0].input_ids, settings)
+    times = speedup_model.forward_times(target, timed_model, chosen.prompts[0].input_ids, settings)
     target.forget()
     if before is not None:
         _refuse_if_changed(opts, before)

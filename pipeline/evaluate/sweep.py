@@ -5,7 +5,7 @@ Every setting is one Arm per drafter (the trained one, and the untrained baselin
 asked). The reference is decoded once per prompt, or read from the kept references
 (references.py) when an earlier evaluation of the same target decoded it; a kept
 reference that a speculative decode disagrees with is decoded again before anything is
-called a mismatch. "Best" is the highest wall-clock speedup estimate (estimate.py),
+called a mismatch. "Best" is the highest wall-clock speedup estimate (speedup_model.py),
 acceptance length breaking ties, or acceptance length alone when no estimate was made.
 """
 
@@ -18,7 +18,7 @@ from pipeline.records.evaluate_report import SettingRow
 from .batch import greedy_batch, speculate_batch
 from .drafter import ChainDrafter
 from .errors import Mismatch
-from .estimate import Times, speedup
+from .speedup_model import Times, speedup
 from .scoring import Arm
 from .speculative import Decoded, greedy
 from .tree import Setting
