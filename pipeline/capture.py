@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from pipeline.compiled_ops import compile_failed
 from pipeline.events import warn
 from pipeline.program_edge import StageError
 from pipeline.sdpa_choice import leave_out_cudnn
@@ -51,13 +52,6 @@ def _allow_recompiles(n: int) -> None:
     for name in ("recompile_limit", "cache_size_limit"):
         if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) < n:
             setattr(cfg, name, n)
-
-
-def compile_failed(what: str, e: Exception, flag: str) -> str:
-    """The warning of a torch.compile that failed and whose code goes on eagerly (`warn` says it)."""
-    first = str(e).splitlines()[0][:200] if str(e) else ""
-    return (f"torch.compile of {what} failed ({type(e).__name__}: {first}); continuing uncompiled "
-            f"({flag} skips the attempt)")
 
 
 class Capturer:

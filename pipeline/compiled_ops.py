@@ -7,6 +7,8 @@ runs through the compiled code and a failure shows where it is called: the first
 Triton, an unsupported op, a shape that does not compile) turns every function of the table
 back to eager with one warning line, rather than the run failing. Shapes are compiled dynamic:
 every batch has its own row count and length, which would otherwise each cost a recompile.
+`compile_failed` is the one wording of that warning, for every compiled thing that falls back
+(these tables, extraction's decoder layers, training's drafter layer).
 """
 
 from __future__ import annotations
@@ -15,8 +17,14 @@ from collections.abc import Callable
 
 import torch
 
-from pipeline.capture import compile_failed
 from pipeline.events import warn
+
+
+def compile_failed(what: str, e: Exception, flag: str) -> str:
+    """The warning of a torch.compile that failed and whose code goes on eagerly (`warn` says it)."""
+    first = str(e).splitlines()[0][:200] if str(e) else ""
+    return (f"torch.compile of {what} failed ({type(e).__name__}: {first}); continuing uncompiled "
+            f"({flag} skips the attempt)")
 
 
 class CompiledOps:
