@@ -175,7 +175,7 @@ def role_ours_disk(a: argparse.Namespace) -> dict:
 
 
 def _our_parts(a: argparse.Namespace, device: torch.device):
-    from pipeline.drafter import target_head
+    from pipeline.target import tensors as target_tensors
     from pipeline.drafter import vocab as dvocab
     from pipeline.drafter.config import DrafterConfig
     from pipeline.drafter.model import Eagle3Drafter
@@ -190,8 +190,8 @@ def _our_parts(a: argparse.Namespace, device: torch.device):
     torch.manual_seed(0)
     drafter = Eagle3Drafter(dcfg)
     drafter.set_vocab(vocab)
-    head_w = target_head.read_lm_head(work / "target")
-    drafter.load_embeddings(target_head.read_embeddings(work / "target"))
+    head_w = target_tensors.read_lm_head(work / "target")
+    drafter.load_embeddings(target_tensors.read_embeddings(work / "target"))
     with torch.no_grad():
         drafter.lm_head.weight.copy_(head_w[vocab.ids].float())
     drafter.to(device)

@@ -5,7 +5,7 @@ API (stable; pipeline.train, pipeline.export and pipeline.evaluate build on it):
     cfg = DrafterConfig.from_target(target_config_dict, draft_vocab_size=32000)
     cfg = DrafterConfig.from_sglang(json.load(open("config.json")));  cfg.to_sglang() -> dict
     m = Eagle3Drafter(cfg)
-    m.load_embeddings(target_head.read_embeddings(target_dir))   # frozen, never in state_dict()
+    m.load_embeddings(read_embeddings(target_dir))   # pipeline.target.tensors; frozen, not in state_dict()
     m.set_vocab(vocab.from_counts(counts, cfg.draft_vocab_size))  # fills d2t / t2d
     m.state_dict().keys() == set(EXPORT_KEYS)                      # exactly SGLang's names
     logits, h = m(input_ids, hidden, position_ids, cache=None)    # h alone: m.hidden_out(...)

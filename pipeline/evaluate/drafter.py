@@ -25,7 +25,7 @@ import torch
 from pipeline.checksum import ALGO, file_checksum
 from pipeline.drafter import DrafterConfig, Eagle3Drafter, KVCache, load_drafter
 from pipeline.drafter import vocab as dvocab
-from pipeline.drafter.target_head import read_embeddings, read_lm_head
+from pipeline.target.tensors import read_embeddings, read_lm_head
 from pipeline.jsonfile import read_json
 from pipeline.target.config import read_config
 

@@ -203,18 +203,18 @@ def test_save_and_load_round_trip(tmp_path):
 def test_target_embedding_and_head_are_read_alone_from_safetensors(tiny_target, tmp_path):
     from safetensors.torch import load_file
 
-    from pipeline.drafter import target_head
+    from pipeline.target import tensors
 
     weights = load_file(str(tiny_target / "model.safetensors"))
-    assert torch.equal(target_head.read_embeddings(tiny_target), weights["model.embed_tokens.weight"])
-    assert torch.equal(target_head.read_lm_head(tiny_target), weights["lm_head.weight"])
+    assert torch.equal(tensors.read_embeddings(tiny_target), weights["model.embed_tokens.weight"])
+    assert torch.equal(tensors.read_lm_head(tiny_target), weights["lm_head.weight"])
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tied = tmp_path / "tied"
     LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                  num_attention_heads=2, tie_word_embeddings=True)).save_pretrained(tied)
-    assert torch.equal(target_head.read_lm_head(tied), target_head.read_embeddings(tied))
+    assert torch.equal(tensors.read_lm_head(tied), tensors.read_embeddings(tied))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(target_head.TargetWeightsError, match="safetensors"):
-        target_head.read_lm_head(tmp_path / "empty")
+    with pytest.raises(tensors.TargetWeightsError, match="safetensors"):
+        tensors.read_lm_head(tmp_path / "empty")

@@ -295,9 +295,9 @@ def test_the_first_draft_at_every_position_is_what_training_scored_there(tiny, t
     row (its capture, objective and drafter on the whole sequence), so a gap between the two
     figures is the data's, not a misalignment."""
     from pipeline.capture import Capturer
-    from pipeline.drafter.target_head import read_lm_head
     from pipeline.evaluate.drafter import ChainDrafter, load_exported
     from pipeline.target.model import load_target
+    from pipeline.target.tensors import read_lm_head
     from pipeline.train import loss
     from pipeline.train.loss import TargetHead, TTTObjective, prepare
 
