@@ -13,7 +13,7 @@
 #   s  the trainer's speed before/after alone, as call 1 runs it when it carries .carry/old (carry .carry/old)
 # Each call writes into $OUT the result so far (recipe-console-$CARD.txt), its walk log and pictures.
 set -u
-call=${1:?call 1, 2, 3 or 3d}
+call=${1:?call 1, 2, 3, 3d or s}
 commit=${2:?commit}
 R=$HOME/r
 W=$R/work
