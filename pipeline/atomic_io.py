@@ -82,7 +82,6 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[byte
     fsync_dir(folder or ".")
 
 
-
 def write_json_atomic(path: Path, obj: object, tag: str = "") -> None:
     """Temp + fsync + rename; `tag` keeps concurrent writers (ranks) off each other's temp."""
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), tag)

@@ -329,7 +329,6 @@ def save_drafter(model: Eagle3Drafter, folder: Path) -> None:
     """config.json (SGLang's dict) and model.safetensors (EXPORT_KEYS) into `folder`."""
     from safetensors.torch import save_file
 
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

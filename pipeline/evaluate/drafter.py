@@ -67,7 +67,6 @@ MANIFEST = "eagle3-export.json"  # pipeline.export's checksum manifest (the stag
 def check_manifest(folder: Path, name: str) -> None:
     """`name` holds the bytes export wrote: a config.json edited afterwards (sizes, heads,
     rope) can still load, and would score a drafter SGLang never sees."""
-
     path = folder / MANIFEST
     manifest = read_json(path, f"{path}: missing; the folder was not written by pipeline.export, which records "
                                "what it wrote there: export the drafter again")
@@ -110,7 +109,6 @@ BASELINE_DRAFT_VOCAB = 32000
 def untrained(like: Eagle3Drafter | None, target_dir: Path, device: str, dtype: torch.dtype) -> Eagle3Drafter:
     """The drafter training would start from: the shape and vocabulary of `like` (a loaded
     drafter), or, when None, of a drafter built from the target with train's defaults."""
-
     try:
         if like is not None:
             cfg = like.config

@@ -97,7 +97,6 @@ def speculate_tree(target: Target, drafter: TreeDrafter, prompt: list[int], max_
     num_draft_tokens - 1 drafts, the target verifies it in one forward under the tree mask,
     the longest accepted path plus the bonus token is committed, and the drafter's cache is
     rebuilt along that path from the target's states."""
-
     seq, aux, result, done = _prefill(target, drafter, prompt, max_new)
     while not done:
         tree = drafter.propose_tree(seq, aux, setting)

@@ -60,7 +60,6 @@ def chain_tree(root: int, drafts: int) -> Tree:
 
 def forward_times(target: Target, drafter_model: Eagle3Drafter, prompt: list[int], settings: list[Setting]) -> Times:
     """{"target": {D: seconds}, "drafter": {topk: seconds}} for every size the settings use."""
-
     sync = torch.cuda.synchronize if target.device.type == "cuda" else (lambda: None)
     target.forget()
     first = target.step(list(prompt), keep=1)
@@ -71,7 +70,6 @@ def forward_times(target: Target, drafter_model: Eagle3Drafter, prompt: list[int
         out["target"][d] = _median_seconds(partial(target.verify_tree, prompt, tree), sync)
     target.forget()
     if drafter_model is not None:
-
         chain = ChainDrafter(drafter_model)
         with torch.inference_mode():
             chain.extend(prompt, aux)

@@ -98,7 +98,6 @@ def score_chunk(target: Target, prompts: list[Prompt], arms: list[Arm], max_new:
     """Every arm on a chunk of prompts decoded in lockstep (batch.py; top-1 settings only).
     A batched answer is a hint like a kept one: where a prompt's speculative output and its
     reference disagree, both are decoded again one prompt at a time, and those decide."""
-
     ids = [p.input_ids for p in prompts]
     kept = [refs.get(i, max_new) if refs is not None else None for i in ids]
     todo = [j for j, k in enumerate(kept) if k is None]

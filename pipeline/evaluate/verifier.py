@@ -82,7 +82,6 @@ class Target:
     def fingerprint(self) -> str:
         """The weights' fingerprint (pipeline.target.weights): what kept greedy references are keyed by."""
         if self._fingerprint is None:
-
             try:
                 self._fingerprint = target_fingerprint(self.model_dir)
             except FingerprintError as e:

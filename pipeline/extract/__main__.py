@@ -106,7 +106,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-
     need(args, "model", "stats")
     est = estimate(args.model, args.stats, args.dtype, args.limit, args.data, fp8=args.store_dtype == "fp8")
     if args.json:
@@ -119,7 +118,6 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-
     need(args, "out")
     if args.sample is not None and args.sample < 1:
         raise BadInput(f"--sample must be at least 1, got {args.sample}")

@@ -521,7 +521,6 @@ def leftover_keys(job: Job, folder: DumpFolder, todo: list[int]) -> set[str]:
 def extract(args) -> int:
     """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py, run by the
     driver; raises the stage edge's errors, returns 0 when this run's work is done."""
-
     need(args, "model", "data", "out", "server", "dump_dir", why=" (needed by --backend sglang)")
     opts = SGLangOptions(server=args.server, dump_dir=args.dump_dir, dump_budget=size_flag(args, "dump_budget"),
                          concurrency=args.concurrency, request_timeout=args.request_timeout,
@@ -572,7 +571,6 @@ class SGLangBackend:
                 + (f"; removed {swept} stale dump files ({format_bytes(swept_bytes)})" if swept else ""))
 
     def run(self, job: Job, stop: threading.Event) -> SGLangResult:
-
         return Extraction(job, self.opts, self.server, EventWriter.from_env(), log=self.log, stop=stop).run(self.todo)
 
     def close(self) -> None:

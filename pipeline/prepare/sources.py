@@ -116,7 +116,6 @@ def open_source(path: Path, flag: str, member: str, limit: int) -> Iterator[Sour
             raise BadInput(f"{flag} {name}: cannot be read whole ({e}); copy or compress it again") from None
 
 
-
 def file_sha256(path: Path) -> str:
     """What names a source or an output by its content, as the config's `sha256` check computes it."""
     with open_file(path) as f:

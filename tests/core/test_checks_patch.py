@@ -24,8 +24,6 @@ OTHER_ORIG = ["def f():\n", "    return 1\n"]
 OTHER_PATCHED = ["def f():\n", "    return 2\n"]
 
 
-
-
 def check(arg, ctx):
     assert validate("patch_applied", arg) is None
     return run_checks([CheckSpec(kind="patch_applied", arg=arg, name=default_name("patch_applied", arg))], ctx)[0]

@@ -14,8 +14,6 @@ from console.core.model.config import CheckSpec
 REPO = Path(__file__).resolve().parents[2]
 
 
-
-
 def check(kind, arg, ctx):
     assert validate(kind, arg) is None
     return run_checks([CheckSpec(kind=kind, arg=arg, name=default_name(kind, arg))], ctx)[0]

@@ -16,8 +16,6 @@ DESIGN_KINDS = {"exists", "absent", "contains", "lacks", "free_space", "shm_free
                 "fresh", "command"}
 
 
-
-
 def with_run(monkeypatch, kind: str, fn):
     monkeypatch.setitem(registry._ALL, kind, dataclasses.replace(registry._ALL[kind], run=fn))
 

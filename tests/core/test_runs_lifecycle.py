@@ -32,8 +32,6 @@ def py(code: str) -> tuple[str, ...]:
     return ("python", "-c", textwrap.dedent(code))
 
 
-
-
 def wait_ended(rd: RunDir, timeout: float = 10.0):
     """Until the launcher has finished everything (verify, provenance, journal)."""
     def ended():

@@ -17,8 +17,6 @@ from console.core.runs.manager import readiness, start_run, stop_run
 READY = CheckSpec(kind="http_ok", arg="http://127.0.0.1:1/health", name="health")
 
 
-
-
 def test_readiness_follows_the_run_and_its_checks(tmp_path, monkeypatch):
     answers = ["fail", "pass"]
     calls = []

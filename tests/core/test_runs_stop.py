@@ -37,10 +37,6 @@ STUBBORN = textwrap.dedent("""
 """)
 
 
-
-
-
-
 def read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text())

@@ -155,7 +155,6 @@ def test_a_phase_busy_before_its_first_unit_is_not_called_stalled(tmp_path: Path
             project.stop(pid, grace=2)
 
 
-
 def test_a_future_stamped_event_is_a_stall_for_status_as_it_is_for_the_console(
         tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     """A phase whose clock runs a day ahead reports once, then falls silent. The console (which

@@ -121,7 +121,6 @@ def test_a_trained_drafter_accepts_clearly_more_than_an_untrained_one_with_or_wi
     assert full.per_prompt == tuple(replace(p, baseline_acceptance_length=None) for p in trained.per_prompt)
 
 
-
 def chain_figures(report) -> dict:
     return {k: getattr(report, k) for k in ("acceptance_length", "accept_rate", "target_forwards", "tokens", "verify_rounds")}
 

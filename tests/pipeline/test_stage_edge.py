@@ -233,7 +233,6 @@ def test_regenerate(tmp_path):
     assert stats.status == "stopped" and stats.records_out == out.read_bytes().count(b"\n")
 
 
-
 def test_prepare(tmp_path):
     from recipe_inputs import sharegpt_text
 

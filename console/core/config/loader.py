@@ -47,7 +47,6 @@ PHASE_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
-
 def _command(r, node: yaml.Node, key: str) -> list[str]:  # type: ignore[no-untyped-def]
     """An argv list, or a string split like a shell would (never run through one), each `${...}`
     substituted inside its word after the split; items as written, so YAML 1.1 never turns `yes`

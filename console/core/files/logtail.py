@@ -30,8 +30,6 @@ def is_marker(line: str) -> bool:
     return line.startswith(MARKER_PREFIX)
 
 
-
-
 class LogTail:
     """The tail of one log file.
 

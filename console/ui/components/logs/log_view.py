@@ -44,7 +44,6 @@ ROW_BYTES_PER_S = 4000  # and a big pane waits longer, so its rows cost the term
 ROW_OVERHEAD = 25  # bytes a repainted row costs beyond its cells (cursor move, style)
 
 
-
 def _runs(rows: list[int]) -> Iterator[tuple[int, int]]:
     """Rows in ascending order as runs of consecutive ones, (first, last): one refresh a run."""
     for _, run in groupby(enumerate(rows), key=lambda iy: iy[1] - iy[0]):
