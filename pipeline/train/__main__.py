@@ -33,9 +33,9 @@ from contextlib import AbstractContextManager
 from pipeline import cpu_threads
 from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
 from pipeline.records.train_estimate import format_estimate
+from pipeline.train.errors import Stopped
+from pipeline.train.options import build_parser
 
-from .errors import Stopped
-from .options import build_parser
 
 def stop_signals(stop: threading.Event, got: list[int] | None = None) -> AbstractContextManager[SigtermGuard]:
     """SIGTERM/SIGINT: checkpoint and stop (the loop sees `stop` between steps and between TTT
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         cpu_threads.fit("train", args.threads)
-        from .loop import Options, run
+        from pipeline.train.loop import Options, run
 
         fields = dict(vars(args))
         fields.pop("estimate"), fields.pop("json")
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from .estimate import describe, estimate, micro_batch_tokens
+    from pipeline.train.estimate import describe, estimate, micro_batch_tokens
 
     est = estimate(args.target, online=args.data is not None or args.store is None,
                    batch_tokens=micro_batch_tokens(args.batch_tokens, args.batch_size, args.max_len),

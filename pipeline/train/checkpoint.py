@@ -33,13 +33,13 @@ from pathlib import Path
 
 import torch
 
-from .. import output_guard
-from ..atomic_io import fsync_dir, write_all, write_bytes_atomic
-from ..bounded_read import read_text
-from ..drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter, save_drafter
-from ..torch_state import load_state_file
-from .errors import BadInput, Stopped
-from .state_check import check_state
+from pipeline import output_guard
+from pipeline.atomic_io import fsync_dir, write_all, write_bytes_atomic
+from pipeline.bounded_read import read_text
+from pipeline.drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter, save_drafter
+from pipeline.torch_state import load_state_file
+from pipeline.train.errors import BadInput, Stopped
+from pipeline.train.state_check import check_state
 
 DIR = "checkpoints"
 LATEST = "latest"

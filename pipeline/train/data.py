@@ -29,14 +29,14 @@ from pathlib import Path
 
 import torch
 
-from ..store.fp8 import as_captured
-from ..store.integrity import verify_store
-from ..store.manifest import read_manifest
-from ..store.meaning import LayoutOf, Meaningless, check_header, rows_problem
-from ..target.config import read_config, text_config
-from ..target.weights import check_weights
-from .errors import BadInput
 from pipeline.jsonfile import read_json
+from pipeline.store.fp8 import as_captured
+from pipeline.store.integrity import verify_store
+from pipeline.store.manifest import read_manifest
+from pipeline.store.meaning import LayoutOf, Meaningless, check_header, rows_problem
+from pipeline.target.config import read_config, text_config
+from pipeline.target.weights import check_weights
+from pipeline.train.errors import BadInput
 
 WINDOW = 1024  # samples sorted by length together
 MAX_SAMPLES = 100_000_000
@@ -88,7 +88,6 @@ class Store:
 def _verify(root: Path, target: Path, meta: dict, checksums: str) -> None:
     """The extractor's own integrity check: manifest complete, sizes, sampled checksums, and
     the target's weight fingerprint against meta's."""
-
     model = target if meta.get("target_fingerprint") else None
     rep = verify_store(root, model=model, checksums=checksums)
     if not rep.ok:
@@ -150,7 +149,7 @@ def count_dataset_tokens(path: Path, vocab_size: int, sha256: str | None, skip_i
     digest = hashlib.sha256()
     skipped = 0
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 (closed by `with f` below; only the open's own error is named here)
     except OSError as e:
         raise BadInput(f"--vocab-data {path}: cannot be read ({e.strerror}); pass the merged JSONL the store was "
                        "extracted from, or --vocab-data store") from None

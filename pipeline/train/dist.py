@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as tdist
 
-from .errors import BadInput
+from pipeline.train.errors import BadInput
 
 
 def _env_int(key: str, default: int) -> int:

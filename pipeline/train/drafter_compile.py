@@ -28,12 +28,12 @@ from collections.abc import Callable
 
 import torch
 
-from ..capture import compile_failed
-from ..events import warn
-from ..compiled_ops import CompiledOps
-from ..drafter.model import Eagle3Drafter, TTTCache
-from ..drafter.ttt_attention import EAGER_MERGE, MERGE
-from .vocab_kernels import VocabKernels
+from pipeline.capture import compile_failed
+from pipeline.compiled_ops import CompiledOps
+from pipeline.drafter.model import Eagle3Drafter, TTTCache
+from pipeline.drafter.ttt_attention import EAGER_MERGE, MERGE
+from pipeline.events import warn
+from pipeline.train.vocab_kernels import VocabKernels
 
 PARTS = (("midlayer", "before_attention"), ("midlayer", "after_attention"), ("norm", "forward"))
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}

@@ -24,12 +24,12 @@ import json
 import struct
 from pathlib import Path
 
-from ..drafter.config import DrafterConfig
-from ..records.train_estimate import TrainEstimate
-from ..sizes import format_bytes
-from ..target.config import read_config, text_config
-from ..target.weights import FingerprintError, weight_files
-from .options import DEFAULT_BATCH_TOKENS
+from pipeline.drafter.config import DrafterConfig
+from pipeline.records.train_estimate import TrainEstimate
+from pipeline.sizes import format_bytes
+from pipeline.target.config import read_config, text_config
+from pipeline.target.weights import FingerprintError, weight_files
+from pipeline.train.options import DEFAULT_BATCH_TOKENS
 
 MARGIN = 1.2
 BF16 = 2

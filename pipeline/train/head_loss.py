@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .vocab_kernels import VocabKernels
+from pipeline.train.vocab_kernels import VocabKernels
 
 CHUNK_ELEMENTS = 1 << 27
 """Logits held at once: 128M elements, 256 MB in bf16 (4,194 rows of a 32,000-token draft vocabulary)."""

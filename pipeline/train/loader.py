@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..program_edge import BUG, StageError, leave_stops_to_parent
+from pipeline.program_edge import BUG, StageError, leave_stops_to_parent
 
 REAP_GRACE = 3.0
 """Seconds a worker that outlived torch's shutdown gets before SIGKILL (well inside the

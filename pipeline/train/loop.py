@@ -23,19 +23,19 @@ from typing import NoReturn
 
 import torch
 
-from ..events import warn
-from ..records.train_summary import TrainSummary
-from . import checkpoint, saving, step as steps
-from .data import StepDataset
-from .loader import batches
-from .estimate import estimate, micro_batch_tokens, short_share
-from .dist import Dist
-from .errors import Stopped
-from .loss import StepAborted
-from .options import Options
-from .setup import restore
-from .setup import Run, build
-from .validation import Validator
+from pipeline.events import warn
+from pipeline.records.train_summary import TrainSummary
+from pipeline.train import checkpoint, saving
+from pipeline.train import step as steps
+from pipeline.train.data import StepDataset
+from pipeline.train.dist import Dist
+from pipeline.train.errors import Stopped
+from pipeline.train.estimate import estimate, micro_batch_tokens, short_share
+from pipeline.train.loader import batches
+from pipeline.train.loss import StepAborted
+from pipeline.train.options import Options
+from pipeline.train.setup import Run, build, restore
+from pipeline.train.validation import Validator
 
 STEP_DELAY_ENV = "EAGLE3_TRAIN_STEP_DELAY"
 """Test hook: seconds to sleep after each step, so a kill test lands mid-run. Unset in real runs."""

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..compiled_ops import CompiledOps
-from ..drafter.model import Eagle3Drafter, TTTCache
-from ..drafter.ttt_attention import EAGER_MERGE
-from .head_loss import head_soft_cross_entropy
-from .vocab_kernels import EAGER_KERNELS, VocabKernels
+from pipeline.compiled_ops import CompiledOps
+from pipeline.drafter.model import Eagle3Drafter, TTTCache
+from pipeline.drafter.ttt_attention import EAGER_MERGE
+from pipeline.train.head_loss import head_soft_cross_entropy
+from pipeline.train.vocab_kernels import EAGER_KERNELS, VocabKernels
 
 DECAY = 0.8
 TTT_DELAY = float(os.environ.get("EAGLE3_TRAIN_TTT_DELAY") or 0)

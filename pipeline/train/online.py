@@ -18,16 +18,16 @@ from pathlib import Path
 
 import torch
 
-from ..capture import Capturer, StoppedInForward
-from ..events import warn
-from ..merged_dataset import DatasetIndex, RecordReader, index_dataset
-from ..records import merge_stats
-from ..target.config import capture_layers, read_config, text_config
-from ..target.model import load_target
-from ..target.tokenizer import check_merged_with
-from ..target.weights import check_weights, target_fingerprint
-from .errors import BadInput, TrainError
-from .loss import StepAborted
+from pipeline.capture import Capturer, StoppedInForward
+from pipeline.events import warn
+from pipeline.merged_dataset import DatasetIndex, RecordReader, index_dataset
+from pipeline.records import merge_stats
+from pipeline.target.config import capture_layers, read_config, text_config
+from pipeline.target.model import load_target
+from pipeline.target.tokenizer import check_merged_with
+from pipeline.target.weights import check_weights, target_fingerprint
+from pipeline.train.errors import BadInput, TrainError
+from pipeline.train.loss import StepAborted
 
 
 class Records:
@@ -126,7 +126,6 @@ class TargetStates:
 
     def __init__(self, target: Path, device: torch.device, compile: bool | None, log: Callable[[str], None],
                  stop: threading.Event | None) -> None:
-
         cfg = text_config(read_config(target, "--target"))
         layers = int(cfg["num_hidden_layers"])
         self.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

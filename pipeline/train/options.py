@@ -8,8 +8,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 from pipeline import cpu_threads
-
-from .errors import BadInput
+from pipeline.train.errors import BadInput
 
 PROG = "python -m pipeline.train"
 

@@ -14,11 +14,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import BadInput
+from pipeline.train.errors import BadInput
 
 if TYPE_CHECKING:
-    from .data import BatchPlan
-    from .options import Options
+    from pipeline.train.data import BatchPlan
+    from pipeline.train.options import Options
 
 SUMMARY = "summary.json"
 

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..records.train_summary import DraftVocab, StepFigures, TrainSummary, Validation, write_summary
-from . import checkpoint
-from .errors import TrainError
-from .resume import SUMMARY
-from .step import NotFinite, last_good
+from pipeline.records.train_summary import DraftVocab, StepFigures, TrainSummary, Validation, write_summary
+from pipeline.train import checkpoint
+from pipeline.train.errors import TrainError
+from pipeline.train.resume import SUMMARY
+from pipeline.train.step import NotFinite, last_good
 
 if TYPE_CHECKING:
-    from .setup import Run
+    from pipeline.train.setup import Run
 
 
 def _snapshot(run: Run, step: int, tokens: int) -> dict:

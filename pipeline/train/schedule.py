@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .data import BatchPlan, plan_epoch
-from .errors import BadInput
+from pipeline.train.data import BatchPlan, plan_epoch
+from pipeline.train.errors import BadInput
 
 
 def lr_lambda(total: int, warmup: int, min_ratio: float) -> Callable[[int], float]:

@@ -17,29 +17,29 @@ from pathlib import Path
 
 import torch
 
-from ..drafter import target_head
-from ..drafter import vocab as dvocab
-from ..drafter.config import DrafterConfig
-from ..compiled_ops import CompiledOps
-from ..sdpa_choice import leave_out_cudnn
-from ..drafter.model import Eagle3Drafter, load_drafter
-from ..drafter.ttt_attention import EAGER_MERGE
-from ..events import EventWriter, warn
-from ..records.codec import RecordError, UnknownVersion
-from ..records.train_summary import TrainSummary, read_summary
-from ..target.config import read_config
-from . import checkpoint, saving
-from .data import BatchPlan, count_dataset_tokens, open_store, split_validation
-from .dist import Dist
-from .errors import BadInput
-from .loss import TargetHead, TTTObjective
-from .drafter_compile import training_kernels
-from .vocab_kernels import EAGER_KERNELS, VocabKernels
-from .online import TargetStates, open_records
-from .options import DEFAULT_VAL_MAX, Options
-from .resume import SUMMARY, check_resume, identity_of
-from .schedule import build_schedule, lr_lambda
-from .step import FiniteGuard
+from pipeline.compiled_ops import CompiledOps
+from pipeline.drafter import target_head
+from pipeline.drafter import vocab as dvocab
+from pipeline.drafter.config import DrafterConfig
+from pipeline.drafter.model import Eagle3Drafter, load_drafter
+from pipeline.drafter.ttt_attention import EAGER_MERGE
+from pipeline.events import EventWriter, warn
+from pipeline.records.codec import RecordError, UnknownVersion
+from pipeline.records.train_summary import TrainSummary, read_summary
+from pipeline.sdpa_choice import leave_out_cudnn
+from pipeline.target.config import read_config
+from pipeline.train import checkpoint, saving
+from pipeline.train.data import BatchPlan, count_dataset_tokens, open_store, split_validation
+from pipeline.train.dist import Dist
+from pipeline.train.drafter_compile import training_kernels
+from pipeline.train.errors import BadInput
+from pipeline.train.loss import TargetHead, TTTObjective
+from pipeline.train.online import TargetStates, open_records
+from pipeline.train.options import DEFAULT_VAL_MAX, Options
+from pipeline.train.resume import SUMMARY, check_resume, identity_of
+from pipeline.train.schedule import build_schedule, lr_lambda
+from pipeline.train.step import FiniteGuard
+from pipeline.train.vocab_kernels import EAGER_KERNELS, VocabKernels
 
 
 @dataclass
@@ -168,7 +168,6 @@ def _clear_checkpoints(run: Run) -> None:
 def _build_drafter(run: Run) -> None:
     opts, dist, dcfg = run.opts, run.dist, run.dcfg
     if run.existing is not None:
-
         check_resume(run.state["identity"], run.identity, run.existing)
         drafter = load_drafter(run.existing)
         if drafter.config != dcfg:

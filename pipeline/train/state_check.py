@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from ..bounded_read import open_regular, read_text
-from ..drafter.config import DrafterConfig, DrafterConfigError
-from ..drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter
-from .errors import BadInput
+from pipeline.bounded_read import open_regular, read_text
+from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+from pipeline.drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter
+from pipeline.train.errors import BadInput
 
 PARTS = ("optimizer", "scheduler", "rng", "identity")
 ADVICE = "resume from another checkpoint (point checkpoints/latest at it) or pass --overwrite"
@@ -70,7 +70,7 @@ def _weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     try:
         os.close(open_regular(path))  # a FIFO or device is refused before safetensors maps it
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
     except (SafetensorError, OSError, ValueError) as e:
         raise BadInput(f"{path}: not a whole safetensors file ({e}); {ADVICE}") from None
 

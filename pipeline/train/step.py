@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import checkpoint
-from .errors import Stopped
-from .loss import StepAborted, prepare, scored_positions, weights
+from pipeline.train import checkpoint
+from pipeline.train.errors import Stopped
+from pipeline.train.loss import StepAborted, prepare, scored_positions, weights
 
 if TYPE_CHECKING:
-    from .setup import Run
+    from pipeline.train.setup import Run
 
 
 class NotFinite(Stopped):

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .loss import StepAborted, TTTObjective, prepare, weights
-from .schedule import validation_batches
-from .step import to_device
+from pipeline.train.loss import StepAborted, TTTObjective, prepare, weights
+from pipeline.train.schedule import validation_batches
+from pipeline.train.step import to_device
 
 if TYPE_CHECKING:
-    from .setup import Run
+    from pipeline.train.setup import Run
 
 
 class Validator:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..compiled_ops import CompiledOps
+from pipeline.compiled_ops import CompiledOps
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
