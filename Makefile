@@ -5,9 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 # In one process the suite keeps one of two cores busy on average, waiting on the stage programs
-# it starts; two workers keep both busy.
+# it starts; two workers keep both busy. Each worker takes whole files (loadfile: a module's
+# fixture, a target or a trained drafter, is built once), in the order tests/conftest.py gives
+# them: the files that start stage programs first, so neither worker ends on a long file alone.
 # `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 2
+TEST_DIST := --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test install bytecode console clean-demo bench
 
@@ -35,7 +38,7 @@ test: $(STAMP) bytecode
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(TEST_DIST)
 
 bench: $(STAMP)
 	$(BIN)/python bench/console.py

@@ -6,6 +6,10 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
 # A suite started where Ctrl-C is ignored (under nohup, or as `cmd &` in a script) passes that on
 # to every program it starts, and the Ctrl-C tests would wait out their deadlines on stages that
 # never see the interrupt. Restore what a terminal gives; the handler is reset at each exec.
@@ -13,4 +17,21 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Shared test modules at the suite's top (record_samples.py) import from any folder's tests.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(TESTS))
+
+# The files whose tests start stage programs (a torch and transformers import each, seconds of a
+# core on a loaded machine), the recipe's whole pipeline first: they start first.
+STAGE_HEAVY = (TESTS / "test_recipe_config.py", TESTS / "pipeline")
+
+
+def _weight(path: Path) -> int:
+    return next((i for i, heavy in enumerate(STAGE_HEAVY) if path == heavy or heavy in path.parents),
+                len(STAGE_HEAVY))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long files first, so that the suite ends on the many short UI and core tests: with
+    `-n 2 --dist loadfile --no-loadscope-reorder` (make test) neither worker is left running a
+    long file alone at the end while the other has nothing to do. A stable sort: each file's
+    tests keep their order."""
+    items.sort(key=lambda item: _weight(item.path))
