@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -39,6 +39,12 @@ from pipeline.compiled_ops import compile_failed
 from pipeline.events import warn
 from pipeline.program_edge import StageError
 from pipeline.sdpa_choice import leave_out_cudnn
+
+
+class HostViews(Protocol):
+    """Where a batch's states land on the host (extract's HostSlot)."""
+
+    def views(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 class StoppedInForward(Exception):
@@ -91,8 +97,8 @@ class Capturer:
                 block.forward = torch.compile(block.forward, backend=compile_backend)
             self.compiled = True
 
-    def _capture_hook(self, k: int):
-        def pre(module, args, kwargs):
+    def _capture_hook(self, k: int) -> Callable[..., None]:
+        def pre(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             h = args[0] if args else kwargs["hidden_states"]
             if self._aux is not None:
                 width = h.shape[-1]
@@ -100,7 +106,7 @@ class Capturer:
                 self._fired += 1
         return pre
 
-    def _stop_hook(self, module, args):
+    def _stop_hook(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         if self.stop is not None and self.stop.is_set():
             raise StoppedInForward()
 
@@ -154,7 +160,7 @@ class Capturer:
 
     @torch.inference_mode()
     def to_host(self, final: torch.Tensor, aux: torch.Tensor, bad: torch.Tensor,
-                slot) -> torch.cuda.Event | None:
+                slot: HostViews) -> torch.cuda.Event | None:
         """Copy into the slot (extract's HostSlot); returns the event that marks the copy done (None on CPU)."""
         b, t, _ = final.shape
         return self.copy_out(list(zip((final, aux, bad), slot.views(b, t))))

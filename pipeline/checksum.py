@@ -31,7 +31,7 @@ class Checksum:
     def __init__(self) -> None:
         self._h = xxhash.xxh3_64()
 
-    def update(self, buf) -> None:
+    def update(self, buf: bytes | memoryview) -> None:
         self._h.update(buf)
 
     def hexdigest(self) -> str:

@@ -14,6 +14,7 @@ every batch has its own row count and length, which would otherwise each cost a 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ class CompiledOps:
     def compiled(self) -> bool:
         return self._compiled is not None
 
-    def call(self, name: str, *args):
+    def call(self, name: str, *args: Any) -> Any:
         if self._compiled is not None:
             try:
                 return self._compiled[name](*args)

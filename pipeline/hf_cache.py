@@ -9,9 +9,10 @@ then sees only the new tokens, with no context. Every caller that keeps a cache 
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 
-def cache_kwarg(model) -> str:
+def cache_kwarg(model: Any) -> str:
     """`cache` or `past_key_values`, whichever this model's forward takes by name."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"

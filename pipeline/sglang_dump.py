@@ -333,7 +333,7 @@ class DumpHook:
             pass
         return total
 
-    def _locked(self):
+    def _locked(self) -> _FolderLock:
         return _FolderLock(self.config.dir / protocol.LOCK_NAME)
 
 

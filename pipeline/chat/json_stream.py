@@ -35,7 +35,7 @@ class StreamError(BadInput):
         self.path, self.offset, self.line, self.problem = path, offset, line, problem
         super().__init__(f"{path}:{line}: byte {offset}: {problem}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[StreamError], tuple[object, ...]]:
         return (StreamError, (self.path, self.offset, self.line, self.problem))
 
 

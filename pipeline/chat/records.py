@@ -57,7 +57,7 @@ class RecordError(BadInput):
         where = f"{path}:{line}"
         super().__init__(f"{where}: field '{field}': {problem}" if field else f"{where}: {problem}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[RecordError], tuple[object, ...]]:
         return (RecordError, (self.path, self.line, self.field, self.problem, self.reason, self.record_id))
 
 

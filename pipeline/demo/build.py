@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
@@ -154,7 +155,7 @@ def build(out: Path, seed: int, train_steps: int | None, quick: bool, events: Ev
     return assets
 
 
-def _show_sample(model, tokenizer) -> None:
+def _show_sample(model: Any, tokenizer: Any) -> None:
     """One greedy answer, so whoever watches the log sees the target learnt the patterns."""
     prompt = [{"role": "user", "content": "What is 12 + 30?"}]
     ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True)

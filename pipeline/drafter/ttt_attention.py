@@ -25,7 +25,8 @@ import torch
 from pipeline.compiled_ops import CompiledOps
 
 
-def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
+def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   scale: float) -> tuple[torch.Tensor, torch.Tensor, tuple[Any, ...] | None]:
     """(out, lse [B,H,T] fp32, what backward needs)."""
     if q.device.type == "cuda":
         out, lse, cq, ck, mq, mk, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
@@ -36,7 +37,7 @@ def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
 
 
 def _flash_backward(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                    lse: torch.Tensor, aux, scale: float):
+                    lse: torch.Tensor, aux: tuple[Any, ...] | None, scale: float) -> Any:
     if aux is not None:
         cq, ck, mq, mk, seed, offset = aux
         return torch.ops.aten._scaled_dot_product_flash_attention_backward(
@@ -158,7 +159,7 @@ class CausalPlusDiagonal(torch.autograd.Function):
     the i diagonal values, each [B,H,T,D]. `merge` runs the elementwise parts, compiled or not."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k0: torch.Tensor, v0: torch.Tensor, scale: float,  # noqa: ANN001
+    def forward(ctx: Any, q: torch.Tensor, k0: torch.Tensor, v0: torch.Tensor, scale: float,
                 merge: CompiledOps, *diag: torch.Tensor) -> torch.Tensor:
         n = len(diag) // 2
         ks, vs = torch.stack(diag[:n]), torch.stack(diag[n:])  # one [i,B,H,T,D] each: one graph for every i
@@ -171,7 +172,7 @@ class CausalPlusDiagonal(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # noqa: ANN001
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k0, v0, out, lse_kernel, alpha, beta, ks, vs = ctx.saved_tensors
         with torch.autocast(q.device.type, enabled=False):
             g0, d = ctx.merge.call("merge_grad_out", grad, out, alpha)

@@ -5,11 +5,17 @@ config implies, and the target fingerprint its training store recorded."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.export.folder import CONFIG_FILE, WEIGHTS_FILE, required_keys
 from pipeline.jsonfile import read_object
 from pipeline.program_edge import BadInput
 from pipeline.torch_state import load_state_file
+
+if TYPE_CHECKING:  # both load torch, which export loads only once it gets to work
+    import torch
+
+    from pipeline.drafter import DrafterConfig
 
 LATEST = "latest"
 CHECKPOINTS = "checkpoints"
@@ -44,7 +50,7 @@ def _normalize(name: str) -> str:
     return name
 
 
-def load_checkpoint(ckpt: Path):
+def load_checkpoint(ckpt: Path) -> tuple[DrafterConfig, dict[str, torch.Tensor]]:
     """(DrafterConfig, {name: tensor}) from a checkpoint folder written by pipeline.train."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -64,7 +70,7 @@ def load_checkpoint(ckpt: Path):
     return cfg, {_normalize(k): v for k, v in raw.items()}
 
 
-def check_tensors(cfg, state: dict, where: str) -> dict:
+def check_tensors(cfg: DrafterConfig, state: dict, where: str) -> dict:
     """Exactly the required tensors, each of the shape the config implies, finite."""
     import torch
 

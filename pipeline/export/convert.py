@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import output_guard
 from pipeline.atomic_io import write_json_atomic
@@ -37,6 +38,9 @@ from pipeline.program_edge import BadInput, StageError
 from pipeline.target.config import read_config, sglang_layer_ids, text_config
 from pipeline.target.weights import FingerprintError, weight_files
 
+if TYPE_CHECKING:  # it loads torch, which export loads only once it gets to work
+    from pipeline.drafter import DrafterConfig
+
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_MODE = 0o644
 
@@ -46,7 +50,7 @@ class ExportError(StageError):
     edge's BadInput (exit 2)."""
 
 
-def sglang_config(cfg, target_cfg: dict) -> dict:
+def sglang_config(cfg: DrafterConfig, target_cfg: dict) -> dict:
     """SGLang's config.json: the drafter's shape, the target's positions and rope as spelled."""
     d = {k: v for k, v in cfg.to_sglang().items() if k not in ROPE_KEYS}
     for key in ROPE_KEYS:
@@ -63,7 +67,7 @@ def sglang_config(cfg, target_cfg: dict) -> dict:
     return d
 
 
-def check_target(cfg, target_cfg: dict, where: str) -> None:
+def check_target(cfg: DrafterConfig, target_cfg: dict, where: str) -> None:
     for ours, theirs in (("vocab_size", cfg.vocab_size), ("hidden_size", cfg.input_hidden_size)):
         if target_cfg.get(ours) != theirs:
             raise BadInput(f"{where} was trained for a target with {ours} {theirs}, but --target has "

@@ -11,12 +11,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from pipeline.capture import Capturer, StoppedInForward
+from pipeline.events import EventWriter
 from pipeline.extract.batching import PlannedBatch
 from pipeline.extract.buffers import BufferPool, HostSlot
 from pipeline.extract.driver import RunResult, finalize_or_stop, stopped
@@ -25,6 +27,7 @@ from pipeline.extract.job import Job
 from pipeline.extract.progress import Progress
 from pipeline.extract.reserve import disk_full, is_disk_full
 from pipeline.extract.writer import HostBatch, WriterPool
+from pipeline.merged_dataset import RecordReader
 from pipeline.program_edge import StageError
 from pipeline.sizes import format_bytes
 from pipeline.store.fp8 import quantize
@@ -77,7 +80,7 @@ class Loader:
         finally:
             reader.close()
 
-    def _load(self, reader, plan: PlannedBatch) -> LoadedBatch:
+    def _load(self, reader: RecordReader, plan: PlannedBatch) -> LoadedBatch:
         recs = [reader.read(i) for i in plan.indices]
         padded = torch.zeros(len(recs), plan.padded_len, dtype=torch.int64)
         ids, masks = [], []
@@ -91,7 +94,7 @@ class Loader:
         return LoadedBatch(plan=plan, ids=[r.id for r in recs], input_ids=ids, loss_mask=masks,
                            padded=padded, positions=self.job.write_positions(plan))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[LoadedBatch]:
         while True:
             item = self._q.get()
             if item is self._END:
@@ -119,7 +122,7 @@ def quantize_to_host(capturer: Capturer, final: torch.Tensor, aux: torch.Tensor,
     return views, capturer.copy_out(list(zip(sources, views)))
 
 
-def run(job: Job, model: torch.nn.Module, device: str, events, log: Callable[[str], None] = print,
+def run(job: Job, model: Any, device: str, events: EventWriter, log: Callable[[str], None] = print,
         stop: threading.Event | None = None, compile: bool | None = None) -> RunResult:
     """Extract this rank's remaining samples; raises StageError subclasses on failure, and
     Stopped (driver.stopped) once `stop` is set.
@@ -216,7 +219,7 @@ def _close(capturer: Capturer, loader: Loader, writers: WriterPool, manifest: Ma
     return failure
 
 
-def _finish(job: Job, events, progress: Progress, stop: threading.Event, failure: BaseException | None,
+def _finish(job: Job, events: EventWriter, progress: Progress, stop: threading.Event, failure: BaseException | None,
             dropped: int, seconds: float) -> RunResult:
     """The run's outcome once everything is on disk: its failure raised, Stopped when it was
     stopped, else the shard's manifest finalized and the store reported."""

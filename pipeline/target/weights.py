@@ -29,6 +29,7 @@ import os
 import re
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 from pipeline.target.config import CONFIG, TargetError, read_config, text_config
 
@@ -76,7 +77,7 @@ def weight_files(model_dir: Path) -> list[Path]:
     raise FingerprintError(f"target {d} has no weight files (*.safetensors, *.bin, *.pt)")
 
 
-def _header(f, path: Path, size: int) -> tuple[bytes, int]:
+def _header(f: BinaryIO, path: Path, size: int) -> tuple[bytes, int]:
     """(header bytes, data start) of a safetensors file."""
     raw = f.read(8)
     if len(raw) < 8:
@@ -88,7 +89,7 @@ def _header(f, path: Path, size: int) -> tuple[bytes, int]:
     return f.read(n), 8 + n
 
 
-def _file_digest(h, path: Path) -> None:
+def _file_digest(h: hashlib._Hash, path: Path) -> None:
     size = path.stat().st_size
     h.update(f"{path.name}\0{size}\0".encode())
     with open(path, "rb") as f:
