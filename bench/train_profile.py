@@ -108,9 +108,9 @@ def step_kernels(drafter, compile: bool, amp: torch.dtype):
     try:
         from pipeline.train.drafter_compile import training_kernels
     except ImportError:  # before the drafter was compiled: the loss's kernels alone
-        from pipeline.train.vocab_kernels import VocabKernels
+        from pipeline.train.loss_kernels import LossKernels
 
-        return VocabKernels(compile=compile), None
+        return LossKernels(compile=compile), None
     return training_kernels(drafter, compile, amp, print)
 
 
@@ -158,6 +158,7 @@ def step_fn(a: argparse.Namespace, device: torch.device) -> tuple[Callable[[], N
     the loss's kernels are compiled)."""
     from pipeline.train import step as steps
     from pipeline.train.dist import Dist
+    from pipeline.train.finite import FiniteGuard
     from pipeline.train.loss import TTTObjective
 
     drafter, head, batch, amp, tokens, kernels, merge = build(a, device)
@@ -168,13 +169,11 @@ def step_fn(a: argparse.Namespace, device: torch.device) -> tuple[Callable[[], N
                           objective=TTTObjective(drafter, TTT, kernels, *([merge] if merge else [])),
                           stop=threading.Event(), total=1 << 30,
                           sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), out=Path(tempfile.gettempdir()))
-    if hasattr(steps, "FiniteGuard"):
-        run.guard = steps.FiniteGuard(device)
+    run.guard = FiniteGuard(device)
     done = [0]
 
     def step() -> None:
-        loss, *_ = steps.forward_backward(run, batch)
-        steps.apply(run, done[0], loss, batch)
+        steps.apply(run, done[0], steps.forward_backward(run, batch).loss, batch)
         done[0] += 1
 
     return step, tokens, kernels.compiled

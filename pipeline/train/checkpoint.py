@@ -20,16 +20,27 @@ Export reads `latest_checkpoint(run)` and the two model files with
 A checkpoint is read back as outside input: train_state.pt without running code
 (pipeline.torch_state), then checked against its folder (state_check.py); `latest` never
 moves back to an earlier step. One train at a time holds a run folder (claim_run_folder).
+
+The run's side lives here too: `keep` checkpoints a step once every rank agrees on the
+weights and they are finite; `identity_of` is what a checkpoint remembers of the run (source,
+batch plan, TTT length, held-out slice) and `check_resume` refuses a resume that differs in
+any of it, naming the flag to change (it would train other batches than the interrupted run);
+`restore` puts the optimiser, scheduler, RNG and progress back. A resume with another
+--steps/--epochs extends (or shortens) the run: the learning rate follows the new total's
+schedule from the resumed step.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
 import os
 import random
 import shutil
+from dataclasses import asdict
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, cast
 
 import torch
 
@@ -38,8 +49,14 @@ from pipeline.atomic_io import fsync_dir, write_all, write_bytes_atomic
 from pipeline.bounded_read import read_text
 from pipeline.drafter.model import CONFIG_FILE, WEIGHTS_FILE, Eagle3Drafter, save_drafter
 from pipeline.torch_state import load_state_file
-from pipeline.train.errors import BadInput, Stopped
+from pipeline.train.errors import BadInput, Stopped, TrainError
+from pipeline.train.finite import NotFinite
 from pipeline.train.state_check import check_state
+
+if TYPE_CHECKING:  # export reads checkpoints: it never loads the trainer's run
+    from pipeline.train.data import BatchPlan
+    from pipeline.train.options import Options
+    from pipeline.train.run import Run
 
 DIR = "checkpoints"
 LATEST = "latest"
@@ -52,6 +69,11 @@ MAX_LATEST_BYTES = 4096
 
 def step_name(step: int) -> str:
     return f"{PREFIX}{step:08d}"
+
+
+def folder_of(out: Path, step: int) -> Path:
+    """Where step `step`'s checkpoint of the run in `out` is (or would be) kept."""
+    return Path(out) / DIR / step_name(step)
 
 
 def rng_state() -> dict:
@@ -103,7 +125,7 @@ def _write_state(state: dict, path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     sink = _Sink(fd)
     try:
-        torch.save(state, sink)
+        torch.save(state, cast(IO[bytes], sink))  # a raw file object: torch only writes to it
         os.fsync(fd)
     except Exception:
         if sink.error is not None:
@@ -165,10 +187,15 @@ def save(run: Path, drafter: Eagle3Drafter, state: dict, keep_last: int | None =
     except output_guard.OutOfSpace as e:
         raise Stopped(f"{e} with --resume ({root / LATEST} still names the last complete checkpoint)") from None
     if keep_last:
-        older = sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir() and p.name != name)
-        for old in older[:max(0, len(older) - (keep_last - 1))]:
-            shutil.rmtree(old, ignore_errors=True)
+        _prune(root, name, keep_last)
     return final
+
+
+def _prune(root: Path, newest: str, keep_last: int) -> None:
+    """Deletes all but the `keep_last` newest checkpoints, once `newest` is in place."""
+    older = sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir() and p.name != newest)
+    for old in older[:max(0, len(older) - (keep_last - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 RUN_WRITER = "train"
@@ -264,3 +291,112 @@ def load_state(folder: Path) -> dict:
     state = load_state_file(folder / STATE_FILE, "resume from another checkpoint or pass --overwrite")
     check_state(folder, state, STATE_FILE)
     return state
+
+
+def identity_of(opts: Options, plan: BatchPlan, source_identity: dict, val: list[int], total: int) -> dict:
+    return {"store": source_identity, "plan": asdict(plan), "ttt_length": opts.ttt_length,
+            "epochs": opts.epochs, "steps": opts.steps, "total_steps": total,
+            "val_samples": len(val), "val_digest": _digest(val)}
+
+
+def _digest(positions: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, positions)).encode()).hexdigest()[:16]
+
+
+def check_resume(saved: dict, now: dict, folder: Path) -> None:
+    for section in ("store", "plan"):
+        keys = set(now[section]) | ({"source"} if section == "store" else set())
+        for key in sorted(keys):
+            value = now[section].get(key)
+            if saved[section].get(key) != value:
+                raise BadInput(f"{folder}: was trained with {section} {key}={saved[section].get(key)!r}, this run has "
+                               f"{value!r}; resume with the same {'data' if section == 'store' else 'batch'} "
+                               "settings (--store or --data, and the batch flags), or pass --overwrite")
+    if saved.get("ttt_length") != now["ttt_length"]:
+        raise BadInput(f"{folder}: was trained with ttt_length={saved.get('ttt_length')!r}, this run has "
+                       f"{now['ttt_length']!r}; resume with the same --ttt-length, or pass --overwrite")
+    if saved.get("val_samples", 0) != now["val_samples"] or saved.get("val_digest", now["val_digest"]) != now["val_digest"]:
+        raise BadInput(f"{folder}: was trained holding out {saved.get('val_samples', 0)} validation samples, this run "
+                       f"holds out {now['val_samples']}{' others' if saved.get('val_samples') == now['val_samples'] else ''}"
+                       "; resume with the same --val-share/--val-samples and --seed (--val-samples "
+                       f"{saved.get('val_samples', 0)}), or pass --overwrite")
+
+
+def clear(out: Path, dist, existing: Path, overwrite: bool) -> None:
+    """A fresh run in a folder that holds checkpoints: they go with --overwrite, else exit 2."""
+    if not overwrite:
+        raise BadInput(f"{out} already holds checkpoints (latest {existing.name}); pass --resume to continue "
+                       "it (a larger --steps or --epochs extends it) or --overwrite to start over")
+    dist.barrier()
+    if dist.rank == 0:
+        shutil.rmtree(Path(out) / DIR)
+    dist.barrier()
+
+
+def keep(run: Run, step: int, pending_tokens: torch.Tensor) -> Path | None:
+    """Checkpoints step `step` once every rank agrees on the weights and they are finite (rank
+    0 saves it; the others wait); its folder on rank 0."""
+    dist = run.dist
+    if dist.world_size > 1:
+        agree = dist.ranks_agree(torch.stack([p.detach().double().sum() for p in run.params]).sum())
+        if not agree:
+            raise TrainError(f"step {step}: the ranks' weights differ; not checkpointing a diverged model")
+        run.log(f"train: step {step}: all {dist.world_size} ranks agree on the weights")
+    if not all(bool(torch.isfinite(p.detach()).all()) for p in run.params):
+        # The same stop as a non-finite loss (exit 3): the run diverged, the checkpoints kept are good.
+        text = (f"step {step}/{run.total}: the drafter's weights are not finite after the optimiser's step; "
+                "not checkpointing them; lower --lr or raise --warmup-ratio, or resume from an earlier checkpoint; "
+                + last_good(run))
+        run.events.message(text, level="error")
+        raise NotFinite(text)
+    tokens = run.progress.tokens_total + int(dist.all_reduce_sum(pending_tokens.detach().clone()).item())
+    path = None
+    if dist.rank == 0:
+        path = save(run.out, run.drafter, _snapshot(run, step, tokens), keep_last=run.opts.keep_last)
+        nbytes = sum(p.stat().st_size for p in path.iterdir())
+        run.events.artifact(str(path), bytes=nbytes, step=step)
+    dist.barrier()
+    return path
+
+
+def _snapshot(run: Run, step: int, tokens: int) -> dict:
+    return {"step": step, "epoch_position": list(run.schedule[step]) if step < run.total else None,
+            "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(), "rng": rng_state(),
+            "identity": run.identity, "world_size": run.dist.world_size, "history": run.progress.history,
+            "val_history": run.progress.val_history, "tokens": tokens, "vocab_note": run.model.vocab_note}
+
+
+def last_good(run: Run) -> str:
+    """Where a run stopped for non-finite numbers goes on from."""
+    kept = latest_checkpoint(run.out) if run.dist.rank == 0 else None
+    return (f"the last checkpoint, {kept}, holds finite weights: rerun with --resume from it"
+            if kept else "no checkpoint was written yet")
+
+
+def restore(run: Run) -> bool:
+    """Puts the checkpoint's optimiser, scheduler, RNG and progress back; False when it is
+    already the run's last step (nothing left to train)."""
+    state, opt, sched, progress = run.state, run.opt, run.sched, run.progress
+    assert state is not None
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    progress.start = int(state["step"])
+    progress.history = list(state.get("history") or [])
+    progress.val_history = list(state.get("val_history") or [])
+    progress.tokens_total = int(state.get("tokens") or 0)
+    total, start, log = run.total, progress.start, run.log
+    if start >= total:
+        log(f"train: {run.existing} is the last step ({start}/{total}); nothing left to train (pass a larger --steps "
+            "or --epochs with --resume to extend the run)")
+        return False
+    if sched.get_last_lr() != [base * run.optimiser.schedule_fn(start) for base in sched.base_lrs]:
+        sched.last_epoch = start - 1  # the new total's schedule when the run was extended: step into it
+        sched.step()
+    saved_total = state["identity"].get("total_steps")
+    if saved_total is not None and saved_total != total:
+        log(f"train: {'extending' if total > saved_total else 'shortening'} the run from {saved_total} to {total} "
+            f"steps; from step {start} the learning rate follows the {total}-step schedule "
+            f"({opt.param_groups[0]['lr']:.2e} now)")
+    log(f"train: resuming {run.existing} at step {start}/{total}")
+    return True

@@ -14,16 +14,15 @@
   Every sample read is checked for its meaning first (pipeline/store/meaning.py: its header
   is the one the store declares, its rows' values can be states), so a sample changed after
   the store was verified stops the run with exit 2 naming it, never trains on nonsense.
-- `split_validation` holds out a seeded slice of the store that is never trained on;
-  `count_dataset_tokens` counts the draft vocabulary over the whole merged dataset, held-out
-  records left out, so the coverage reported on the held-out slice is an honest estimate.
+- `split_validation` holds out a seeded slice of the store that is never trained on.
+
+`Store` is one of training's two sources (source.py); draft_vocab.py counts its vocabulary.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,10 +36,10 @@ from pipeline.store.meaning import LayoutOf, Meaningless, check_header, rows_pro
 from pipeline.target.config import read_config, text_config
 from pipeline.target.weights import check_weights
 from pipeline.train.errors import BadInput
+from pipeline.train.source import Source, VocabDataset
 
 WINDOW = 1024  # samples sorted by length together
 MAX_SAMPLES = 100_000_000
-MAX_RECORD_BYTES = 64 << 20  # one merged JSONL line
 SHAPE_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "vocab_size": "vocab_size"}
 
 
@@ -83,6 +82,27 @@ class Store:
             "samples": self.samples,
             "tokens": self.tokens,
         }
+
+    def held_out_keys(self, positions: list[int]) -> tuple[set[str], set[int]]:
+        """The samples' record ids where the extractor wrote them, and their dataset lines."""
+        return {i for p in positions if (i := self.ids[p]) is not None}, {self.indices[p] for p in positions}
+
+    def vocab_dataset(self, vocab_data: str | None, log: Callable[[str], None]) -> VocabDataset | None:
+        """--vocab-data (it must be the dataset the store was extracted from: meta's sha256), else
+        meta's `dataset` when it is still there; 'store' counts the store's own samples."""
+        if vocab_data == "store":
+            return None
+        sha = self.meta.get("dataset_sha256")
+        if vocab_data:
+            return VocabDataset(Path(vocab_data), sha, required=True)
+        if not self.meta.get("dataset"):
+            return None
+        path = Path(self.meta["dataset"])
+        if path.is_file():
+            return VocabDataset(path, sha, required=False)
+        log(f"train: the store's dataset {path} is not here; the draft vocabulary comes from the store's samples "
+            "(pass --vocab-data MERGED.jsonl to choose it over the whole dataset)")
+        return None
 
 
 def _verify(root: Path, target: Path, meta: dict, checksums: str) -> None:
@@ -139,56 +159,6 @@ def split_validation(samples: int, count: int, seed: int) -> tuple[list[int], li
     return [p for p in range(samples) if p not in held], sorted(held)
 
 
-def count_dataset_tokens(path: Path, vocab_size: int, sha256: str | None, skip_ids: set[str],
-                         skip_lines: set[int]) -> tuple[torch.Tensor, int]:
-    """([vocab] counts of input_ids under loss_mask over the merged JSONL, records skipped),
-    leaving out the held-out records (by id where they have one, else by line). The file must
-    be the one the store was extracted from (`sha256`, meta's dataset_sha256) when known."""
-    path = Path(path)
-    counts = torch.zeros(vocab_size, dtype=torch.int64)
-    digest = hashlib.sha256()
-    skipped = 0
-    try:
-        f = open(path, "rb")  # noqa: SIM115 (closed by `with f` below; only the open's own error is named here)
-    except OSError as e:
-        raise BadInput(f"--vocab-data {path}: cannot be read ({e.strerror}); pass the merged JSONL the store was "
-                       "extracted from, or --vocab-data store") from None
-    with f:
-        for line_no, line in enumerate(iter(lambda: f.readline(MAX_RECORD_BYTES + 1), b"")):
-            digest.update(line)
-            if len(line) > MAX_RECORD_BYTES:
-                raise BadInput(f"{path}: line {line_no + 1} is longer than {MAX_RECORD_BYTES >> 20} MiB")
-            if line_no >= MAX_SAMPLES:
-                raise BadInput(f"{path}: more than {MAX_SAMPLES} records")
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                ids, mask = rec["input_ids"], rec["loss_mask"]
-            except (ValueError, KeyError, TypeError):
-                raise BadInput(f"{path}: line {line_no + 1} is not a merged record (JSON with input_ids and "
-                               "loss_mask)") from None
-            rid = rec.get("id")
-            if (isinstance(rid, str) and rid in skip_ids) or (not isinstance(rid, str) and line_no in skip_lines):
-                skipped += 1
-                continue
-            if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask):
-                raise BadInput(f"{path}: line {line_no + 1}: input_ids and loss_mask must be lists of one length")
-            try:
-                sel = torch.tensor([t for t, m in zip(ids, mask) if m], dtype=torch.int64)
-            except (TypeError, ValueError, RuntimeError):
-                raise BadInput(f"{path}: line {line_no + 1}: input_ids must be integers") from None
-            if sel.numel():
-                if int(sel.min()) < 0 or int(sel.max()) >= vocab_size:
-                    raise BadInput(f"{path}: line {line_no + 1}: token ids outside the target's vocabulary of "
-                                   f"{vocab_size}")
-                counts += torch.bincount(sel, minlength=vocab_size)
-    if sha256 and digest.hexdigest() != sha256:
-        raise BadInput(f"--vocab-data {path}: its sha256 is not the dataset_sha256 of the store's meta.json "
-                       f"({sha256[:12]}...); pass the merged JSONL the store was extracted from, or --vocab-data store")
-    return counts, skipped
-
-
 @dataclass(frozen=True)
 class BatchPlan:
     batch_tokens: int | None  # padded tokens per micro-batch (one rank, one step)
@@ -214,7 +184,8 @@ def plan_epoch(lengths: list[int], plan: BatchPlan, epoch: int) -> list[list[lis
         cur: list[int] = []
         for i in window:
             width = min(lengths[cur[0]], plan.max_len) if cur else min(lengths[i], plan.max_len)
-            full = (len(cur) + 1) * width > plan.batch_tokens if plan.batch_tokens else len(cur) >= plan.batch_size
+            full = ((len(cur) + 1) * width > plan.batch_tokens if plan.batch_tokens
+                    else len(cur) >= (plan.batch_size or 1))
             if cur and full:
                 micro.append(cur)
                 cur = []
@@ -285,7 +256,7 @@ def collate(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 class StepDataset(torch.utils.data.Dataset):
     """Item k = this rank's micro-batch of global step `start + k`, from a Store or online Records."""
 
-    def __init__(self, source, schedule: list[tuple[int, int]], plans: dict[int, list[list[list[int]]]],
+    def __init__(self, source: Source, schedule: list[tuple[int, int]], plans: dict[int, list[list[list[int]]]],
                  rank: int, max_len: int) -> None:
         self.source = source
         self.schedule = schedule  # global step -> (epoch, step in epoch)

@@ -33,7 +33,7 @@ from pipeline.compiled_ops import CompiledOps
 from pipeline.drafter.model import Eagle3Drafter, TTTCache
 from pipeline.drafter.ttt_attention import EAGER_MERGE, MERGE
 from pipeline.events import warn
-from pipeline.train.vocab_kernels import VocabKernels
+from pipeline.train.loss_kernels import LossKernels
 
 PARTS = (("midlayer", "before_attention"), ("midlayer", "after_attention"), ("norm", "forward"))
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}
@@ -43,10 +43,10 @@ FLAG = "--no-compile-loss"
 
 
 def training_kernels(drafter: Eagle3Drafter, compile: bool, dtype: torch.dtype,
-                     log: Callable[[str], None]) -> tuple[VocabKernels, CompiledOps]:
+                     log: Callable[[str], None]) -> tuple[LossKernels, CompiledOps]:
     """The loss's passes and the TTT attention's merge, compiled or eager, and the drafter's layer
     compiled in place when `compile` and its trial against eager pass."""
-    kernels = VocabKernels(compile, log)
+    kernels = LossKernels(compile, log)
     if not compile:
         return kernels, EAGER_MERGE
     merge = CompiledOps(MERGE, True, "the TTT attention's merge", FLAG, log)

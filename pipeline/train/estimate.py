@@ -13,7 +13,7 @@ out eagerly (bench/results/online-vs-offline-h200-489eb84.txt, torch's peak allo
 tokens): each TTT step's draft-vocabulary logits cost fp32's 4 bytes, not bf16's 2, and the
 drafter's hidden activations average 3 bytes an element (bf16 and fp32 mixed). Before the
 margin, the parts then sit just above those peaks: 24.2 GB against 23.1 for a SmolLM2-135M
-target, 63.7 against 62.2 for an 8B one. The compiled passes (pipeline/train/vocab_kernels.py,
+target, 63.7 against 62.2 for an 8B one. The compiled passes (pipeline/train/loss_kernels.py,
 the CUDA default) peak lower (17.9 and 58.9 GB, online-vs-offline-h200.txt), but a failed
 compile falls back to the eager ones, so the estimate covers those.
 """

@@ -3,7 +3,7 @@
 At each TTT step the drafter's logits over the draft vocabulary are the step's largest
 tensor by far: [rows, 32,000] against a hidden size of a few hundred. Here they never
 exist whole. The rows are taken a chunk at a time (about 256 MB of bf16 logits): the
-chunk's logits are one matmul, one fused pass (vocab_kernels) turns them and the target's
+chunk's logits are one matmul, one fused pass (loss_kernels) turns them and the target's
 logits into each row's loss, top token and gradient, and two more matmuls turn that
 gradient into the gradients of the head's input and weight, accumulated in fp32. Nothing
 of the chunk is kept: the gradients are formed in the forward (the loss is a weighted sum,
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.train.vocab_kernels import VocabKernels
+from pipeline.train.loss_kernels import LossKernels
 
 CHUNK_ELEMENTS = 1 << 27
 """Logits held at once: 128M elements, 256 MB in bf16 (4,194 rows of a 32,000-token draft vocabulary)."""
@@ -37,7 +37,7 @@ class HeadSoftCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,  # noqa: ANN001
-                w: torch.Tensor, kernels: VocabKernels, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                w: torch.Tensor, kernels: LossKernels, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = t_logits.dtype
         wide = torch.promote_types(dtype, torch.float32)  # sums in fp32, or fp64 for fp64 inputs
         with torch.autocast(x.device.type, enabled=False):
@@ -51,7 +51,7 @@ class HeadSoftCrossEntropy(torch.autograd.Function):
             for s in range(0, n, step):
                 e = min(s + step, n)
                 z = xc[s:e] @ wc.T
-                if grad:
+                if dx is not None and dw is not None:
                     loss, top[s:e], dz = kernels.head_grad(z, t_logits[s:e], t_lse[s:e], w[s:e])
                     torch.mm(dz, wc, out=dx[s:e])
                     dw.add_(dz.T @ xc[s:e])
@@ -72,6 +72,6 @@ class HeadSoftCrossEntropy(torch.autograd.Function):
 
 
 def head_soft_cross_entropy(x: torch.Tensor, weight: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,
-                            w: torch.Tensor, kernels: VocabKernels) -> tuple[torch.Tensor, torch.Tensor]:
+                            w: torch.Tensor, kernels: LossKernels) -> tuple[torch.Tensor, torch.Tensor]:
     grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     return HeadSoftCrossEntropy.apply(x, weight, t_logits, t_lse, w, kernels, grad)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -54,10 +55,18 @@ class WorkerFailure:
     text: str
 
 
+class Items(Protocol):
+    """A map-style dataset with a length, as the loop's StepDataset is."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, k: int) -> Any: ...
+
+
 class GuardedSteps(torch.utils.data.Dataset):
     """A dataset whose items never raise in a worker: a failure becomes a `WorkerFailure`."""
 
-    def __init__(self, inner: torch.utils.data.Dataset) -> None:
+    def __init__(self, inner: Items) -> None:
         self.inner = inner
 
     def __len__(self) -> int:
@@ -85,7 +94,7 @@ def _died(e: RuntimeError) -> bool:
 
 
 @contextmanager
-def batches(dataset: torch.utils.data.Dataset, workers: int, prefetch: int, pin: bool) -> Iterator[Iterator]:
+def batches(dataset: Items, workers: int, prefetch: int, pin: bool) -> Iterator[Iterator]:
     """The dataset's items in order; a worker's failure raised as `LoaderError`, and every
     worker gone when the block is left."""
     pids = multiprocessing.RawArray("i", max(workers, 1))

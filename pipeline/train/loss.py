@@ -36,7 +36,7 @@ from pipeline.compiled_ops import CompiledOps
 from pipeline.drafter.model import Eagle3Drafter, TTTCache
 from pipeline.drafter.ttt_attention import EAGER_MERGE
 from pipeline.train.head_loss import head_soft_cross_entropy
-from pipeline.train.vocab_kernels import EAGER_KERNELS, VocabKernels
+from pipeline.train.loss_kernels import EAGER_KERNELS, LossKernels
 
 DECAY = 0.8
 TTT_DELAY = float(os.environ.get("EAGLE3_TRAIN_TTT_DELAY") or 0)
@@ -65,7 +65,7 @@ class TargetHead:
     """The target's lm_head: full rows (for its top token) and the draft vocabulary's rows."""
 
     def __init__(self, weight: torch.Tensor, draft_ids: torch.Tensor, t2d: torch.Tensor,
-                 device: torch.device, dtype: torch.dtype, kernels: VocabKernels = EAGER_KERNELS) -> None:
+                 device: torch.device, dtype: torch.dtype, kernels: LossKernels = EAGER_KERNELS) -> None:
         self.full = weight.to(device=device, dtype=dtype)
         self.kernels = kernels
         self.draft = self.full[draft_ids.to(device)].contiguous()
@@ -134,7 +134,7 @@ class TTTObjective(nn.Module):
     `should_stop` is asked before each TTT step, so a stop on a slow device waits for one
     drafter forward, not a whole step (a step of TTT 7 on CPU can outlast a stop's grace)."""
 
-    def __init__(self, drafter: Eagle3Drafter, steps: int, kernels: VocabKernels = EAGER_KERNELS,
+    def __init__(self, drafter: Eagle3Drafter, steps: int, kernels: LossKernels = EAGER_KERNELS,
                  merge: CompiledOps = EAGER_MERGE) -> None:
         super().__init__()
         self.drafter = drafter

@@ -28,10 +28,11 @@ from pipeline.target.tokenizer import check_merged_with
 from pipeline.target.weights import check_weights, target_fingerprint
 from pipeline.train.errors import BadInput, TrainError
 from pipeline.train.loss import StepAborted
+from pipeline.train.source import VocabDataset
 
 
 class Records:
-    """The merged dataset as the trainer's source: the same questions a Store answers."""
+    """The merged dataset as the trainer's source (source.py: the protocol a Store answers too)."""
 
     kind = "online"
 
@@ -88,8 +89,14 @@ class Records:
                 counts += torch.bincount(sel, minlength=vocab_size)
         return counts
 
-    def ids_of(self, positions: list[int]) -> set[str]:
-        return {self._read(p).id for p in positions}
+    def held_out_keys(self, positions: list[int]) -> tuple[set[str], set[int]]:
+        """The records' ids (every merged record has one)."""
+        return {self._read(p).id for p in positions}, set()
+
+    def vocab_dataset(self, vocab_data: str | None, log: Callable[[str], None]) -> VocabDataset:
+        """--vocab-data, else --data itself (held to the sha256 it was indexed with)."""
+        path = Path(vocab_data or self.index.path)
+        return VocabDataset(path, self.index.sha256 if path == Path(self.index.path) else None, required=True)
 
 
 def open_records(data: Path, target: Path, stats: str | None, log: Callable[[str], None]) -> Records:

@@ -4,16 +4,12 @@ or, online, the target's own states)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from pipeline.train.loss import StepAborted, TTTObjective, prepare, weights
+from pipeline.train.run import Run
 from pipeline.train.schedule import validation_batches
 from pipeline.train.step import to_device
-
-if TYPE_CHECKING:
-    from pipeline.train.setup import Run
 
 
 class Validator:
@@ -30,7 +26,7 @@ class Validator:
         n, device = run.opts.ttt_length, run.device
         acc_sum = torch.zeros(4 * n, device=device)
         run.drafter.eval()
-        check = TTTObjective(run.drafter, n, run.kernels, run.merge)
+        check = TTTObjective(run.drafter, n, run.model.kernels, run.model.merge)
         try:
             with torch.no_grad():
                 for mb in self.batches:
@@ -55,7 +51,7 @@ class Validator:
         loss_v = sum(float(w[i]) * s / max(r, 1.0) for i, (s, r) in enumerate(zip(sums_v, rows_v)))
         acc = [c / max(a, 1.0) for c, a in zip(correct_v, acc_rows_v)]
         entry = {"step": step, "loss": round(loss_v, 6), "acc": [round(a, 4) for a in acc]}
-        run.val_history.append(entry)
+        run.progress.val_history.append(entry)
         run.events.metric("val_loss", loss_v, step=step)
         for i, a in enumerate(acc):
             run.events.metric(f"val_acc_{i}", a, step=step)

@@ -119,12 +119,13 @@ def test_a_refused_step_leaves_weights_and_moments_untouched_and_is_named_when_t
 
     from pipeline.train import step as steps
     from pipeline.train.dist import Dist
+    from pipeline.train.finite import FiniteGuard, NotFinite
 
     cpu = torch.device("cpu")
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.AdamW([w], lr=0.1, fused=True)
     run = SimpleNamespace(opts=SimpleNamespace(max_grad_norm=0.5), params=[w], dist=Dist(0, 1, 0, cpu), opt=opt,
-                          sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), guard=steps.FiniteGuard(cpu),
+                          sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), guard=FiniteGuard(cpu),
                           out=tmp_path, total=9)
     w.grad = torch.ones(3)
     steps.apply(run, 0, torch.tensor(1.0), {})
@@ -133,7 +134,7 @@ def test_a_refused_step_leaves_weights_and_moments_untouched_and_is_named_when_t
     w.grad = torch.full((3,), float("nan"))
     steps.apply(run, 1, torch.tensor(float("nan")), {})  # nothing raised yet: the host did not wait
     w.grad = torch.ones(3)
-    with pytest.raises(steps.NotFinite, match=r"step 2/9: the loss \(nan\)"):
+    with pytest.raises(NotFinite, match=r"step 2/9: the loss \(nan\)"):
         steps.apply(run, 2, torch.tensor(1.0), {})
     assert torch.equal(w.detach(), kept[0])  # neither the refused step 2 nor step 3 moved anything
     assert all(torch.equal(opt.state[w][k], v) for k, v in kept[1].items())

@@ -73,7 +73,7 @@ def written_out(drafter: Eagle3Drafter, vocab, head_w: torch.Tensor, batch: dict
 def ours(drafter, vocab, head_w, batch, steps, kernels=None, with_positions=False, merge=None):
     from pipeline.drafter.ttt_attention import EAGER_MERGE
     from pipeline.train.loss import TargetHead, TTTObjective, prepare, scored_positions
-    from pipeline.train.vocab_kernels import EAGER_KERNELS
+    from pipeline.train.loss_kernels import EAGER_KERNELS
 
     kernels, merge = kernels or EAGER_KERNELS, merge or EAGER_MERGE
     head = TargetHead(head_w, vocab.ids, vocab.t2d, torch.device("cpu"), head_w.dtype, kernels)
@@ -180,9 +180,9 @@ def test_a_drafter_that_fails_to_compile_trains_eagerly_with_one_warning(monkeyp
 def test_compiled_kernels_match_eager_on_bf16_rows_of_every_count():
     """What CUDA runs by default: one dynamic-shape graph for every chunk's row count, equal to the
     eager math to fp32 rounding on bf16 logits."""
-    from pipeline.train.vocab_kernels import EAGER_KERNELS, VocabKernels
+    from pipeline.train.loss_kernels import EAGER_KERNELS, LossKernels
 
-    fused = VocabKernels(compile=True)
+    fused = LossKernels(compile=True)
     torch.manual_seed(0)
     for rows in (40, 33, 7):
         z = (torch.randn(rows, 300) * 3).bfloat16()
@@ -201,11 +201,11 @@ def test_compiled_kernels_match_eager_on_bf16_rows_of_every_count():
 
 
 def test_loss_kernels_that_fail_to_compile_fall_back_to_eager_with_one_warning(monkeypatch):
-    from pipeline.train import vocab_kernels
+    from pipeline.train import loss_kernels
 
-    monkeypatch.setattr(vocab_kernels.torch, "compile", broken_compile)
+    monkeypatch.setattr(loss_kernels.torch, "compile", broken_compile)
     lines: list[str] = []
-    kernels = vocab_kernels.VocabKernels(compile=True, log=lines.append)
+    kernels = loss_kernels.LossKernels(compile=True, log=lines.append)
     z = torch.randn(3, 5)
     for _ in range(3):
         lse, entropy = kernels.target_stats(z)

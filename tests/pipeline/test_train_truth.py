@@ -89,7 +89,8 @@ def test_validation_metrics_reach_events_log_and_summary(sharp, tmp_path, monkey
 
 
 def test_draft_vocabulary_comes_from_the_merged_dataset_without_held_out_records(sharp, tmp_path):
-    from pipeline.train.data import count_dataset_tokens, open_store, split_validation
+    from pipeline.train.data import open_store, split_validation
+    from pipeline.train.draft_vocab import count_dataset_tokens
 
     store = open_store(sharp.store, sharp.target)
     _train, val = split_validation(store.samples, 4, seed=0)

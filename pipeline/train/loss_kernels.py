@@ -58,10 +58,10 @@ def head_grad(z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,
     return loss, z.argmax(-1), dz.to(z.dtype)
 
 
-EAGER = {"target_stats": target_stats, "head_forward": head_forward, "head_grad": head_grad}
+EAGER: dict[str, Callable] = {"target_stats": target_stats, "head_forward": head_forward, "head_grad": head_grad}
 
 
-class VocabKernels(CompiledOps):
+class LossKernels(CompiledOps):
     """The three passes, compiled or eager; one instance per run, shared by training and validation."""
 
     def __init__(self, compile: bool, log: Callable[[str], None] = print) -> None:
@@ -79,4 +79,4 @@ class VocabKernels(CompiledOps):
         return self.call("head_grad", z, t_logits, t_lse, w)
 
 
-EAGER_KERNELS = VocabKernels(compile=False)
+EAGER_KERNELS = LossKernels(compile=False)
