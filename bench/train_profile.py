@@ -304,6 +304,12 @@ def child(code: Path, argv: list[str], log: Path, env: dict | None = None, timeo
     return done.stdout
 
 
+def own_cache(work: Path, label: str) -> dict[str, str]:
+    """A torch.compile cache for each tree: a graph one tree compiled (cuDNN's attention chosen
+    inside it, say) is never the other's, whose key it may share."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(work / f"inductor-{label}")}
+
+
 def trainer_figures(events: Path, traced: str, err: Path, a: argparse.Namespace) -> dict:
     from pipeline.events import iter_events
 
@@ -338,7 +344,7 @@ def speed(a: argparse.Namespace) -> int:
     ms, shape = {}, ["--shape", "small", "--rows", "2"] if a.smoke else ["--shape", "smollm2"]
     for label, code in codes:
         out = child(code, [*shape, "--steps", str(a.steps), "--top", str(a.top), "--answer-share", str(a.answer_share)],
-                    work / f"profile-{label}.log")
+                    work / f"profile-{label}.log", env=own_cache(work, label))
         lines = [x for x in out.splitlines() if x.strip()]
         ms[label] = float(next(x for x in lines if x.startswith("train_profile:")).split(": ")[-1].split(" ms/step")[0])
         log(f"{label}: " + "\n".join(lines))
@@ -362,7 +368,7 @@ def speed(a: argparse.Namespace) -> int:
         args = ["--data", str(data), "--target", str(target), "--out", str(out), "--steps", str(a.trainer_steps),
                 "--save-every", str(a.trainer_steps // 2), "--overwrite", *settings, *unchecked]
         traced = child(code, ["--trainer", "--trace-from", str(a.rate_to + 5), "--top", str(a.top), "--", *args], err,
-                       env={"EAGLE3_EVENTS": str(events), "TORCH_LOGS": "recompiles"})
+                       env={"EAGLE3_EVENTS": str(events), "TORCH_LOGS": "recompiles", **own_cache(work, label)})
         figs[label] = f = trainer_figures(events, traced, err, a)
         log(f"{label}: {f['rate']:.2f} steps/s ({f['ms']:.1f} ms a step, steps {f['window']}), {f['tok_s']:,.0f} real "
             f"tokens/s, peak {f['peak']:.1f} GiB, {f['recompiles']} recompiles; loss at step {max(f['loss'])} "
