@@ -34,7 +34,7 @@ from pipeline import cpu_threads
 from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
 from pipeline.records.train_estimate import format_estimate
 from pipeline.train.errors import Stopped
-from pipeline.train.options import build_parser
+from pipeline.train.options import Options, build_parser
 
 
 def stop_signals(stop: threading.Event, got: list[int] | None = None) -> AbstractContextManager[SigtermGuard]:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         cpu_threads.fit("train", args.threads)
-        from pipeline.train.loop import Options, run
+        from pipeline.train.loop import run
 
         fields = dict(vars(args))
         fields.pop("estimate"), fields.pop("json")

@@ -54,7 +54,10 @@ from pipeline.train.finite import NotFinite
 from pipeline.train.state_check import check_state
 
 if TYPE_CHECKING:  # export reads checkpoints: it never loads the trainer's run
+    from _typeshed import ReadableBuffer
+
     from pipeline.train.data import BatchPlan
+    from pipeline.train.dist import Dist
     from pipeline.train.options import Options
     from pipeline.train.run import Run
 
@@ -112,13 +115,14 @@ class _Sink(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, b) -> int:
+    def write(self, b: ReadableBuffer) -> int:
+        data = memoryview(b).cast("B")
         try:
-            write_all(self._fd, b)
+            write_all(self._fd, data)
         except OSError as e:
             self.error = self.error or e
             raise
-        return len(b)
+        return data.nbytes
 
 
 def _write_state(state: dict, path: Path) -> None:
@@ -135,7 +139,7 @@ def _write_state(state: dict, path: Path) -> None:
         os.close(fd)
 
 
-def _tensor_bytes(obj) -> int:
+def _tensor_bytes(obj: object) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, dict):
@@ -322,7 +326,7 @@ def check_resume(saved: dict, now: dict, folder: Path) -> None:
                        f"{saved.get('val_samples', 0)}), or pass --overwrite")
 
 
-def clear(out: Path, dist, existing: Path, overwrite: bool) -> None:
+def clear(out: Path, dist: Dist, existing: Path, overwrite: bool) -> None:
     """A fresh run in a folder that holds checkpoints: they go with --overwrite, else exit 2."""
     if not overwrite:
         raise BadInput(f"{out} already holds checkpoints (latest {existing.name}); pass --resume to continue "

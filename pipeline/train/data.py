@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pipeline.jsonfile import read_json
@@ -225,7 +226,7 @@ def _header_as_declared(path: Path, tokens: int, layout: LayoutOf, sample: int |
         raise Meaningless(path, f"{e.what}; {REDO}", sample) from None
 
 
-def _codes(t: torch.Tensor):
+def _codes(t: torch.Tensor) -> np.ndarray:
     """A tensor's raw values for pipeline.store.meaning: e4m3 and 16-bit floats as unsigned codes."""
     if t.element_size() == 1 and t.is_floating_point():
         return t.view(torch.uint8).numpy()

@@ -25,6 +25,7 @@ not compile) turns it eager from that call on, also with one warning line.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -93,7 +94,7 @@ class CompiledDrafter:
             module.__dict__.pop(name, None)
 
     def _guarded(self, module: torch.nn.Module, name: str, compiled: Callable) -> Callable:
-        def call(*args):
+        def call(*args: Any) -> Any:
             try:
                 return compiled(*args)
             except torch.cuda.OutOfMemoryError:

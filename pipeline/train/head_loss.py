@@ -18,6 +18,8 @@ the compute dtype before its two matmuls, as autograd's would be.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from pipeline.train.loss_kernels import LossKernels
@@ -36,7 +38,7 @@ class HeadSoftCrossEntropy(torch.autograd.Function):
     t_lse and w [N] fp32. `grad` False (validation) skips the gradient passes."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,  # noqa: ANN001
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor,  # noqa: ANN001
                 w: torch.Tensor, kernels: LossKernels, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = t_logits.dtype
         wide = torch.promote_types(dtype, torch.float32)  # sums in fp32, or fp64 for fp64 inputs
@@ -65,7 +67,7 @@ class HeadSoftCrossEntropy(torch.autograd.Function):
         return total, top
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor, _g_top: torch.Tensor):  # noqa: ANN001
+    def backward(ctx: Any, g: torch.Tensor, _g_top: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         dx, dw = ctx.saved_tensors
         x_dtype, w_dtype = ctx.dtypes
         return (dx.to(dw.dtype).mul_(g).to(x_dtype), dw.mul(g).to(w_dtype), None, None, None, None, None)

@@ -19,6 +19,7 @@ exit handler's terminate() did nothing and its join waited for ever. Now:
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import multiprocessing
 import os
@@ -72,7 +73,7 @@ class GuardedSteps(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.inner)
 
-    def __getitem__(self, k: int):
+    def __getitem__(self, k: int) -> Any:
         try:
             return self.inner[k]
         except StageError as e:
@@ -81,7 +82,7 @@ class GuardedSteps(torch.utils.data.Dataset):
             return WorkerFailure(BUG, f"{type(e).__name__}: {e} (a data-loader worker reading item {k})")
 
 
-def _init_worker(pids, worker_id: int) -> None:
+def _init_worker(pids: ctypes.Array[ctypes.c_int], worker_id: int) -> None:
     """Stops are the trainer's (it checkpoints first, then ends the workers); the pid is
     recorded so that the end can find a worker that will not go."""
     leave_stops_to_parent(signal.SIG_IGN)
@@ -114,14 +115,14 @@ def batches(dataset: Items, workers: int, prefetch: int, pin: bool) -> Iterator[
         _close(it, {p for p in pids if p})
 
 
-def _checked(it) -> Iterator:
+def _checked(it: Iterator) -> Iterator:
     for item in it:
         if isinstance(item, WorkerFailure):
             raise LoaderError(item.text, item.exit_code)
         yield item
 
 
-def _close(it, pids: set[int]) -> None:
+def _close(it: Iterator, pids: set[int]) -> None:
     """torch's shutdown (its workers told to stop and joined), then SIGKILL for any worker of
     ours still alive after REAP_GRACE: one stuck in a read that never returns."""
     try:

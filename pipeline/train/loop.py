@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import torch
@@ -92,7 +92,7 @@ def _train(r: Run) -> TrainSummary:
         return _steps(r, feed)
 
 
-def _steps(r: Run, feed) -> TrainSummary:
+def _steps(r: Run, feed: Iterator[dict[str, torch.Tensor]]) -> TrainSummary:
     opts, world, n, progress = r.opts, r.dist.world_size, r.opts.ttt_length, r.progress
     validate = Validator(r)
     val_every = opts.val_every or opts.save_every

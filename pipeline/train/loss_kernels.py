@@ -37,7 +37,8 @@ def target_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return lse, lse - (p * lf).sum(-1)
 
 
-def _soft_ce(z: torch.Tensor, t_logits: torch.Tensor, t_lse: torch.Tensor):
+def _soft_ce(z: torch.Tensor, t_logits: torch.Tensor,
+             t_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     zf = _wide(z)
     p = torch.exp(_wide(t_logits).to(zf.dtype) - t_lse.to(zf.dtype).unsqueeze(-1))
     lse = torch.logsumexp(zf, dim=-1)

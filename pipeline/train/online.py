@@ -20,7 +20,7 @@ import torch
 
 from pipeline.capture import Capturer, StoppedInForward
 from pipeline.events import warn
-from pipeline.merged_dataset import DatasetIndex, RecordReader, index_dataset
+from pipeline.merged_dataset import DatasetIndex, Record, RecordReader, index_dataset
 from pipeline.records import merge_stats
 from pipeline.target.config import capture_layers, read_config, text_config
 from pipeline.target.model import load_target
@@ -58,7 +58,7 @@ class Records:
         return {"source": "online", "dataset_sha256": self.index.sha256, "target_fingerprint": self.fingerprint,
                 "samples": self.samples, "tokens": self.tokens}
 
-    def _read(self, p: int):
+    def _read(self, p: int) -> Record:
         if self._reader is None or self._pid != os.getpid():  # a loader worker opens its own handle
             self._reader, self._pid = self.index.open(), os.getpid()
         return self._reader.read(p)
