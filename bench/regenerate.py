@@ -42,29 +42,8 @@ sys.path.insert(0, str(REPO))
 
 from pipeline.chat.sources import DEFAULT_ROLE_MAP, SourcePolicy  # noqa: E402
 from pipeline.regenerate import sources  # noqa: E402
-from pipeline.regenerate.conversation import Chat, seed_for  # noqa: E402
-
-
-class Counting:
-    """The sink the scheduler writes to: here it only counts."""
-
-    def __init__(self) -> None:
-        self.next = self.answers = 0
-        self.chats: dict[int, object] = {}
-
-    def put(self, index, result) -> None:
-        self.chats[index] = result
-        while self.next in self.chats:
-            self.next += 1
-
-    def answered(self, tokens: int) -> None:
-        self.answers += 1
-
-    def generating(self, tokens: int) -> None:
-        pass
-
-    def tick(self) -> None:
-        pass
+from pipeline.regenerate.conversation import Chat  # noqa: E402
+from pipeline.regenerate.sink import MemorySink  # noqa: E402
 
 
 def small_target(folder: Path) -> Path:
@@ -109,20 +88,19 @@ def first_turn(conv: list[dict[str, str]]) -> list[dict[str, str]]:
     return [m for m in conv[: k + 1] if m["role"] != "assistant"]
 
 
-def run_fast(backend, chats: list[tuple[str, list[dict[str, str]]]], slots: int, graphs: bool, seed: int):
+def run_fast(backend, chats: list[tuple[str, list[dict[str, str]]]], slots: int, graphs: bool):
     import torch
 
     work = [Chat.start(i, rid, conv) for i, (rid, conv) in enumerate(chats)]
-    sink = Counting()
+    sink = MemorySink()
     t0 = time.perf_counter()
-    backend.run(iter(work), sink, lambda c: seed_for(seed, c.id, c.turn), slots, graphs=graphs)
+    backend.run(iter(work), sink, slots=slots, graphs=graphs)
     if backend.device.type == "cuda":
         torch.cuda.synchronize()
     took = time.perf_counter() - t0
     answers = {rid: [m["content"] for m in c.messages if m["role"] == "assistant"]
-               for (rid, _), c in zip(chats, (sink.chats[i] for i in range(len(work))))
-               if isinstance(c, Chat)}
-    failed = sum(1 for r in sink.chats.values() if not isinstance(r, Chat))
+               for (rid, _), c in zip(chats, sink.results) if isinstance(c, Chat)}
+    failed = sum(1 for r in sink.results if not isinstance(r, Chat))
     return sum(c.tokens for c in work), took, answers, failed
 
 
@@ -136,13 +114,12 @@ def run_synth(model_dir, a, device: str, dtype: str, max_new: int, slots: int, g
     from pipeline.regenerate.synthesis.dedup import Seen
 
     backend = SynthBackend(model_dir, device, dtype, max(max_new, a.max_question_tokens), a.temperature, 1.0,
-                           a.max_prompt_tokens, False, ())
+                           a.max_prompt_tokens, False, (), seed=a.seed)
     for timed in (False, True):
         judge = Questions(backend.controls, 8, a.max_question_tokens, 1.0, Seen(0))
         work = [SynthChat.start(i, i, a.seed, (), 1, max_new, judge) for i in range(a.synthesize)]
-        sink = Counting()
         t0 = time.perf_counter()
-        backend.run(iter(work), sink, lambda c: seed_for(a.seed, c.id, c.turn), slots, graphs=graphs)
+        backend.run(iter(work), MemorySink(), slots=slots, graphs=graphs)
         if backend.device.type == "cuda":
             torch.cuda.synchronize()
     took = time.perf_counter() - t0
@@ -166,13 +143,13 @@ def lanes_line(backend, took: float) -> str:
             "(scheduling, tokenizing, detokenizing, launching decode steps; on a CPU, running them)")
 
 
-def profile(backend, chats, slots: int, graphs: bool, seed: int, out: Path) -> None:
+def profile(backend, chats, slots: int, graphs: bool, out: Path) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.device.type == "cuda" else [])
     with torch_profile(activities=acts) as prof:
-        run_fast(backend, chats, slots, graphs, seed)
+        run_fast(backend, chats, slots, graphs)
     key = "cuda_time_total" if backend.device.type == "cuda" else "cpu_time_total"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
@@ -265,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = small_target(Path(tmp) / "small") if a.small else a.model
         chats = small_chats(limit) if a.small else read_chats(a.prompts, limit)
         t0 = time.perf_counter()
-        fast = HFBackend(model_dir, device, dtype, max_new, a.temperature, 1.0, a.max_prompt_tokens)
+        fast = HFBackend(model_dir, device, dtype, max_new, a.temperature, 1.0, a.max_prompt_tokens, seed=a.seed)
         base = load_target(Path(model_dir), device, getattr(torch, {"bf16": "bfloat16", "fp16": "float16",
                                                                    "fp32": "float32"}[dtype]))
         lines.append(f"target {model_dir} ({sum(p.numel() for p in base.parameters()) / 1e6:.1f}M parameters, "
@@ -283,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"max_new_tokens {max_new}, max prompt tokens {a.max_prompt_tokens or 'the target bound'}, "
                      f"temperature {a.temperature:g}, batch {batch}; baseline on {nbase}")
         graphs = not a.no_graphs
-        run_fast(fast, singles, batch, graphs, a.seed)  # warm-up: the graphs the timed run replays, captured
+        run_fast(fast, singles, batch, graphs)  # warm-up: the graphs the timed run replays, captured
         run_baseline(base, fast.tok, prompts[:min(batch, nbase)], batch, 8, a.temperature, fast.eos)  # warm-up
-        ftok, fsec, fans, ffail = run_fast(fast, singles, batch, graphs, a.seed)
+        ftok, fsec, fans, ffail = run_fast(fast, singles, batch, graphs)
         btok, bsec, btexts = run_baseline(base, fast.tok, prompts[:nbase], batch, max_new, a.temperature, fast.eos)
         frate, brate = ftok / fsec, btok / bsec
         lines.append(f"fast hf backend ({steps_kind(fast)}): "
@@ -297,16 +274,16 @@ def main(argv: list[str] | None = None) -> int:
             same = sum(1 for (rid, _), t in zip(singles[:nbase], btexts) if fans.get(rid, [None])[0] == t)
             lines.append(f"greedy answers identical to model.generate's: {same} of {nbase}")
         for more in batches[1:]:
-            run_fast(fast, singles, more, graphs, a.seed)  # warm-up: this batch's graphs
-            mtok, msec, _, mfail = run_fast(fast, singles, more, graphs, a.seed)
+            run_fast(fast, singles, more, graphs)  # warm-up: this batch's graphs
+            mtok, msec, _, mfail = run_fast(fast, singles, more, graphs)
             lines.append(f"fast hf backend at batch {more} ({steps_kind(fast)}): {mtok} tokens in {msec:.2f} s = "
                          f"{mtok / msec:,.0f} generated tokens/s ({mfail} failed)")
             lines.append(lanes_line(fast, msec))
         if a.profile:
-            profile(fast, singles[:batch], batch, graphs, a.seed, a.profile)
+            profile(fast, singles[:batch], batch, graphs, a.profile)
             lines.append(f"profile of one fast run of {min(batch, len(singles))} prompts: {a.profile}")
         if a.multi_turn:
-            mtok, msec, mans, mfail = run_fast(fast, chats[: a.multi_turn], batch, graphs, a.seed)
+            mtok, msec, mans, mfail = run_fast(fast, chats[: a.multi_turn], batch, graphs)
             turns = sum(len(v) for v in mans.values())
             lines.append(f"fast hf backend, whole chats: {len(chats[: a.multi_turn])} records, {turns} answers, "
                          f"{mtok} tokens in {msec:.2f} s = {mtok / msec:,.0f} generated tokens/s ({mfail} failed)")

@@ -26,19 +26,19 @@ import time
 from collections.abc import Iterator
 from itertools import islice
 
-from pipeline import cpu_threads, output_guard
+from pipeline import output_guard
 from pipeline.events import EventWriter, warn
 from pipeline.program_edge import on_sigterm, run_program
 from pipeline.records import regenerate_stats
 
 from . import options as opts_mod
-from . import pool, sources
-from .backends.server import Sampling, check_server
-from .conversation import Chat, seed_for
+from . import sources
+from .backends import open_backend
+from .conversation import Chat
 from .errors import BadInput, PeerDead
 from .estimate import run as estimate
 from .output import done_ids, open_appender, repair_tail
-from .sink import Sink, drive
+from .sink import OutputSink, drive
 from .stats import Stats, previous
 from .synthesis.main import body as synthesize
 
@@ -66,26 +66,6 @@ def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
                 continue
             yield Chat.start(index, rid, rec.conversations)
             index += 1
-
-
-def _hf_backend(o: opts_mod.Options):
-    cpu_threads.fit(NAME, o.threads)
-    from .backends.hf import HFBackend
-
-    return HFBackend(o.model, o.device, o.dtype, o.max_new_tokens, o.temperature, o.top_p, o.max_prompt_tokens,
-                     o.trim_loops)
-
-
-def _run_hf(o: opts_mod.Options, backend, chats: Iterator[Chat], sink: Sink) -> None:
-    backend.run(chats, sink, lambda chat: seed_for(o.seed, chat.id, chat.turn), o.batch_size)
-
-
-def _run_server(o: opts_mod.Options, chats: Iterator[Chat], sink: Sink) -> None:
-
-    servers = pool.run(chats, sink, o.servers, o.served_model, Sampling(o.max_new_tokens, o.temperature, o.top_p),
-                       o.timeout, o.retries, o.max_consecutive_failures, o.concurrency, o.seed)
-    for s in servers:
-        print(f"{NAME}: {s.url}: at most {s.max_inflight} requests in flight", flush=True)
 
 
 def body(argv: list[str] | None) -> int:
@@ -123,14 +103,11 @@ def _verdict(o: opts_mod.Options, stats: Stats, asked: int) -> str | None:
 
 def _run(o: opts_mod.Options, fd: int | None) -> int:
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
-    if o.backend == "server":
-
-        for url in o.servers:
-            check_server(url, o.served_model)
+    backend = open_backend(o)  # before anything is written: a backend refused leaves no output behind
     done: set[str] = set()
     old = None
     if fd is not None:
-        output_guard.refuse_replaced(fd, o.out)  # swapped while the server was asked: never followed
+        output_guard.refuse_replaced(fd, o.out)  # swapped while the backend opened: never followed
         cut = repair_tail(fd)
         if cut:
             print(f"{NAME}: {o.out}: cut a torn last line of {cut} bytes left by an interrupted run", flush=True)
@@ -152,20 +129,14 @@ def _run(o: opts_mod.Options, fd: int | None) -> int:
           + (f", {stats.resumed} already in {o.out}" if stale else "")
           + (f"; --limit {o.limit}" if o.limit is not None else "")
           + (f"; {o.samples_per_prompt} samples each" if o.samples_per_prompt > 1 else ""), flush=True)
-    # the target loads before anything is written: a target refused leaves no output behind
-    backend = _hf_backend(o) if o.backend == "hf" else None
     out = open_appender(o.out, o.stats, fd, STATS_KEYS, NAME)
     events = EventWriter.from_env()
-    sink = Sink(out, stats, o.stats, events, wanted)
+    sink = OutputSink(out, stats, o.stats, events, wanted)
     stats.write(o.stats)
     started = time.monotonic()
 
     def work() -> None:
-        chats = _todo(o, pol, done)
-        if o.backend == "hf":
-            _run_hf(o, backend, chats, sink)
-        else:
-            _run_server(o, chats, sink)
+        backend.run(_todo(o, pol, done), sink)
         sink.flush()
         if done and out.records:  # a resumed run appended: a record it retried may belong before others
             moved = out.keep_input_order(rid for rec in _records(o, pol)

@@ -1,6 +1,9 @@
-"""Where finished records go: the output in input order, the stats, the progress events.
+"""Where finished records go. A backend hands each record's result to a `Sink` as it finishes;
+the sink commits them in input order. `OutputSink` is the run's own: the output, the stats,
+the progress events. `MemorySink` keeps the results in memory, for a bench that times a backend
+and a test that checks what it answered.
 
-Answers may finish out of order (many servers, many threads); the sink holds the early ones
+Answers may finish out of order (many servers, many threads); a sink holds the early ones
 until those before them are done, so the output of a run, interrupted and resumed or not,
 is the same file. Flushes are one write and one fsync, at most every FLUSH_S seconds.
 
@@ -13,26 +16,95 @@ works is never silent until its first record.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
 
 from pipeline.events import EventWriter
+from pipeline.regenerate.conversation import Chat
+from pipeline.regenerate.errors import Failure
+from pipeline.regenerate.output import Appender
+from pipeline.regenerate.stats import Stats
 
-from .conversation import Chat
-from .errors import Failure
-from .output import Appender
-from .stats import Stats
+Result = Chat | tuple[Chat, Failure]  # a record answered, or the failure that ended it
 
 FLUSH_S = 0.5
 STATS_S = 5.0
 PROGRESS_S = 1.0
 
 
-class Sink:
-    def __init__(self, out: Appender, stats: Stats, stats_path, events: EventWriter, total: int) -> None:
+class Sink(Protocol):
+    """What a backend hands its records to (backends/__init__.py)."""
+
+    next: int  # the index of the oldest record not yet committed: a backend admits a bounded window past it
+
+    def put(self, index: int, result: Result) -> None:
+        """Record `index` is finished; it is committed once every record before it is."""
+
+    def answered(self, tokens: int) -> None:
+        """One turn answered (its record may still have turns to go)."""
+
+    def generating(self, tokens: int) -> None:
+        """`tokens` generated so far by the answers not yet finished."""
+
+    def tick(self, force: bool = False) -> None:
+        """Time passes: flush and report what is due (everything, when forced)."""
+
+
+class InOrder(ABC):
+    """Holds the results that finish early until those before them are in, then commits each
+    in input order."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.held: dict[int, Result] = {}
+
+    def put(self, index: int, result: Result) -> None:
+        self.held[index] = result
+        while self.next in self.held:
+            r = self.held.pop(self.next)
+            self.next += 1
+            self._commit(r)
+        self.tick()
+
+    @abstractmethod
+    def _commit(self, r: Result) -> None: ...
+
+    @abstractmethod
+    def tick(self, force: bool = False) -> None: ...
+
+
+class MemorySink(InOrder):
+    """The results in input order (`results`) and the turns answered: what a bench times and a
+    test checks, without an output file."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.results: list[Result] = []
+        self.answers = 0
+
+    def _commit(self, r: Result) -> None:
+        self.results.append(r)
+
+    def answered(self, tokens: int) -> None:
+        self.answers += 1
+
+    def generating(self, tokens: int) -> None:
+        pass
+
+    def tick(self, force: bool = False) -> None:
+        pass
+
+
+class OutputSink(InOrder):
+    """The run's sink: each record written to the output or counted as failed, the stats and
+    the progress events kept up to date."""
+
+    def __init__(self, out: Appender, stats: Stats, stats_path: Path, events: EventWriter, total: int) -> None:
+        super().__init__()
         self.out, self.stats, self.stats_path, self.events = out, stats, stats_path, events
         self.total = total
-        self.next = 0
-        self.held: dict[int, Chat | Failure] = {}
         self.done = stats.resumed
         self.failed = 0
         self.tokens = 0
@@ -42,15 +114,7 @@ class Sink:
         self._t0 = time.monotonic()
         self._flushed = self._stats_at = self._progress_at = self._t0
 
-    def put(self, index: int, result: Chat | tuple[Chat, Failure]) -> None:
-        self.held[index] = result  # type: ignore[assignment]
-        while self.next in self.held:
-            r = self.held.pop(self.next)
-            self.next += 1
-            self._commit(r)
-        self.tick()
-
-    def _commit(self, r: Chat | tuple[Chat, Failure]) -> None:
+    def _commit(self, r: Result) -> None:
         """One record's result, in input order: written, or counted as failed."""
         self.done += 1
         if not isinstance(r, tuple):
@@ -85,10 +149,6 @@ class Sink:
         """(done, total) of the progress events: records finished, of those to do."""
         return self.done, self.total
 
-    @property
-    def holding(self) -> int:
-        return len(self.held)
-
     def tick(self, force: bool = False, force_progress: bool = False) -> None:
         now = time.monotonic()
         if force or now - self._flushed >= FLUSH_S:
@@ -110,7 +170,7 @@ class Sink:
         self._flushed = time.monotonic()
 
 
-def drive(sink: Sink, work: Callable[[], None], verdict: Callable[[], str | None]) -> str | None:
+def drive(sink: OutputSink, work: Callable[[], None], verdict: Callable[[], str | None]) -> str | None:
     """Run `work`, which hands its records to `sink`, and settle the stats' status: "done", or
     "failed" with the reason `verdict` gives (returned), or "stopped" when anything escapes
     (a stop, a full disk, a bug). The last flush, stats and progress are written and the

@@ -16,6 +16,7 @@ from tiny_chat_target import build_chat_target, greedy_answers
 
 from pipeline.records import regenerate_stats
 from pipeline.records.regenerate_estimate import parse_estimate
+from pipeline.regenerate.sink import MemorySink
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 10
@@ -50,29 +51,6 @@ def _conv(i: int) -> list[dict[str, str]]:
     return conv
 
 
-class ListSink:
-    """What the scheduler hands over, in the order the real sink would write it."""
-
-    def __init__(self) -> None:
-        self.got: dict[int, object] = {}
-        self.next = 0
-        self.answers = 0
-
-    def put(self, index, result) -> None:
-        self.got[index] = result
-        while self.next in self.got:
-            self.next += 1
-
-    def answered(self, tokens: int) -> None:
-        self.answers += 1
-
-    def generating(self, tokens: int) -> None:
-        pass
-
-    def tick(self) -> None:
-        pass
-
-
 def test_greedy_answers_equal_model_generate_for_mixed_lengths_and_turns_with_slots_refilled(target, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,15 +68,15 @@ def test_greedy_answers_equal_model_generate_for_mixed_lengths_and_turns_with_sl
     monkeypatch.setattr(decoder_mod.Decoder, "prefill", prefill)
     backend = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0)
     chats = [Chat.start(i, f"r{i}", _conv(i)) for i in range(9)]
-    sink = ListSink()
-    backend.run(iter(chats), sink, lambda chat: 0, slots=3)
+    sink = MemorySink()
+    backend.run(iter(chats), sink, slots=3)
 
     tok = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, attn_implementation="sdpa").eval()
     ends = set(backend.eos)
     lengths = set()
     for i, chat in enumerate(chats):
-        assert sink.got[i] is chat, (chat.id, sink.got[i])
+        assert sink.results[i] is chat, (chat.id, sink.results[i])
         got = [m["content"] for m in chat.messages if m["role"] == "assistant"]
         assert len(got) == 1 + i % 3
         assert got == greedy_answers(model, tok, chat.messages, MAX_NEW, ends), chat.id
@@ -127,13 +105,13 @@ def test_lanes_attend_narrower_than_the_longest_chat_and_answer_as_model_generat
 
     backend = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0)
     chats = [Chat.start(i, f"r{i}", _mixed(i)) for i in range(12)]
-    sink = ListSink()
-    backend.run(iter(chats), sink, lambda chat: 0, slots=6, lane_slots=2)  # three lanes of two slots
+    sink = MemorySink()
+    backend.run(iter(chats), sink, slots=6, lane_slots=2)  # three lanes of two slots
 
     tok = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, attn_implementation="sdpa").eval()
     for i, chat in enumerate(chats):
-        assert sink.got[i] is chat, (chat.id, sink.got[i])
+        assert sink.results[i] is chat, (chat.id, sink.results[i])
         got = [m["content"] for m in chat.messages if m["role"] == "assistant"]
         assert got == greedy_answers(model, tok, chat.messages, MAX_NEW, set(backend.eos)), chat.id
     read = backend.step_stats
@@ -149,13 +127,13 @@ def test_a_second_run_on_the_same_backend_keeps_its_decoder_and_answers_the_same
     runs = []
     for _ in range(2):
         chats = [Chat.start(i, f"r{i}", _mixed(i)) for i in range(8)]
-        backend.run(iter(chats), ListSink(), lambda chat: 0, slots=4, lane_slots=2)
+        backend.run(iter(chats), MemorySink(), slots=4, lane_slots=2)
         runs.append(([[m["content"] for m in c.messages] for c in chats], backend.step_stats, backend._kept[1]))
     (first, stats1, dec1), (second, stats2, dec2) = runs
     assert dec2 is dec1  # kept: on CUDA its graphs are not captured again
     assert second == first  # nothing of the first run leaks into the second
     assert stats2.columns == stats1.columns and stats2 is not stats1  # each run counts its own steps
-    backend.run(iter([Chat.start(0, "r0", _mixed(0))]), ListSink(), lambda chat: 0, slots=3)
+    backend.run(iter([Chat.start(0, "r0", _mixed(0))]), MemorySink(), slots=3)
     assert backend._kept[1] is not dec1  # other slots: a new decoder
 
 
@@ -172,12 +150,12 @@ def test_slots_that_would_not_fit_in_memory_stop_with_what_to_lower(target, monk
     with pytest.raises(BadInput, match=r"^--batch-size 4: the slots' KV cache needs 198.1 KB more to hold 128 "
                                        r"positions a slot, and 1.1 GB beside it for the forward; 1.1 GB are free on "
                                        r"cpu; lower --batch-size, or bound the prompts with --max-prompt-tokens"):
-        backend.run(iter([Chat.start(0, "r0", _conv(0))]), ListSink(), lambda chat: 0, slots=4)
+        backend.run(iter([Chat.start(0, "r0", _conv(0))]), MemorySink(), slots=4)
     assert backend._kept is None
 
     bounded = HFBackend(target, "cpu", "fp32", MAX_NEW, 0.0, 1.0, max_prompt_tokens=40)
     monkeypatch.setattr(kv_slots, "free_bytes", lambda device: 1 << 40)
-    bounded.run(iter([Chat.start(i, f"r{i}", _conv(i)) for i in range(4)]), ListSink(), lambda chat: 0, slots=4)
+    bounded.run(iter([Chat.start(i, f"r{i}", _conv(i)) for i in range(4)]), MemorySink(), slots=4)
     assert bounded._kept[1].kv.capacity == 40 + MAX_NEW + 1  # the most a slot can need, not 256
 
     monkeypatch.setattr(kv_slots, "free_bytes", lambda device: kv_slots.HEADROOM + 100_000)

@@ -55,22 +55,15 @@ class OneLook:
         self.released += slots
 
 
-class Sink:
-    def generating(self, tokens: int) -> None:
-        pass
-
-    def answered(self, tokens: int) -> None:
-        pass
-
-
 @pytest.mark.parametrize("ended", [False, True])
 def test_only_an_answer_that_ran_to_the_bound_is_cut_and_its_next_turn_sees_the_cut_answer(ended):
     from pipeline.regenerate.backends.hf_schedule import Scheduler
     from pipeline.regenerate.conversation import Chat
+    from pipeline.regenerate.sink import MemorySink
 
     answer = [1, 2] + [7, 8, 9] * 8 + ([99] if ended else [])  # 99: the end token, never in the text
     decode = lambda toks: " ".join(map(str, toks))  # noqa: E731
-    s = Scheduler(OneLook(answer, ended), lambda msgs: [], decode, lambda chat: 0, Sink(), 1, 8)
+    s = Scheduler(OneLook(answer, ended), lambda msgs: [], decode, lambda chat: 0, MemorySink(), 1, 8)
     chat = Chat.start(0, "r0", [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "old"},
                                 {"role": "user", "content": "q2"}, {"role": "assistant", "content": "old"}])
     s.slots.chat[0], s.slots.prompt[0] = chat, [5, 5]

@@ -19,21 +19,21 @@ Temperature 0 is greedy. The prompt is the target's own chat template with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from pipeline.target.model import load_target
 
-from ..conversation import Chat
-from ..errors import BadInput, Failure
-from ..sink import Sink
-from .decoder import Decoder, StepStats
-from .hf_schedule import Scheduler
-from .kv_slots import NAME, CacheTooLarge, UnsupportedAttention, register
-from .lanes import LANE_SLOTS
-from .sampler import Sampler
+from pipeline.regenerate.backends.decoder import Decoder, StepStats
+from pipeline.regenerate.backends.hf_schedule import Scheduler
+from pipeline.regenerate.backends.kv_slots import NAME, CacheTooLarge, UnsupportedAttention, register
+from pipeline.regenerate.backends.lanes import LANE_SLOTS
+from pipeline.regenerate.backends.sampler import Sampler
+from pipeline.regenerate.conversation import Chat, seed_for
+from pipeline.regenerate.errors import BadInput, Failure
+from pipeline.regenerate.sink import Sink
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 SYNC_EVERY_CUDA = 16  # decode steps between the host's looks: a finished slot idles at most this many
@@ -43,7 +43,8 @@ WINDOW_PER_SLOT = 8  # records admitted ahead of the oldest unwritten one, per s
 
 class HFBackend:
     def __init__(self, model_dir: Path, device: str, dtype: str, max_new_tokens: int, temperature: float,
-                 top_p: float, max_prompt_tokens: int | None = None, trim_loops: bool = False) -> None:
+                 top_p: float, max_prompt_tokens: int | None = None, trim_loops: bool = False, *, seed: int = 0,
+                 slots: int = 16) -> None:
         from transformers import AutoTokenizer
 
         if not (Path(model_dir) / "config.json").is_file():
@@ -64,6 +65,7 @@ class HFBackend:
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_prompt_tokens = max_prompt_tokens
         self.trim_loops = trim_loops
+        self.seed, self.slots = seed, slots
         self.per_row_temperature = False  # whether a chat may set its own (Chat.temperature)
         eos = self.model.generation_config.eos_token_id
         eos = eos if eos is not None else self.tok.eos_token_id
@@ -137,13 +139,18 @@ class HFBackend:
     def decode(self, tokens: list[int]) -> str:
         return self.tok.decode(tokens, skip_special_tokens=True)
 
-    def run(self, chats: Iterator[Chat], sink: Sink, seed_of: Callable[[Chat], int], slots: int,
-            graphs: bool = True, lane_slots: int = LANE_SLOTS) -> None:
-        """Answer every turn of every chat, handing each finished record to `sink`."""
+    def seed_of(self, chat: Chat) -> int:
+        return seed_for(self.seed, chat.id, chat.turn)
+
+    def run(self, chats: Iterator[Chat], sink: Sink, *, slots: int | None = None, graphs: bool = True,
+            lane_slots: int = LANE_SLOTS) -> None:
+        """Answer every turn of every chat, handing each finished record to `sink`. A bench
+        times other `slots` on the same loaded target, and a test narrower lanes."""
+        slots = self.slots if slots is None else slots
         sync = SYNC_EVERY_CUDA if self.device.type == "cuda" else SYNC_EVERY_CPU
         try:
             decoder = self._decoder(slots, graphs, lane_slots)
-            scheduler = Scheduler(decoder, self.prompt_ids, self.decode, seed_of, sink, sync,
+            scheduler = Scheduler(decoder, self.prompt_ids, self.decode, self.seed_of, sink, sync,
                                   WINDOW_PER_SLOT * slots)
             with torch.inference_mode():
                 scheduler.run(chats)

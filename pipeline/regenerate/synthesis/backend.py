@@ -16,8 +16,10 @@ from ..backends.hf import HFBackend
 
 class SynthBackend(HFBackend):
     def __init__(self, model_dir: Path, device: str, dtype: str, max_new_tokens: int, temperature: float,
-                 top_p: float, max_prompt_tokens: int | None, trim_loops: bool, system_prompts: tuple[str, ...]) -> None:
-        super().__init__(model_dir, device, dtype, max_new_tokens, temperature, top_p, max_prompt_tokens, trim_loops)
+                 top_p: float, max_prompt_tokens: int | None, trim_loops: bool, system_prompts: tuple[str, ...], *,
+                 seed: int = 0, slots: int = 16) -> None:
+        super().__init__(model_dir, device, dtype, max_new_tokens, temperature, top_p, max_prompt_tokens, trim_loops,
+                         seed=seed, slots=slots)
         self.where = f"--model {model_dir}"
         turns = [user_turn(self.tok, self.where, s or None) for s in sorted(set(system_prompts) | {""})]
         self.turn_ends = sorted({t.end_text for t in turns})  # the tokens that close a user turn, for the log

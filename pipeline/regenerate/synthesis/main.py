@@ -27,7 +27,6 @@ from pipeline import cpu_threads, output_guard
 from pipeline.events import EventWriter
 from pipeline.records.synthesis_stats import SynthesisStats, read_stats
 
-from ..conversation import seed_for
 from ..errors import BadInput, PeerDead
 from ..output import done_ids, open_appender, repair_tail
 from ..sink import drive
@@ -114,7 +113,8 @@ def _target(o: SynthOptions, done: set[str]):
     from .backend import SynthBackend  # torch and transformers: only once there is work
 
     backend = SynthBackend(o.model, o.device, o.dtype, max(o.max_new_tokens, o.max_question_tokens), o.temperature,
-                           o.top_p, o.max_prompt_tokens, o.trim_loops, o.system_prompts)
+                           o.top_p, o.max_prompt_tokens, o.trim_loops, o.system_prompts, seed=o.seed,
+                           slots=o.batch_size)
     print(f"{NAME}: synthesizing {o.records} records of {o.turns} user turn{'s' if o.turns > 1 else ''} with "
           f"{o.model} (a user turn ends at {' or '.join(backend.turn_ends)}"
           + (f"; {len(o.system_prompts)} system prompts" if o.system_prompts else "") + ")"
@@ -141,8 +141,7 @@ def _run(o: SynthOptions, fd: int | None) -> int:
             return
         judge = Questions(backend.controls, o.min_question_chars, o.max_question_tokens, o.question_temperature,
                           seen)
-        backend.run(_todo(o, done, sink, judge, stats), sink, lambda chat: seed_for(o.seed, chat.id, chat.turn),
-                    o.batch_size)
+        backend.run(_todo(o, done, sink, judge, stats), sink)
 
     started = time.monotonic()
     short = drive(sink, work, lambda: _verdict(o, stats, sink.kept))

@@ -12,13 +12,13 @@ from pipeline.events import EventWriter
 
 from ..errors import Failure
 from ..output import Appender
-from ..sink import Sink
+from ..sink import OutputSink
 from .chat import SynthChat, duplicate
 from .dedup import Seen
 from .stats import SynthStats
 
 
-class SynthSink(Sink):
+class SynthSink(OutputSink):
     def __init__(self, out: Appender, stats: SynthStats, stats_path, events: EventWriter, seen: Seen) -> None:
         super().__init__(out, stats, stats_path, events, stats.wanted)
         self.seen = seen
