@@ -36,7 +36,7 @@ import torch
 from pipeline.dump_protocol import request_key
 from pipeline.extract.dumps import ChunkBuffer, DumpFolder, all_finite
 from pipeline.store.sample_file import Sample, write_parts, write_sample
-from pipeline.sglang_dump import dump_parts
+from pipeline.patch.sglang_dump import dump_parts
 from pipeline.atomic_io import write_bytes_atomic
 
 DTYPE = "bfloat16"

@@ -35,7 +35,8 @@ import torch  # noqa: E402
 from pipeline.events import EventWriter  # noqa: E402
 from pipeline.extract import engine  # noqa: E402
 from pipeline.capture import Capturer  # noqa: E402
-from pipeline.extract.job import ExtractOptions, prepare  # noqa: E402
+from pipeline.extract.job import prepare  # noqa: E402
+from pipeline.extract.options import Options  # noqa: E402
 from pipeline.store.layout import sample_bytes  # noqa: E402
 from pipeline.store.meta import TargetInfo  # noqa: E402
 from pipeline.extract.reserve import volume_of  # noqa: E402
@@ -228,7 +229,7 @@ def sequential_write(folder: Path, total: int, chunk: int = 64 << 20) -> float:
 
 def extract_run(model, data: Path, out: Path, limit: int, shard: Shard, args, compile: bool | None = None,
                 checksums: bool = True) -> dict:
-    opts = ExtractOptions(data=data, out=out, batch_tokens=args.batch_tokens, writers=args.writers,
+    opts = Options(data=data, out=out, batch_tokens=args.batch_tokens, writers=args.writers,
                           queue=args.queue, reserve=args.reserve, limit=limit)
     job = prepare(opts, target_info(), "bfloat16", shard)
     real = store_module.Checksum

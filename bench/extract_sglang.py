@@ -2,7 +2,7 @@
 store's own write bound?
 
 One run, CPU only (no GPU, no SGLang): the stand-in server (tests/pipeline/standin_sglang.py,
-its own process, dumps written by pipeline.sglang_dump's writer into /dev/shm as fast as it
+its own process, dumps written by pipeline.patch.sglang_dump's writer into /dev/shm as fast as it
 can) answers the client, and we measure
   1. the store's write bound: its own sample writer (write_sample: checksum, temp + fsync +
      rename) on 2, 4 and 8 threads from memory, as bench/extract.py measures it;
@@ -45,7 +45,8 @@ from pipeline.events import EventWriter
 from pipeline.dump_protocol import dump_size_bound, request_key
 from pipeline.extract import dumps as dumps_module
 from pipeline.extract.dumps import ChunkBuffer, DumpFolder
-from pipeline.extract.job import ExtractOptions, prepare
+from pipeline.extract.job import prepare
+from pipeline.extract.options import Options
 from pipeline.extract.reserve import volume_of
 from pipeline.sizes import parse_size
 from pipeline.store.layout import sample_bytes
@@ -173,7 +174,7 @@ def client_alone(server: SGLangServer, folder: DumpFolder, target: Path, out: Pa
 
     with ThreadPoolExecutor(args.concurrency) as pool:
         list(pool.map(one, range(m)))
-    job = prepare(ExtractOptions(data=sub, out=out / "store-ahead", reserve=0), TargetInfo.from_dir(target),
+    job = prepare(Options(data=sub, out=out / "store-ahead", reserve=0), TargetInfo.from_dir(target),
                   "bfloat16", Shard(0, 1))
     try:
         return Extraction(job, opts, server, EventWriter(None), log=lambda s: None).run(plan(job, opts))
@@ -242,7 +243,7 @@ def watched_run(job, opts: SGLangOptions, server: SGLangServer, folder: DumpFold
 def end_to_end(server: SGLangServer, folder: DumpFolder, opts: SGLangOptions, target: Path, data: Path, out: Path,
                bound: float, rate: float) -> float:
     """[3]: the client into a fresh store, held to the write bound and the dump path's rate; returns tokens/s."""
-    job = prepare(ExtractOptions(data=data, out=out / "store", reserve=0), TargetInfo.from_dir(target),
+    job = prepare(Options(data=data, out=out / "store", reserve=0), TargetInfo.from_dir(target),
                   "bfloat16", Shard(0, 1))
     res, peak, client_cpu = watched_run(job, opts, server, folder)
     if job.lock is not None:

@@ -1,5 +1,5 @@
 """The SGLang dump folder's protocol, the one definition both sides read: the server's hook
-(pipeline/sglang_dump.py, inside the SGLang process) writes by it and the client
+(pipeline/patch/sglang_dump.py, inside the SGLang process) writes by it and the client
 (pipeline/extract/dumps.py) reads by it.
 
 Were the names or the room rules written twice, a change on one side would leave the

@@ -67,7 +67,7 @@ def test_kimi_merge_takes_b1_to_b8_and_a2_not_a1_at_8192():
 
 
 def test_kimi_runs_our_stages_with_arguments_they_accept():
-    from pipeline.extract.__main__ import build_parser as extract_parser
+    from pipeline.extract.options import build_parser as extract_parser
     from pipeline.merge.options import build_parser as merge_parser
 
     cfg = load_config(KIMI)
@@ -81,7 +81,7 @@ def test_kimi_runs_our_stages_with_arguments_they_accept():
 
 def test_kimi_regenerates_b1_to_b8_through_a_normal_mode_server_then_stops_it():
     from pipeline.regenerate.options import parse
-    from pipeline.serve import build_parser as serve_parser
+    from pipeline.serve.options import build_parser as serve_parser
 
     cfg = load_config(KIMI)
     argv = list(cfg.phase("serve-target").argv)
@@ -113,7 +113,7 @@ def test_real_target_check_without_the_model_names_every_failing_check_and_exits
 
 def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_the_limit():
     from pipeline.evaluate.options import build_parser as evaluate_parser
-    from pipeline.extract.__main__ import build_parser as extract_parser
+    from pipeline.extract.options import build_parser as extract_parser
     from pipeline.regenerate.options import parse
     from pipeline.train.options import build_parser as train_parser
 
@@ -135,7 +135,7 @@ def test_real_target_stages_accept_their_arguments_and_extract_verify_follows_th
 def test_kimi_trains_on_8_gpus_exports_and_measures_the_eagle3_server():
     from pipeline.evaluate.options import build_parser as evaluate_parser
     from pipeline.export.options import build_parser as export_parser
-    from pipeline.serve import build_parser as serve_parser
+    from pipeline.serve.options import build_parser as serve_parser
     from pipeline.train.options import build_parser as train_parser
 
     cfg = load_config(KIMI)

@@ -21,17 +21,14 @@ import time
 
 from pipeline import output_guard
 from pipeline.demo.folder import WRITER, adopt_legacy
-from pipeline.demo.options import build_parser
+from pipeline.demo.options import parse
 from pipeline.events import EventWriter
 from pipeline.program_edge import BadInput, on_sigterm, run_program
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-
     def body() -> int:
-        if args.train_steps is not None and args.train_steps < 1:
-            raise BadInput(f"--train-steps must be at least 1, got {args.train_steps}")
+        args = parse(argv)
         if args.out.exists() and not args.out.is_dir():
             raise BadInput(f"--out {args.out} exists and is not a folder; pass a folder path")
         adopt_legacy(args.out)

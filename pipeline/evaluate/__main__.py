@@ -63,7 +63,7 @@ from pipeline.program_edge import SigtermGuard, Terminated, exit_with, on_sigter
 from pipeline.records.evaluate_report import LocalReport, Report, write_report
 
 from .local import run_local
-from .options import EvalOptions, parse, validate
+from .options import Options, parse, validate
 from .scoring import Progress
 from .server import run_server
 
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_program("evaluate", lambda: _evaluate(opts, progress, term))
 
 
-def _evaluate(opts: EvalOptions, progress: Progress, term: SigtermGuard) -> int:
+def _evaluate(opts: Options, progress: Progress, term: SigtermGuard) -> int:
     validate(opts)
     started = time.monotonic()
     with EventWriter.from_env() as events:
@@ -93,7 +93,7 @@ def _evaluate(opts: EvalOptions, progress: Progress, term: SigtermGuard) -> int:
     return 0
 
 
-def _publish(opts: EvalOptions, report: Report, progress: Progress, term: SigtermGuard, events: EventWriter) -> None:
+def _publish(opts: Options, report: Report, progress: Progress, term: SigtermGuard, events: EventWriter) -> None:
     if opts.report is not None:
         opts.report.parent.mkdir(parents=True, exist_ok=True)
         # a stop lands before the write or after the report is counted, never between

@@ -13,7 +13,7 @@ from pipeline.records.evaluate_report import Baseline, Best, ForwardTimes, Local
 
 from . import fingerprint
 from .errors import BadInput
-from .options import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, EvalOptions, setting_texts
+from .options import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, Options, setting_texts
 from .prompts import Prompt, held_out
 from .references import References
 from .report import Summary, describe
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .verifier import Target
 
 
-def settings_of(opts: EvalOptions) -> list[Setting]:
+def settings_of(opts: Options) -> list[Setting]:
     """--configs' settings, else the chain of --num-steps (3 when neither is given)."""
     from .tree import Setting, parse_setting
 
@@ -49,11 +49,11 @@ def settings_of(opts: EvalOptions) -> list[Setting]:
     return settings
 
 
-def _arm_names(opts: EvalOptions) -> list[str]:
+def _arm_names(opts: Options) -> list[str]:
     return ([str(opts.drafter)] if opts.drafter is not None else []) + (["the untrained baseline"] if opts.baseline else [])
 
 
-def _load_arms(opts: EvalOptions, target: Target, settings: list[Setting], device: str,
+def _load_arms(opts: Options, target: Target, settings: list[Setting], device: str,
                dtype: torch.dtype) -> tuple[list[Arm], list[Arm], Eagle3Drafter]:
     """The arms scored (the trained drafter's, else the baseline's), the baseline's beside
     them (none when they are the baseline), and the drafter whose forwards are timed."""
@@ -75,7 +75,7 @@ def _load_arms(opts: EvalOptions, target: Target, settings: list[Setting], devic
     return (arms or baseline), (baseline if arms else []), trained
 
 
-def _batch_size(opts: EvalOptions, settings: list[Setting], device: str) -> int:
+def _batch_size(opts: Options, settings: list[Setting], device: str) -> int:
     """Prompts decoded in lockstep: --batch, else 16 on a GPU (where a forward of B prompts
     costs about what one does) and 1 on a CPU (where it costs B times as much). Trees and
     --no-kv-cache go one prompt at a time."""
@@ -85,7 +85,7 @@ def _batch_size(opts: EvalOptions, settings: list[Setting], device: str) -> int:
     return want
 
 
-def _decode(opts: EvalOptions, target: Target, prompts: list[Prompt], arms: list[Arm], baseline: list[Arm],
+def _decode(opts: Options, target: Target, prompts: list[Prompt], arms: list[Arm], baseline: list[Arm],
             refs: References | None, batch: int, events: EventWriter,
             progress: Progress) -> tuple[list[PromptFigures], int, int]:
     """Score every prompt, `batch` at a time: the per-prompt figures, the greedy reference's
@@ -129,7 +129,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
-def run_local(opts: EvalOptions, events: EventWriter, progress: Progress) -> LocalReport:
+def run_local(opts: Options, events: EventWriter, progress: Progress) -> LocalReport:
     cpu_threads.fit("evaluate", opts.threads)
     import torch
 
@@ -203,7 +203,7 @@ def _tell(events: EventWriter, s: Summary, b: Summary | None, k: int, rows: tupl
         events.metric("sweep_acceptance_length", row.acceptance_length, step=j, setting=row.setting)
 
 
-def _refuse_if_changed(opts: EvalOptions, before: dict[str, tuple[int, str]]) -> None:
+def _refuse_if_changed(opts: Options, before: dict[str, tuple[int, str]]) -> None:
     """No report for a drafter folder that changed while it was scored (an export over it, say):
     its figures would be credited to weights that are no longer there."""
     assert opts.drafter is not None

@@ -1,5 +1,5 @@
 """What an evaluation is asked for: its command line, the options it parses into (defaults
-written once, in the parser), and the bounds every value is held to before anything loads."""
+written once, in `Options`), and the bounds every value is held to before anything loads."""
 
 from __future__ import annotations
 
@@ -21,32 +21,31 @@ MAX_NEW = 4096
 
 
 @dataclass(frozen=True)
-class EvalOptions:
-    """The command line's flags as `build_parser` parsed them (its defaults), held to their
-    bounds by `validate`."""
+class Options:
+    """The command line's flags as `build_parser` parsed them, held to their bounds by `validate`."""
 
-    drafter: Path | None
-    baseline: bool
-    no_kv_cache: bool
-    target: Path | None
-    server: str | None
-    prompts: Path | None
-    demo_prompts: int | None
-    demo_seed: int
-    exclude: Path | None
-    num_steps: int | None
-    configs: list[str] | None
-    max_settings: int
-    references: Path | None
-    batch: int | None
-    limit: int
-    max_new_tokens: int
-    device: str | None
-    dtype: str
-    report: Path | None
-    concurrency: int
-    timeout: float
-    threads: int | None
+    drafter: Path | None = None
+    baseline: bool = False
+    no_kv_cache: bool = False
+    target: Path | None = None
+    server: str | None = None
+    prompts: Path | None = None
+    demo_prompts: int | None = None
+    demo_seed: int = 1  # the demo trains on seed 0
+    exclude: Path | None = None
+    num_steps: int | None = None  # None: 3, or the server's own
+    configs: list[str] | None = None
+    max_settings: int = MAX_SETTINGS
+    references: Path | None = None
+    batch: int | None = None  # None: 16 on a GPU, 1 on a CPU
+    limit: int = 32
+    max_new_tokens: int = 64
+    device: str | None = None
+    dtype: str = "fp32"
+    report: Path | None = None
+    concurrency: int = 4
+    timeout: float = 300.0
+    threads: int | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,39 +60,45 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompts", type=Path, help="held-out prompts: chat records or merged records (JSONL)")
     src.add_argument("--demo-prompts", type=int, metavar="N", help="N chats from the demo's generator at --demo-seed")
-    p.add_argument("--demo-seed", type=int, default=1, help="seed for --demo-prompts (default 1; the demo trains on 0)")
+    p.add_argument("--demo-seed", type=int, default=Options.demo_seed,
+                   help=f"seed for --demo-prompts (default {Options.demo_seed}; the demo trains on 0)")
     p.add_argument("--exclude", type=Path, metavar="TRAIN.jsonl", help="merged training set whose prompts are dropped")
-    p.add_argument("--num-steps", type=int, default=None,
+    p.add_argument("--num-steps", type=int, default=Options.num_steps,
                    help=f"drafts per round of a chain, 1..{MAX_STEPS} (default 3; the same as --configs N,1,N+1); with "
                         "--server, the server's --speculative-num-steps, which bounds the acceptance length it reports")
     p.add_argument("--configs", nargs="+", metavar="STEPS,TOPK,DRAFT_TOKENS",
                    help="SGLang settings to sweep (--speculative-num-steps, --speculative-eagle-topk, "
                         "--speculative-num-draft-tokens), e.g. 3,1,4 5,4,8 7,8,32")
-    p.add_argument("--max-settings", type=int, default=MAX_SETTINGS, metavar="N",
-                   help=f"the most --configs settings one evaluation decodes (default {MAX_SETTINGS}); each decodes "
+    p.add_argument("--max-settings", type=int, default=Options.max_settings, metavar="N",
+                   help=f"the most --configs settings one evaluation decodes (default {Options.max_settings}); each "
+                        "decodes "
                         "every prompt again")
     p.add_argument("--references", type=Path, metavar="DIR",
                    help="keep greedy references here, per target fingerprint and prompt, so the next evaluation "
                         "of the same target does not decode them again (default: keep none)")
     p.add_argument("--batch", type=int, metavar="N",
                    help="prompts decoded in lockstep, 1..256 (default 16 on a GPU, 1 on a CPU; chains only)")
-    p.add_argument("--limit", type=int, default=32, help="prompts evaluated (default 32)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help=f"tokens generated per prompt, 1..{MAX_NEW} (default 64)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="compute dtype (default fp32)")
+    p.add_argument("--limit", type=int, default=Options.limit, help=f"prompts evaluated (default {Options.limit})")
+    p.add_argument("--max-new-tokens", type=int, default=Options.max_new_tokens,
+                   help=f"tokens generated per prompt, 1..{MAX_NEW} (default {Options.max_new_tokens})")
+    p.add_argument("--device", default=Options.device, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", default=Options.dtype, choices=["fp32", "bf16", "fp16"],
+                   help=f"compute dtype (default {Options.dtype})")
     p.add_argument("--report", type=Path, help="write the figures here as JSON")
-    p.add_argument("--concurrency", type=int, default=4, help="--server: requests in flight, 1..64 (default 4)")
-    p.add_argument("--timeout", type=float, default=300.0, help="--server: seconds per request (default 300)")
+    p.add_argument("--concurrency", type=int, default=Options.concurrency,
+                   help=f"--server: requests in flight, 1..64 (default {Options.concurrency})")
+    p.add_argument("--timeout", type=float, default=Options.timeout,
+                   help=f"--server: seconds per request (default {Options.timeout:g})")
     cpu_threads.add_option(p)
     return p
 
 
-def parse(argv: Sequence[str] | None = None) -> EvalOptions:
+def parse(argv: Sequence[str] | None = None) -> Options:
     """The options of a command line; argparse's own errors exit 2 with its usage."""
-    return EvalOptions(**vars(build_parser().parse_args(argv)))
+    return Options(**vars(build_parser().parse_args(argv)))
 
 
-def validate(opts: EvalOptions) -> None:
+def validate(opts: Options) -> None:
     """BadInput for a combination or a value past its bound; nothing is filled in."""
     if opts.prompts is None and opts.demo_prompts is None:
         raise BadInput(f"give --prompts FILE or --demo-prompts N; see {PROG} --help")
@@ -123,7 +128,7 @@ def setting_texts(configs: list[str]) -> list[str]:
     return " ".join(configs).split()  # one argument may hold several (a config variable)
 
 
-def _refuse_unbounded(opts: EvalOptions, texts: list[str]) -> None:
+def _refuse_unbounded(opts: Options, texts: list[str]) -> None:
     """Before anything loads: an empty --configs, and more settings than --max-settings (each
     decodes every prompt again: 10,000 of them were about 28 hours on the tiny demo target)."""
     if not texts:

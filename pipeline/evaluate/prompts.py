@@ -22,7 +22,7 @@ from pipeline.chat.synthetic import generate
 from .errors import BadInput
 
 if TYPE_CHECKING:
-    from .options import EvalOptions
+    from .options import Options
 
 MAX_PROMPTS = 10_000
 MAX_LINE_BYTES = 64 << 20
@@ -187,7 +187,7 @@ def tokenizer_of(target: Path | None) -> Any | None:
         raise BadInput(f"cannot load the tokenizer of {target} (--target): {str(e).splitlines()[0]}") from None
 
 
-def held_out(opts: EvalOptions, max_prompt_len: int, vocab_size: int | None = None) -> PromptSet:
+def held_out(opts: Options, max_prompt_len: int, vocab_size: int | None = None) -> PromptSet:
     """The prompts an evaluation scores: --prompts or --demo-prompts, less --exclude's and those
     too long for the target's context; BadInput when none is left."""
     if opts.demo_prompts is not None:

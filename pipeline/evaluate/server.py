@@ -23,7 +23,7 @@ from pipeline.http_client import TOO_LARGE, HttpFailure, post_json
 from pipeline.records.evaluate_report import ServerPrompt, ServerReport
 
 from .errors import BadInput, EvalError
-from .options import EvalOptions
+from .options import Options
 from .prompts import Prompt, held_out
 from .scoring import say
 
@@ -160,7 +160,7 @@ def summarize(results: list[ServerResult], server: str, excluded: int) -> Server
                                                       completion_tokens=r.completion_tokens) for r in results))
 
 
-def run_server(opts: EvalOptions, events: EventWriter) -> ServerReport:
+def run_server(opts: Options, events: EventWriter) -> ServerReport:
     assert opts.server is not None
     chosen = held_out(opts, 1 << 30)
     n = len(chosen.prompts)

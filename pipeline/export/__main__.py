@@ -46,12 +46,12 @@ from pipeline import cpu_threads
 from pipeline.events import EventWriter
 from pipeline.export.convert import export
 from pipeline.export.folder import required_keys
-from pipeline.export.options import DTYPES, ExportOptions, parse, validate
+from pipeline.export.options import DTYPES, Options, parse, validate
 from pipeline.export.verify import verify_folder
 from pipeline.program_edge import on_sigterm, run_program
 
 
-def _run(args: ExportOptions) -> int:
+def _run(args: Options) -> int:
     validate(args)
     cpu_threads.fit("export", args.threads)
     if args.verify is not None:

@@ -1,5 +1,5 @@
 """What an export is asked for: its command line, the options it parses into (defaults written
-once, in the parser), and the check that the flags it needs are there."""
+once, in `Options`), and the check that the flags it needs are there."""
 
 from __future__ import annotations
 
@@ -17,16 +17,16 @@ DTYPES = {"target": "target", "keep": None, "bf16": "bfloat16", "fp16": "float16
 
 
 @dataclass(frozen=True)
-class ExportOptions:
-    """The command line's flags as `build_parser` parsed them (its defaults), checked by `validate`."""
+class Options:
+    """The command line's flags as `build_parser` parsed them, checked by `validate`."""
 
-    checkpoint: Path | None
-    target: Path | None
-    out: Path | None
-    dtype: str
-    mode: int
-    verify: Path | None
-    threads: int | None
+    checkpoint: Path | None = None
+    target: Path | None = None
+    out: Path | None = None
+    dtype: str = "target"
+    mode: int = DEFAULT_MODE
+    verify: Path | None = None
+    threads: int | None = None
 
 
 def _mode(text: str) -> int:
@@ -45,21 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=Path, help="the target model folder (config.json: rope, positions, layer count)")
     p.add_argument("--out", type=Path, help="drafter folder to write: new, or one an earlier export wrote "
                    "(replaced atomically)")
-    p.add_argument("--dtype", default="target", choices=sorted(DTYPES),
-                   help="weights dtype (default target: the target's, e.g. bf16; keep: as trained)")
-    p.add_argument("--mode", type=_mode, default=DEFAULT_MODE, metavar="OCTAL",
-                   help="permissions of the written files (default 0644: a server of another user can read them)")
+    p.add_argument("--dtype", default=Options.dtype, choices=sorted(DTYPES),
+                   help=f"weights dtype (default {Options.dtype}: the target's, e.g. bf16; keep: as trained)")
+    p.add_argument("--mode", type=_mode, default=Options.mode, metavar="OCTAL",
+                   help=f"permissions of the written files (default {Options.mode:04o}: a server of another user "
+                   "can read them)")
     p.add_argument("--verify", type=Path, metavar="DRAFTER", help="check an exported folder and exit")
     cpu_threads.add_option(p)
     return p
 
 
-def parse(argv: Sequence[str] | None = None) -> ExportOptions:
+def parse(argv: Sequence[str] | None = None) -> Options:
     """The options of a command line; argparse's own errors exit 2 with its usage."""
-    return ExportOptions(**vars(build_parser().parse_args(argv)))
+    return Options(**vars(build_parser().parse_args(argv)))
 
 
-def validate(opts: ExportOptions) -> None:
+def validate(opts: Options) -> None:
     """BadInput when a flag an export needs is missing (--verify alone needs none)."""
     missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(opts, n) is None]
     if missing and opts.verify is None:

@@ -40,12 +40,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from pipeline import cpu_threads
-from pipeline.extract.driver import PROG, RESUME, drive, need, options_from
+from pipeline.extract.driver import RESUME, drive, need
 from pipeline.extract.estimate import estimate
 from pipeline.extract.hf_backend import HFBackend
+from pipeline.extract.options import build_parser, options_from
 from pipeline.extract.reserve import disk_full, is_disk_full
 from pipeline.extract.sharding import device_for, resolve_shard
 from pipeline.program_edge import BadInput, run_program
@@ -53,56 +53,6 @@ from pipeline.records.extract_estimate import format_estimate
 from pipeline.sizes import format_bytes
 from pipeline.store.integrity import verify_store
 from pipeline.store.meta import TargetInfo
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Extract EAGLE-3 hidden states from a target model.")
-    p.add_argument("--estimate", action="store_true", help="print the bytes a run will write, and exit")
-    p.add_argument("--verify", action="store_true",
-                   help="check the store at --out (sizes, checksums, completeness; with --model its target) and exit")
-    p.add_argument("--sample", type=int, default=None,
-                   help="--verify only: checksum and read N random samples and the last N written instead of all")
-    p.add_argument("--backend", default="hf", choices=["hf", "sglang"],
-                   help="capture backend (default hf: transformers; sglang: a patched SGLang server, see sglang_client.py)")
-    p.add_argument("--model", type=Path, help="target model folder (save_pretrained layout)")
-    p.add_argument("--data", type=Path, help="merged dataset (JSONL)")
-    p.add_argument("--out", type=Path, help="store folder")
-    p.add_argument("--stats", type=Path, help="merge stats JSON (its dataset_sha256 is checked against --data, "
-                   "its tokenizer_identity against --model's tokenizer)")
-    p.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward (default 16384)")
-    p.add_argument("--max-len", type=int, default=None, help="truncate samples to this many tokens")
-    p.add_argument("--writers", type=int, default=4, help="concurrent store writes (default 4): writer threads for the HF backend, "
-                        "write slots for the SGLang client")
-    p.add_argument("--queue", type=int, default=4,
-                   help="captured batches held in host memory awaiting writes (default 4); "
-                        "host memory is about queue x batch-tokens x 4 x hidden x dtype bytes")
-    p.add_argument("--reserve", default="10GB", help="stop cleanly when free space would drop below this (default 10GB)")
-    p.add_argument("--rank", type=int, default=None, help="this process's shard (default: $RANK under torchrun, else 0)")
-    p.add_argument("--world-size", type=int, default=None, help="number of shards (default: $WORLD_SIZE, else 1)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--no-compile", action="store_true",
-                   help="do not torch.compile the decoder layers (compiled by default on CUDA, never on CPU)")
-    p.add_argument("--limit", type=int, default=None, help="extract only the first N samples of the dataset")
-    p.add_argument("--window", type=int, default=2048, help="samples sorted together by length (default 2048)")
-    p.add_argument("--store-dtype", default="bf16", choices=["bf16", "fp8"],
-                   help="what the store holds: bf16 (default) the states in the target's own dtype (bf16 on CUDA; "
-                        "fp32 on CPU runs); fp8 float8 e4m3 with a float32 scale per token (aux: per token per "
-                        "capture layer), about half the bytes; training dequantizes on read. Also for --estimate")
-    p.add_argument("--dtype", default="bf16", help="--estimate only: bytes per value (bf16, fp16, fp32)")
-    p.add_argument("--json", action="store_true", help="--estimate, --verify: print a JSON object")
-    cpu_threads.add_option(p)
-    s = p.add_argument_group("--backend sglang")
-    s.add_argument("--server", help="the extraction-mode server's URL, e.g. http://127.0.0.1:30000")
-    s.add_argument("--dump-dir", type=Path, help="the server's dump folder (its EAGLE3_DUMP_DIR)")
-    s.add_argument("--dump-budget", default="8GB", help="bytes the dump folder may hold: the server's "
-                   "EAGLE3_DUMP_BUDGET (default 8GB); requests are held back to stay under it")
-    s.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    s.add_argument("--request-timeout", type=float, default=600.0,
-                   help="seconds one request may take, answer and dump included (default 600)")
-    s.add_argument("--retries", type=int, default=3, help="attempts per sample (default 3)")
-    s.add_argument("--max-failures", type=int, default=20,
-                   help="failed attempts in a row that mean the server is dead: stop with exit 4 (default 20)")
-    return p
 
 
 def _estimate(args: argparse.Namespace) -> int:

@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Protocol
 
 from pipeline.extract.errors import Stopped
-from pipeline.extract.job import ExtractOptions, Job, prepare
+from pipeline.extract.job import Job, prepare
+from pipeline.extract.options import PROG, Options
 from pipeline.extract.reserve import disk_full, is_disk_full
 from pipeline.extract.sharding import Shard
 from pipeline.program_edge import BadInput, on_sigterm
-from pipeline.sizes import format_bytes, parse_size
+from pipeline.sizes import format_bytes
 from pipeline.store.manifest import finalize
 from pipeline.store.meta import TargetInfo
 
-PROG = "python -m pipeline.extract"
 RESUME = "rerun the same command to resume"
 
 
@@ -78,24 +78,6 @@ def need(args: argparse.Namespace, *names: str, why: str = "") -> None:
         raise BadInput(f"missing {', '.join(missing)}{why}; see {PROG} --help")
 
 
-def size_flag(args: argparse.Namespace, name: str) -> int:
-    """The bytes a size flag ("10GB" style) says; BadInput naming the flag."""
-    try:
-        return parse_size(getattr(args, name))
-    except ValueError as e:
-        raise BadInput(f"--{name.replace('_', '-')}: {e}") from None
-
-
-def options_from(args: argparse.Namespace) -> ExtractOptions:
-    """The store-side options both backends take from the command line, validated."""
-    options = ExtractOptions(data=args.data, out=args.out, stats=args.stats, batch_tokens=args.batch_tokens,
-                             max_len=args.max_len, writers=args.writers, queue=args.queue,
-                             reserve=size_flag(args, "reserve"), limit=args.limit, window=args.window,
-                             fp8=args.store_dtype == "fp8")
-    options.validate()
-    return options
-
-
 def finalize_or_stop(out: Path, total: int) -> bool:
     """manifest.finalize, with a full disk as the reserve stop (exit 3) it is."""
     try:
@@ -112,7 +94,7 @@ def stopped(written: int, kept: int, total: int, detail: str = "") -> Stopped:
                    f"{RESUME}")
 
 
-def drive(options: ExtractOptions, target: TargetInfo, backend: Backend,
+def drive(options: Options, target: TargetInfo, backend: Backend,
           log: Callable[[str], None] = lambda s: print(s, flush=True)) -> int:
     """Prepare the store, run the backend on what is left, and say how it went; 0 when this
     process's work is done."""

@@ -1,7 +1,7 @@
 """The client side of the SGLang dump folder: request keys, reading and validating a dump,
 and the folder's occupancy.
 
-The patched server (pipeline/sglang_dump.py) writes one `<KEY>.safetensors` per request into
+The patched server (pipeline/patch/sglang_dump.py) writes one `<KEY>.safetensors` per request into
 the dump folder, atomically (`.<KEY>.safetensors.tmp`, then rename), or `<KEY>.error` holding
 one line of reason. KEY is computed by the client from the request alone, so a resumed run
 finds a dump a killed run left behind and a retry never confuses two samples:
@@ -177,7 +177,7 @@ def check_dump(path: Path, fd: int, input_ids: list[int], hidden: int, dtype: st
     n = struct.unpack("<Q", prefix)[0]
     if n > HEADER_ALLOWANCE:
         raise BadDump(f"{path}: its safetensors header takes {n} bytes, more than the {HEADER_ALLOWANCE} a dump's "
-                      "may: not a dump written by pipeline.sglang_dump")
+                      "may: not a dump written by pipeline.patch.sglang_dump")
     if 8 + n > size:
         raise BadDump(f"{path}: truncated: {size} bytes, less than its {n}-byte header needs")
     raw = bytearray(n)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pipeline.extract.batching import PlannedBatch, plan_batches
 from pipeline.extract.estimate import read_stats
+from pipeline.extract.options import Options
 from pipeline.extract.reserve import DiskGuard
 from pipeline.extract.sharding import Shard
 from pipeline.merged_dataset import DatasetIndex, index_dataset
@@ -30,34 +31,8 @@ from pipeline.target.tokenizer import check_merged_with
 
 
 @dataclass
-class ExtractOptions:
-    data: Path
-    out: Path
-    stats: Path | None = None
-    batch_tokens: int = 16384
-    max_len: int | None = None
-    writers: int = 4
-    queue: int = 4
-    reserve: int = 10 * 10**9
-    limit: int | None = None
-    window: int = 2048
-    fp8: bool = False  # --store-dtype fp8: states as e4m3 with scales (pipeline/store/fp8.py)
-
-    def validate(self) -> None:
-        for name in ("batch_tokens", "writers", "queue", "window"):
-            if getattr(self, name) < 1:
-                raise BadInput(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.max_len is not None and self.max_len < 1:
-            raise BadInput(f"--max-len must be at least 1, got {self.max_len}")
-        if self.limit is not None and self.limit < 0:
-            raise BadInput(f"--limit must not be negative, got {self.limit}")
-        if self.reserve < 0:
-            raise BadInput(f"--reserve must not be negative, got {self.reserve}")
-
-
-@dataclass
 class Job:
-    options: ExtractOptions
+    options: Options
     target: TargetInfo
     dtype: str
     shard: Shard
@@ -87,7 +62,7 @@ class Job:
         return sum(len(self.write_positions(b)) for b in self.todo)
 
 
-def prepare(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shard) -> Job:
+def prepare(options: Options, target: TargetInfo, dtype: str, shard: Shard) -> Job:
     options.validate()
     layers = target.capture_layers
     out = Path(options.out)
@@ -103,7 +78,7 @@ def prepare(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shar
         raise
 
 
-def _prepare_locked(options: ExtractOptions, target: TargetInfo, dtype: str, shard: Shard, out: Path,
+def _prepare_locked(options: Options, target: TargetInfo, dtype: str, shard: Shard, out: Path,
                     layers: list[int], lock: StoreLock) -> Job:
     guard = DiskGuard(out, options.reserve)
     guard.check(0)

@@ -61,10 +61,11 @@ from pathlib import Path
 
 from pipeline.dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
 from pipeline.events import EventWriter
-from pipeline.extract.driver import RunResult, drive, finalize_or_stop, need, options_from, size_flag, stopped
+from pipeline.extract.driver import RunResult, drive, finalize_or_stop, need, stopped
 from pipeline.extract.dumps import STATES, BadDump, ChunkBuffer, DumpFile, DumpFolder
 from pipeline.extract.errors import ReserveStop
 from pipeline.extract.job import Job
+from pipeline.extract.options import options_from, size_flag
 from pipeline.extract.progress import Progress
 from pipeline.extract.reserve import disk_full, is_disk_full
 from pipeline.extract.sglang_http import ServerError, SGLangServer

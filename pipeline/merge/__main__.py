@@ -41,7 +41,7 @@ from pipeline import output_guard
 from pipeline.chat.sources import SourceReport
 from pipeline.events import EventWriter
 from pipeline.merge.chunks import EXAMPLES_KEPT, EncodeSettings, char_bound, line_bound
-from pipeline.merge.options import MergeOptions, build_parser
+from pipeline.merge.options import Options, build_parser
 from pipeline.merge.output import default_stats_path, remove_stale_leftovers, shuffled_entries, write_merged
 from pipeline.merge.pool import Progress, check_tokenizer, run_chunks
 from pipeline.merge.reading import read_chunks, resolve_sources, source_policy
@@ -53,7 +53,7 @@ from pipeline.target.tokenizer import tokenizer_identity
 STATS_KEYS = merge_stats.KIND.legacy_keys  # what makes a stats file merge's own
 
 
-def _refuse_bad_options(opts: MergeOptions) -> None:
+def _refuse_bad_options(opts: Options) -> None:
     if opts.max_len < 1:
         raise BadInput(f"--max-len must be at least 1, got {opts.max_len}")
     if opts.workers < 1:
@@ -68,7 +68,7 @@ def _refuse_bad_options(opts: MergeOptions) -> None:
         raise BadInput(f"no SOURCE given{hint}")
 
 
-def _guard_outputs(opts: MergeOptions, stats_path: Path) -> None:
+def _guard_outputs(opts: Options, stats_path: Path) -> None:
     """Refuses an --out or --stats that is an input or another program's file, then clears
     what killed merges into the same --out left behind."""
     out = opts.out
@@ -86,7 +86,7 @@ def _guard_outputs(opts: MergeOptions, stats_path: Path) -> None:
         print(f"merge: removed {len(stale)} leftovers of killed merges ({', '.join(p.name for p in stale[:3])})", flush=True)
 
 
-def merge(opts: MergeOptions, events: EventWriter) -> merge_stats.MergeStats:
+def merge(opts: Options, events: EventWriter) -> merge_stats.MergeStats:
     _refuse_bad_options(opts)
     sources = resolve_sources(opts.sources, opts.include, opts.exclude)
     tokenizer, method = check_tokenizer(opts.tokenizer)
@@ -140,7 +140,7 @@ def merge(opts: MergeOptions, events: EventWriter) -> merge_stats.MergeStats:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = MergeOptions(**vars(build_parser().parse_args(argv)))
+    opts = Options(**vars(build_parser().parse_args(argv)))
     started = time.monotonic()
 
     def body() -> int:

@@ -11,7 +11,7 @@ from pipeline.chat.sources import DEFAULT_ROLE_MAP, format_role_map
 
 
 @dataclass(frozen=True)
-class MergeOptions:
+class Options:
     """What a merge was asked for: the command line's flags, checked by `merge`."""
 
     tokenizer: str
@@ -24,7 +24,7 @@ class MergeOptions:
     seed: int = 0
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
-    workers: int = 1
+    workers: int = min(os.cpu_count() or 1, 8)  # tokenizer processes; the output does not depend on them
     strict: bool = False
     max_invalid: float = 0.05
     role_map: str = format_role_map(DEFAULT_ROLE_MAP)
@@ -45,28 +45,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer folder, or the target model folder")
     p.add_argument("--out", required=True, type=Path, metavar="OUT.jsonl", help="merged dataset to write")
     p.add_argument("--stats", type=Path, metavar="STATS.json", help="stats file (default: <out stem>.stats.json next to --out)")
-    p.add_argument("--max-len", type=int, default=512, metavar="N", help="longest record in tokens (default 512)")
+    p.add_argument("--max-len", type=int, default=Options.max_len, metavar="N",
+                   help=f"longest record in tokens (default {Options.max_len})")
     p.add_argument(
         "--on-long",
         choices=("truncate", "drop"),
-        default="truncate",
-        help="what to do with a record longer than --max-len (default truncate)",
+        default=Options.on_long,
+        help=f"what to do with a record longer than --max-len (default {Options.on_long})",
     )
     p.add_argument(
         "--max-line-bytes",
         type=int,
-        default=None,
+        default=Options.max_line_bytes,
         metavar="N",
         help="skip input lines longer than this unread (default: 8 bytes per character --max-len could keep, "
         "at least 16 MiB)",
     )
-    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--seed", type=int, default=Options.seed, help=f"shuffle seed (default {Options.seed})")
     p.add_argument("--include", nargs="+", action="extend", default=[], metavar="SRC", help="keep only these sources")
     p.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="SRC", help="leave these sources out")
     p.add_argument(
         "--workers",
         type=int,
-        default=min(os.cpu_count() or 1, 8),
+        default=Options.workers,
         metavar="N",
         help="tokenizer processes (default: CPU count, at most 8); output does not depend on it",
     )
@@ -74,29 +75,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-invalid",
         type=float,
-        default=0.05,
+        default=Options.max_invalid,
         metavar="SHARE",
-        help="largest share of a source's records that may be unusable (default 0.05); past it, exit 2: "
+        help=f"largest share of a source's records that may be unusable (default {Options.max_invalid}); past it, "
+        "exit 2: "
         "a mostly-bad file is probably the wrong file",
     )
     p.add_argument(
         "--role-map",
-        default=format_role_map(DEFAULT_ROLE_MAP),
+        default=Options.role_map,
         metavar="NAME=ROLE,...",
-        help=f"extra speaker names and the role each stands for (default {format_role_map(DEFAULT_ROLE_MAP)}, "
+        help=f"extra speaker names and the role each stands for (default {Options.role_map}, "
         "ShareGPT's extra roles; giving it replaces the default, '' maps none)",
     )
     p.add_argument(
         "--on-assistant-first",
         choices=("keep", "drop"),
-        default="keep",
+        default=Options.on_assistant_first,
         help="records that open with an assistant turn (ShareGPT continuation chunks): keep (default; only "
         "assistant text is learnt) or drop; counted either way",
     )
     p.add_argument(
         "--same-role",
         choices=("join", "drop"),
-        default="join",
+        default=Options.same_role,
         help="consecutive turns of one role: join them into one turn (default) or drop the record; counted either way",
     )
     return p

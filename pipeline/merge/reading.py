@@ -10,7 +10,7 @@ from pathlib import Path
 from pipeline.chat.records import ChatRecord
 from pipeline.chat.sources import SourcePolicy, SourceReport, iter_records, parse_role_map, source_files
 from pipeline.merge.chunks import Chunk, content_chars
-from pipeline.merge.options import MergeOptions
+from pipeline.merge.options import Options
 from pipeline.program_edge import BadInput
 
 CHUNK_RECORDS = 256
@@ -24,7 +24,7 @@ class Source:
     path: Path
 
 
-def source_policy(opts: MergeOptions, max_record_bytes: int) -> SourcePolicy:
+def source_policy(opts: Options, max_record_bytes: int) -> SourcePolicy:
     if not 0.0 <= opts.max_invalid <= 1.0:
         raise BadInput(f"--max-invalid must be a share between 0 and 1 (0.05 is 5%), got {opts.max_invalid}")
     role_map = parse_role_map(opts.role_map)

@@ -10,7 +10,7 @@ from pathlib import Path
 from pipeline.chat.sources import SourcePolicy, SourceReport
 from pipeline.events import EventWriter, warn
 from pipeline.merge.chunks import ChunkResult, SourceCounts
-from pipeline.merge.options import MergeOptions
+from pipeline.merge.options import Options
 from pipeline.program_edge import BadInput
 from pipeline.records.merge_stats import MergeStats, Policy, SourceStats
 
@@ -72,7 +72,7 @@ def report_drops(
     report: SourceReport,
     examples: list[str],
     oversize: list[str],
-    opts: MergeOptions,
+    opts: Options,
     max_chars: int,
     events: EventWriter,
 ) -> None:
@@ -121,7 +121,7 @@ def _source_stats(t: Tally, name: str, report: SourceReport) -> SourceStats:
     )
 
 
-def stats_of(t: Tally, reports: dict[str, SourceReport], opts: MergeOptions, policy: SourcePolicy, method: str,
+def stats_of(t: Tally, reports: dict[str, SourceReport], opts: Options, policy: SourcePolicy, method: str,
              bounds: tuple[int, int], sha: str, tokenizer_identity: str) -> MergeStats:
     """The stats file's content; `dataset_sha256` ties it to the dataset it describes, and
     `tokenizer_identity` to the tokenizer its ids mean text under."""

@@ -1,5 +1,6 @@
 """The SGLang hidden-state dump patch: a few lines injected into SGLang's model files that
-call pipeline.sglang_dump during prefill (pipeline/sglang_dump.py says what they do).
+call the hook beside them, pipeline.patch.sglang_dump, during prefill (sglang_dump.py says what
+it does; it runs in the server's interpreter, so it and this file import no more than it needs).
 
     python -m pipeline.patch apply|verify|revert|status (--file PATH | --module DOTTED.NAME)
 

@@ -3,24 +3,16 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 from pipeline.patch import patcher
+from pipeline.patch.options import parse
 from pipeline.patch.patcher import EXIT_NOT_PATCHED, EXIT_OK
 from pipeline.program_edge import on_sigterm, run_program
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.patch",
-                                 description="Apply, verify or revert the SGLang hidden-state dump patch.")
-    ap.add_argument("action", choices=["apply", "verify", "revert", "status"])
-    where = ap.add_mutually_exclusive_group(required=True)
-    where.add_argument("--file", type=Path, help="the model file, e.g. .../sglang/srt/models/deepseek_v2.py")
-    where.add_argument("--module", help="the model module, e.g. sglang.srt.models.deepseek_v2 "
-                                        "(found by this interpreter without importing sglang)")
-    args = ap.parse_args(argv)
+    args = parse(argv)
 
     def body() -> int:
         path = args.file if args.file is not None else patcher.module_file(args.module)

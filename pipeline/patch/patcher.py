@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.atomic_io import write_bytes_atomic
-from pipeline.patch.recipes import RECIPES, Recipe, supported
+from pipeline.patch.recipes import RECIPES, Insertion, Recipe, supported
 from pipeline.program_edge import REFUSED, WRITE_FAILED, BadInput, StageError
 
 BACKUP_SUFFIX = ".eagle3-orig"
@@ -57,8 +57,12 @@ def sha256(data: bytes) -> str:
 
 
 def patched_text(recipe: Recipe, original: bytes) -> bytes:
+    return _inserted(recipe.insertions, original)
+
+
+def _inserted(insertions: tuple[Insertion, ...], original: bytes) -> bytes:
     out = original
-    for ins in recipe.insertions:
+    for ins in insertions:
         anchor = ins.anchor.encode()
         if out.count(anchor) != 1:
             raise ValueError(f"anchor {ins.anchor.strip()!r} occurs {out.count(anchor)} times")
@@ -68,8 +72,12 @@ def patched_text(recipe: Recipe, original: bytes) -> bytes:
 
 def original_text(recipe: Recipe, patched: bytes) -> bytes | None:
     """The original a patched text was made from, or None when it is not this recipe's."""
+    return _removed(recipe.insertions, patched)
+
+
+def _removed(insertions: tuple[Insertion, ...], patched: bytes) -> bytes | None:
     out = patched
-    for ins in recipe.insertions:
+    for ins in insertions:
         whole = (ins.anchor + ins.block).encode()
         if out.count(whole) != 1:
             return None
@@ -79,8 +87,8 @@ def original_text(recipe: Recipe, patched: bytes) -> bytes | None:
 
 @dataclass(frozen=True)
 class State:
-    """What a file holds: 'original', 'patched' or 'unknown', and for the first two the
-    recipe and the original bytes."""
+    """What a file holds: 'original', 'patched', 'outdated' (patched by an earlier release) or
+    'unknown', and but for the last the recipe and the original bytes."""
 
     kind: str
     recipe: Recipe | None = None
@@ -89,6 +97,9 @@ class State:
     def describe(self, path: Path) -> str:
         if self.recipe is None:
             return f"unknown {path}: not a file this patcher supports; supported: {supported()}"
+        if self.kind == "outdated":
+            return (f"outdated {self.recipe.label()} {path}: patched by an earlier release, whose hook this "
+                    f"server cannot import; patch it anew: python -m pipeline.patch apply --file {path}")
         return f"{self.kind} {self.recipe.label()} {path}"
 
 
@@ -102,6 +113,12 @@ def classify(data: bytes) -> State:
         if original is not None and sha256(original) == recipe.original_sha256 \
                 and patched_text(recipe, original) == data:
             return State("patched", recipe, original)
+    for recipe in RECIPES:
+        for earlier in recipe.earlier:
+            original = _removed(earlier, data)
+            if original is not None and sha256(original) == recipe.original_sha256 \
+                    and _inserted(earlier, original) == data:
+                return State("outdated", recipe, original)
     return State("unknown")
 
 
@@ -234,8 +251,9 @@ def apply(path: Path) -> str:
         if state.kind == "patched":
             return f"already patched: {state.recipe.label()} {shown}"
         mode = _mode(real)
-        _write(backup, data, mode)
-        _write(real, patched_text(state.recipe, data), mode)
+        if state.kind == "original" or not backup.is_file():
+            _write(backup, state.original, mode)
+        _write(real, patched_text(state.recipe, state.original), mode)
     return f"patched {state.recipe.label()} {shown} (original kept as {backup})"
 
 
@@ -257,7 +275,7 @@ def revert(path: Path) -> str:
                           f"patched form (edited by hand?){_unknown_hint(real, backup)}")
         problem = _backup_problem(backup, state.recipe)
         if problem:
-            rebuilt = "the original is rebuilt from the patched text" if state.kind == "patched" else \
+            rebuilt = "the original is rebuilt from the patched text" if state.kind != "original" else \
                 f"{shown} is already the original"
             raise Refused(f"refusing to revert {shown}: its backup {backup} {problem}; {rebuilt}, so the backup "
                           f"can go: rm {backup} && python -m pipeline.patch revert --file {path}")

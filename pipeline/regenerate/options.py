@@ -81,12 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", required=True, choices=["hf", "server"])
     h = p.add_argument_group("hf backend (a target that fits one device)")
     h.add_argument("--model", type=Path, help="the target's save_pretrained folder (with a chat template)")
-    h.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    h.add_argument("--device", default=Options.device, help=f"cpu, cuda or cuda:N (default {Options.device})")
     h.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weights' dtype (default fp32 on cpu, bf16 on cuda)")
-    h.add_argument("--batch-size", type=int, default=16,
+    h.add_argument("--batch-size", type=int, default=Options.batch_size,
                    help=f"slots: answers decoded together, a slot refilled as its record ends (1..{MAX_BATCH}, "
-                   "default 16; 256 for a small target on a big GPU: docs/regenerate.md)")
+                   f"default {Options.batch_size}; 256 for a small target on a big GPU: docs/regenerate.md)")
     h.add_argument("--max-prompt-tokens", type=int, help="skip a turn whose prompt (the chat so far) is longer, "
                    "counted as prompt_too_long (default: the target's positions less --max-new-tokens); on a CPU "
                    "the prefill of long chats is what costs")
@@ -95,20 +95,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="base URL such as http://127.0.0.1:30000; repeat for several servers")
     s.add_argument("--served-model", help="the model name the server must list in /v1/models (default: --model's "
                    "path as written, which is what SGLang lists)")
-    s.add_argument("--concurrency", type=int, default=32,
-                   help=f"requests in flight per server (1..{MAX_CONCURRENCY}, default 32)")
-    s.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take (default 600)")
-    s.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff (default 3)")
-    s.add_argument("--max-consecutive-failures", type=int, default=8,
-                   help="failed requests in a row after which a server counts as dead: exit 4 (default 8)")
+    s.add_argument("--concurrency", type=int, default=Options.concurrency,
+                   help=f"requests in flight per server (1..{MAX_CONCURRENCY}, default {Options.concurrency})")
+    s.add_argument("--timeout", type=float, default=Options.timeout,
+                   help=f"seconds one request may take (default {Options.timeout:g})")
+    s.add_argument("--retries", type=int, default=Options.retries,
+                   help=f"retries of a failed request, with backoff (default {Options.retries})")
+    s.add_argument("--max-consecutive-failures", type=int, default=Options.max_consecutive_failures,
+                   help="failed requests in a row after which a server counts as dead: exit 4 "
+                   f"(default {Options.max_consecutive_failures})")
     g = p.add_argument_group("sampling")
-    g.add_argument("--max-new-tokens", type=int, default=2048, help="longest answer, in tokens (default 2048)")
-    g.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (default 0.7)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0: off)")
-    g.add_argument("--seed", type=int, default=0, help="every answer's sampling seed derives from it and the "
-                   "record's id, so a resumed run gives the same answers (default 0)")
-    g.add_argument("--samples-per-prompt", type=int, default=1, metavar="N",
-                   help=f"answer every record N times (1..{MAX_SAMPLES}, default 1), each sample its own record "
+    g.add_argument("--max-new-tokens", type=int, default=Options.max_new_tokens,
+                   help=f"longest answer, in tokens (default {Options.max_new_tokens})")
+    g.add_argument("--temperature", type=float, default=Options.temperature,
+                   help=f"0 is greedy (default {Options.temperature})")
+    g.add_argument("--top-p", type=float, default=Options.top_p, help=f"nucleus sampling (default {Options.top_p}: off)")
+    g.add_argument("--seed", type=int, default=Options.seed, help="every answer's sampling seed derives from it and "
+                   f"the record's id, so a resumed run gives the same answers (default {Options.seed})")
+    g.add_argument("--samples-per-prompt", type=int, default=Options.samples_per_prompt, metavar="N",
+                   help=f"answer every record N times (1..{MAX_SAMPLES}, default {Options.samples_per_prompt}), each sample its own record "
                    "'<id>#s<k>' with its own seeds; needs --temperature above 0")
     g.add_argument("--trim-loops", action="store_true",
                    help="stop an answer at the token that completes an exact loop and keep the loop's first two "
@@ -116,13 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     d = p.add_argument_group("data")
     d.add_argument("--limit", type=int, help="regenerate at most this many records (the first ones, in input order)")
     d.add_argument("--role-map", default="", help="extra roles, e.g. bing=assistant,chatgpt=assistant")
-    d.add_argument("--max-invalid", type=float, default=0.05,
-                   help="share of a source's records that may be unusable before it is refused (default 0.05)")
+    d.add_argument("--max-invalid", type=float, default=Options.max_invalid,
+                   help=f"share of a source's records that may be unusable before it is refused "
+                   f"(default {Options.max_invalid})")
     d.add_argument("--strict", action="store_true", help="stop at the first unusable record (exit 2)")
-    d.add_argument("--max-failed-share", type=float, default=0.05,
+    d.add_argument("--max-failed-share", type=float, default=Options.max_failed_share,
                    help="share of this run's records that may fail (bad answers, refusals; a prompt too long for "
                    "the target does not count) before the run is exit 4, not done; a run that writes no record "
-                   "is exit 4 too (default 0.05)")
+                   f"is exit 4 too (default {Options.max_failed_share})")
     cpu_threads.add_option(p)
     return p
 

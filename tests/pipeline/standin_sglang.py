@@ -1,11 +1,11 @@
 """A stand-in for an extraction-mode SGLang server: the same HTTP (/health, /model_info,
 /get_model_info, /generate with rid) and the same dump-folder protocol (/tmp/dump_protocol.md,
-pipeline/sglang_dump.py), without a model. SGLang cannot run on the test machines; this lets
+pipeline/patch/sglang_dump.py), without a model. SGLang cannot run on the test machines; this lets
 the extraction client be tested end to end against a real socket and a real folder.
 
 Hidden states are a deterministic function of the token ids (`states`), so a test can
 compute what the store must hold. Dumps are written by the real hook's writer
-(pipeline.sglang_dump.DumpHook.dump): it waits for room in the byte budget, then gives up
+(pipeline.patch.sglang_dump.DumpHook.dump): it waits for room in the byte budget, then gives up
 with `<KEY>.error`, and never takes the folder over the budget (`max_occupancy` records the
 most the folder held right after each write).
 
@@ -51,7 +51,7 @@ import torch
 
 from pipeline.atomic_io import write_bytes_atomic
 from pipeline.dump_protocol import KEY_PREFIX, dump_room
-from pipeline.sglang_dump import DumpConfig, DumpHook, dump_bytes
+from pipeline.patch.sglang_dump import DumpConfig, DumpHook, dump_bytes
 from pipeline.target.config import read_config, text_config
 
 
@@ -207,7 +207,7 @@ class StandIn:
             time.sleep(0.002)  # wait-ok: poll interval of a deadline loop
 
     def prefill(self, rid: str, input_ids: list[int]) -> None:
-        """What the patched model does for one request during extend: pipeline.sglang_dump's
+        """What the patched model does for one request during extend: pipeline.patch.sglang_dump's
         hook writes the dump (budget, lock, atomic rename, .error when there is no room)."""
         if self.hook is None or not rid.startswith(KEY_PREFIX):
             return

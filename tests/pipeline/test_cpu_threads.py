@@ -120,8 +120,8 @@ STAGES = {
     "extract": ("pipeline.extract.__main__", []),
     "train": ("pipeline.train.__main__", []),
     "export": ("pipeline.export.__main__", []),
-    "regenerate": ("pipeline.regenerate.main", ["chats.jsonl", "--out", "o.jsonl", "--backend", "hf"]),
-    "synthesis": ("pipeline.regenerate.main", ["--synthesize", "4", "--out", "o.jsonl", "--model", "m"]),
+    "regenerate": ("pipeline.regenerate.__main__", ["chats.jsonl", "--out", "o.jsonl", "--backend", "hf"]),
+    "synthesis": ("pipeline.regenerate.__main__", ["--synthesize", "4", "--out", "o.jsonl", "--model", "m"]),
     "prepare target": ("pipeline.prepare.__main__", ["target", "--from", "m", "--out", "o"]),
 }
 

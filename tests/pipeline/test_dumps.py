@@ -18,7 +18,7 @@ import torch
 from pipeline.atomic_io import TEMP_SUFFIX
 from pipeline.dump_protocol import HEADER_ALLOWANCE, request_key
 from pipeline.extract.dumps import BadDump, ChunkBuffer, DumpFolder
-from pipeline.sglang_dump import dump_parts
+from pipeline.patch.sglang_dump import dump_parts
 from pipeline.store.layout import relpath
 from pipeline.store.sample_file import Sample, write_parts, write_sample
 

@@ -149,13 +149,14 @@ def test_a_stop_lands_between_decoder_layers_keeps_the_manifest_and_drops_the_ba
     from pipeline.events import EventWriter
     from pipeline.extract import engine
     from pipeline.extract.errors import Stopped
-    from pipeline.extract.job import ExtractOptions, prepare
+    from pipeline.extract.job import prepare
+    from pipeline.extract.options import Options
     from pipeline.extract.sharding import resolve_shard
     from pipeline.store.meta import TargetInfo
     from pipeline.target.model import load_target
 
     out = tmp_path / "store"
-    options = ExtractOptions(data=tiny_data.path, out=out, stats=tiny_data.stats, batch_tokens=256, writers=1)
+    options = Options(data=tiny_data.path, out=out, stats=tiny_data.stats, batch_tokens=256, writers=1)
     job = prepare(options, TargetInfo.from_dir(tiny_target), "float32", resolve_shard(None, None, env={}))
     assert len(job.todo) >= 3
     model = load_target(tiny_target, "cpu", torch.float32)

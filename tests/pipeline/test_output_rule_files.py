@@ -12,7 +12,7 @@ from pipeline.chat.synthetic import generate, write_jsonl
 from pipeline.chat.template import CHAT_TEMPLATE
 from pipeline.demo.tokenizer import build_tokenizer
 from pipeline.merge.__main__ import main as merge_main
-from pipeline.regenerate.main import main as regen_main
+from pipeline.regenerate.__main__ import main as regen_main
 
 FOREIGN = b'{"note": "somebody\'s notes"}\n{"last line without a newline": 1'
 

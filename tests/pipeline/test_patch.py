@@ -68,7 +68,7 @@ class Batch:
 
 def test_without_a_dump_dir_the_patched_model_behaves_as_before(monkeypatch):
     monkeypatch.delenv("EAGLE3_DUMP_DIR", raising=False)
-    monkeypatch.setitem(sys.modules, "pipeline.sglang_dump", None)  # not even needed
+    monkeypatch.setitem(sys.modules, "pipeline.patch.sglang_dump", None)  # not even needed
     model = stand_in_class()(8)
     assert model._eagle3_dump is None and model.capture_aux_hidden_states is False
     assert model.forward(Batch([], [], None), "h") == "h"
@@ -89,12 +89,12 @@ def test_with_a_dump_dir_the_model_captures_the_eagle3_layers_and_dumps_prefill(
 
 
 def test_a_server_that_cannot_import_the_pipeline_stops_at_startup_saying_why(monkeypatch, tmp_path):
-    import pipeline
+    import pipeline.patch
 
     monkeypatch.setenv("EAGLE3_DUMP_DIR", str(tmp_path / "dump"))
-    monkeypatch.setitem(sys.modules, "pipeline.sglang_dump", None)  # an import of it now fails
-    monkeypatch.delattr(pipeline, "sglang_dump", raising=False)
-    with pytest.raises(RuntimeError, match="EAGLE3_DUMP_DIR is set but pipeline.sglang_dump cannot be imported.*"
+    monkeypatch.setitem(sys.modules, "pipeline.patch.sglang_dump", None)  # an import of it now fails
+    monkeypatch.delattr(pipeline.patch, "sglang_dump", raising=False)
+    with pytest.raises(RuntimeError, match="EAGLE3_DUMP_DIR is set but pipeline.patch.sglang_dump cannot be imported.*"
                                            "PYTHONPATH"):
         stand_in_class()(8)
 
@@ -142,3 +142,27 @@ def test_the_injected_text_is_small():
     # A reviewer reads what goes into SGLang's files: keep it a few lines.
     added = INIT_BLOCK.count("\n") + FORWARD_BLOCK.count("\n")
     assert added <= 20, textwrap.indent(INIT_BLOCK + FORWARD_BLOCK, "  ")
+
+
+def test_a_file_patched_by_an_earlier_release_is_outdated_until_applied_again_and_reverts_whole(
+        sglang_source, tmp_path):  # noqa: F811
+    """The hook moved (pipeline.sglang_dump -> pipeline.patch.sglang_dump): a model file patched
+    before the move names a module the server can no longer import, so verify must not pass it."""
+    from pipeline.patch.recipes import EARLIER_INIT_BLOCK
+
+    target = tmp_path / "llama.py"
+    shutil.copyfile(sglang_source / "sglang" / "srt" / "models" / "llama.py", target)
+    original = target.read_bytes()
+    assert patch_cli("apply", "--file", str(target)).returncode == 0
+    patched = target.read_bytes()
+    target.write_bytes(patched.replace(INIT_BLOCK.encode(), EARLIER_INIT_BLOCK.encode()))  # as the earlier apply wrote
+
+    done = patch_cli("verify", "--file", str(target))
+    assert done.returncode == 1 and done.stdout.startswith("outdated ") and "apply" in done.stdout, done.stdout
+    done = patch_cli("apply", "--file", str(target))
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == patched and b"from pipeline.patch import sglang_dump" in patched
+    assert (tmp_path / "llama.py.eagle3-orig").read_bytes() == original
+    target.write_bytes(patched.replace(INIT_BLOCK.encode(), EARLIER_INIT_BLOCK.encode()))
+    assert patch_cli("revert", "--file", str(target)).returncode == 0
+    assert target.read_bytes() == original and not (tmp_path / "llama.py.eagle3-orig").exists()

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sglang_wheel import sglang_source  # noqa: F401  (the fixture)
 
-from pipeline.serve import CHECKOUT, main
+from pipeline.serve.__main__ import main
+from pipeline.serve.command import CHECKOUT
 
 STANDIN = Path(__file__).resolve().parent / "standin_sglang.py"
 

@@ -1,4 +1,4 @@
-"""pipeline.sglang_dump on CPU, with tensors shaped as SGLang 0.5.23 passes them to the patched
+"""pipeline.patch.sglang_dump on CPU, with tensors shaped as SGLang 0.5.23 passes them to the patched
 forward: one packed batch of several requests ([sum(extend_lens), H] rows), aux states as a
 list of [N,H] tensors (llama.py) or one packed [N,3H] tensor (deepseek_v2.py)."""
 
@@ -17,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from pipeline.dump_protocol import ERROR_ROOM
-from pipeline.sglang_dump import (
+from pipeline.patch.sglang_dump import (
     DumpConfig,
     DumpConfigError,
     DumpHook,
@@ -318,7 +318,7 @@ def test_server_problems_reads_only_what_it_knows():
 
 
 def test_an_unexpected_failure_of_one_dump_is_that_requests_error_not_a_dead_server(tmp_path, monkeypatch):
-    import pipeline.sglang_dump as dump_module
+    import pipeline.patch.sglang_dump as dump_module
 
     real = dump_module.dump_parts
 

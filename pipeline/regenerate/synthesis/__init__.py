@@ -1,1 +1,1 @@
-"""regenerate --synthesize: records whose questions the target writes too (main.py is the entry)."""
+"""regenerate --synthesize: records whose questions the target writes too (synthesize.py is the entry)."""

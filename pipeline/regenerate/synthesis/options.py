@@ -88,37 +88,47 @@ def build_parser() -> argparse.ArgumentParser:
     h = p.add_argument_group("the target")
     h.add_argument("--model", required=True, type=Path, help="the target's save_pretrained folder, with a chat "
                    "template")
-    h.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    h.add_argument("--device", default=SynthOptions.device, help=f"cpu, cuda or cuda:N (default {SynthOptions.device})")
     h.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weights' dtype (default fp32 on cpu, bf16 on cuda)")
-    h.add_argument("--batch-size", type=int, default=16, help=f"slots: records generated together (1..{MAX_BATCH}, "
-                   "default 16; as regenerate's)")
+    h.add_argument("--batch-size", type=int, default=SynthOptions.batch_size,
+                   help=f"slots: records generated together (1..{MAX_BATCH}, "
+                   f"default {SynthOptions.batch_size}; as regenerate's)")
     h.add_argument("--max-prompt-tokens", type=int, help="drop a record whose next prompt is longer, counted as "
                    "prompt_too_long (default: the target's positions less --max-new-tokens)")
     q = p.add_argument_group("questions")
     q.add_argument("--system-prompts", type=Path, metavar="FILE",
                    help=f"a JSON array of system prompts (at most {MAX_SYSTEM_PROMPTS}, {MAX_SYSTEM_CHARS} characters "
                    "each); each record starts with one drawn by its seed; \"\" draws none (default: none)")
-    q.add_argument("--turns", type=int, default=1, help=f"user turns a record holds (1..{MAX_TURNS}, default 1): "
+    q.add_argument("--turns", type=int, default=SynthOptions.turns,
+                   help=f"user turns a record holds (1..{MAX_TURNS}, default {SynthOptions.turns}): "
                    "after each answer the target writes the next question")
-    q.add_argument("--max-question-tokens", type=int, default=256, help="longest question; one that runs to it is "
-                   "dropped as unfinished (default 256)")
-    q.add_argument("--question-temperature", type=float, default=1.0,
-                   help="questions' sampling temperature, above 0 (default 1.0)")
-    q.add_argument("--min-question-chars", type=int, default=8,
-                   help="shorter questions (stripped) are dropped as too_short (default 8)")
-    q.add_argument("--near-duplicate", type=float, default=0.8, metavar="SIMILARITY",
+    q.add_argument("--max-question-tokens", type=int, default=SynthOptions.max_question_tokens,
+                   help="longest question; one that runs to it is "
+                   f"dropped as unfinished (default {SynthOptions.max_question_tokens})")
+    q.add_argument("--question-temperature", type=float, default=SynthOptions.question_temperature,
+                   help=f"questions' sampling temperature, above 0 (default {SynthOptions.question_temperature})")
+    q.add_argument("--min-question-chars", type=int, default=SynthOptions.min_question_chars,
+                   help="shorter questions (stripped) are dropped as too_short "
+                   f"(default {SynthOptions.min_question_chars})")
+    q.add_argument("--near-duplicate", type=float, default=SynthOptions.near_duplicate, metavar="SIMILARITY",
                    help="a first question this similar to a kept one (Jaccard of character 5-grams, estimated) is "
-                   "dropped as near_duplicate; 0 turns it off; exact duplicates are always dropped (default 0.8)")
-    q.add_argument("--max-dropped-share", type=float, default=0.5,
-                   help=f"the share of records the filters may drop (0..{MAX_DROPPED_SHARE}, default 0.5): past "
+                   f"dropped as near_duplicate; 0 turns it off; exact duplicates are always dropped (default "
+                   f"{SynthOptions.near_duplicate})")
+    q.add_argument("--max-dropped-share", type=float, default=SynthOptions.max_dropped_share,
+                   help=f"the share of records the filters may drop (0..{MAX_DROPPED_SHARE}, "
+                   f"default {SynthOptions.max_dropped_share}): past "
                    "N / (1 - share) records asked with fewer than N kept, the run fails (exit 4)")
     g = p.add_argument_group("answers (as regenerate answers)")
-    g.add_argument("--max-new-tokens", type=int, default=2048, help="longest answer, in tokens (default 2048)")
-    g.add_argument("--temperature", type=float, default=0.7, help="answers' temperature; 0 is greedy (default 0.7)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling, questions and answers (default 1.0)")
-    g.add_argument("--seed", type=int, default=0, help="every draw derives from it and the record's id, so a resumed "
-                   "run writes the same records (default 0)")
+    g.add_argument("--max-new-tokens", type=int, default=SynthOptions.max_new_tokens,
+                   help=f"longest answer, in tokens (default {SynthOptions.max_new_tokens})")
+    g.add_argument("--temperature", type=float, default=SynthOptions.temperature,
+                   help=f"answers' temperature; 0 is greedy (default {SynthOptions.temperature})")
+    g.add_argument("--top-p", type=float, default=SynthOptions.top_p,
+                   help=f"nucleus sampling, questions and answers (default {SynthOptions.top_p})")
+    g.add_argument("--seed", type=int, default=SynthOptions.seed,
+                   help="every draw derives from it and the record's id, so a resumed "
+                   f"run writes the same records (default {SynthOptions.seed})")
     g.add_argument("--trim-loops", action="store_true",
                    help="stop a generation at the token that completes an exact loop (docs/regenerate.md); a "
                    "looping question is dropped either way")

@@ -1,5 +1,5 @@
 """The server side of the SGLang hidden-state dump: what the patched model calls during
-prefill (see pipeline/patch for the few lines it injects into SGLang's model files).
+prefill (recipes.py holds the few lines the patch injects into SGLang's model files).
 
 Why a module of ours and not code in SGLang's file: the injected text stays a handful of lines
 that the patcher can verify and revert byte for byte, and all the logic here runs (and is

@@ -1,49 +1,26 @@
-"""`python -m pipeline.regenerate`: the stage's edge and its order of work.
-
-    python -m pipeline.regenerate SOURCE [SOURCE ...] --out OUT.jsonl [--stats STATS.json]
-        --backend hf --model TARGET_DIR [--device cpu|cuda] [--dtype bf16|fp16|fp32] [--batch-size N]
-        --backend server --server URL [--server URL ...] [--served-model NAME] [--concurrency N]
-                 [--timeout S] [--retries N] [--max-consecutive-failures N]
-        [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--samples-per-prompt N] [--trim-loops]
-        [--limit N]
-        [--role-map a=b,...] [--max-invalid SHARE] [--strict]
-    python -m pipeline.regenerate --estimate SOURCE ... [--limit N] [--max-new-tokens N] [--json]
-    python -m pipeline.regenerate --synthesize N --out OUT.jsonl --model TARGET_DIR ...   (synthesis/main.py:
-        records whose questions the target writes too)
-
-Exit codes: 0 done (a record that failed is counted in the stats, not fatal), 1 a bug,
-2 bad input, 3 the disk filled, 4 a server died (after --max-consecutive-failures failed
-requests in a row, or unreachable at the start) or the run failed as a whole (more than
---max-failed-share of its records failed, or it wrote no record: stats `status: failed`),
-130 interrupted, 143 terminated. After any of them the same command resumes: records already
-in OUT are kept and not asked again; the failed ones are asked again.
-"""
+"""A regenerate run: the sources' records asked of the backend `--backend` names, in input
+order, into an output that a rerun of the same command resumes. What a run that failed as a
+whole is (`_verdict`) is decided here, once the backend is done."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from itertools import islice
 
 from pipeline import output_guard
 from pipeline.events import EventWriter, warn
-from pipeline.program_edge import on_sigterm, run_program
 from pipeline.records import regenerate_stats
-
-from . import options as opts_mod
-from . import sources
-from .backends import open_backend
-from .conversation import Chat
-from .errors import BadInput, PeerDead
-from .estimate import run as estimate
-from .output import done_ids, open_appender, repair_tail
-from .sink import OutputSink, drive
-from .stats import Stats, previous
-from .synthesis.main import body as synthesize
+from pipeline.regenerate import sources
+from pipeline.regenerate.backends import open_backend
+from pipeline.regenerate.conversation import Chat
+from pipeline.regenerate.errors import BadInput, PeerDead
+from pipeline.regenerate.options import Options
+from pipeline.regenerate.output import done_ids, open_appender, repair_tail
+from pipeline.regenerate.sink import OutputSink, drive
+from pipeline.regenerate.stats import Stats, previous
 
 NAME = "regenerate"
-RESUME = "the records written so far are kept; rerun the same command to resume"
 STATS_KEYS = regenerate_stats.KIND.legacy_keys  # what makes a stats file regenerate's own
 NOT_COUNTED = ("prompt_too_long",)  # the data's own size, as fixed as a skip: not a failure of the run
 
@@ -53,12 +30,12 @@ def sample_ids(rid: str, n: int) -> list[str]:
     return [rid] if n == 1 else [f"{rid}#s{k}" for k in range(n)]
 
 
-def _records(o: opts_mod.Options, pol) -> Iterator:
+def _records(o: Options, pol) -> Iterator:
     stream = sources.records(o.sources, pol)
     return islice(stream, o.limit) if o.limit is not None else stream
 
 
-def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
+def _todo(o: Options, pol, done: set[str]) -> Iterator[Chat]:
     index = 0
     for rec in _records(o, pol):
         for rid in sample_ids(rec.id, o.samples_per_prompt):
@@ -68,14 +45,8 @@ def _todo(o: opts_mod.Options, pol, done: set[str]) -> Iterator[Chat]:
             index += 1
 
 
-def body(argv: list[str] | None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--synthesize" in args or any(a.startswith("--synthesize=") for a in args):
-        return synthesize(args)
-    if "--estimate" in args:
-
-        return estimate(args)
-    o = opts_mod.parse(args)
+def regenerate(o: Options) -> int:
+    """Answer every user turn of the sources into `o.out`, resuming what it holds."""
     if o.out.is_dir():
         raise BadInput(f"--out {o.out} is a folder; name the output file (e.g. {o.out}/regenerated.jsonl)")
     inputs = [*o.sources, o.model]
@@ -83,11 +54,11 @@ def body(argv: list[str] | None) -> int:
     output_guard.refuse_overlap(o.stats, inputs, "--stats")
     output_guard.refuse_foreign_file(o.out, o.stats, STATS_KEYS, NAME)
     output_guard.refuse_foreign_stats(o.stats, STATS_KEYS, NAME)
-    # opened once, before the wait for the server; the Appender closes it (an error exits the process)
+    # opened once, before the backend opens; the Appender closes it (an error exits the process)
     return _run(o, output_guard.open_output(o.out, create=False))
 
 
-def _verdict(o: opts_mod.Options, stats: Stats, asked: int) -> str | None:
+def _verdict(o: Options, stats: Stats, asked: int) -> str | None:
     """Why this run failed as a whole, or None: a run that wrote nothing, or past --max-failed-share."""
     failed = sum(n for k, n in stats.failures.items() if k not in NOT_COUNTED)
     why = ", ".join(f"{n} {k}" for k, n in stats.failures.most_common(3))
@@ -101,7 +72,7 @@ def _verdict(o: opts_mod.Options, stats: Stats, asked: int) -> str | None:
     return None
 
 
-def _run(o: opts_mod.Options, fd: int | None) -> int:
+def _run(o: Options, fd: int | None) -> int:
     pol = sources.policy(o.role_map, o.max_invalid, o.strict)
     backend = open_backend(o)  # before anything is written: a backend refused leaves no output behind
     done: set[str] = set()
@@ -154,14 +125,3 @@ def _run(o: opts_mod.Options, fd: int | None) -> int:
     if failed_run:
         raise PeerDead(failed_run)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    # a stop raises Terminated wherever the main thread is; the `finally` above flushes what was
-    # answered and writes the stats, and the Appender never writes a record twice
-    with on_sigterm():
-        return run_program(NAME, lambda: body(argv), stop_note=RESUME)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
