@@ -17,6 +17,8 @@ any other content is refused, with the supported versions named.
   against the original's sha256), and the backup is removed. Reverting an original file
   changes nothing.
 - status: prints `original`, `patched` or `unknown`, the SGLang version and the file.
+- A file patched by an earlier release, whose lines imported the hook as `pipeline.sglang_dump`,
+  is `outdated`: verify exits 1 saying so, apply patches it anew, revert restores the original.
 
 A symlink is followed (the patch and the backup go to the file it names; the link stays a
 link). Applies and reverts of one file wait for each other on `.<file>.eagle3-lock`, so
