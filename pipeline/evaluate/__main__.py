@@ -58,14 +58,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pipeline.evaluate.local import run_local
+from pipeline.evaluate.options import Options, parse, validate
+from pipeline.evaluate.scoring import Progress
+from pipeline.evaluate.server import run_server
 from pipeline.events import EventWriter
 from pipeline.program_edge import SigtermGuard, Terminated, exit_with, on_sigterm, run_program
 from pipeline.records.evaluate_report import LocalReport, Report, write_report
-
-from .local import run_local
-from .options import Options, parse, validate
-from .scoring import Progress
-from .server import run_server
 
 
 def main(argv: Sequence[str] | None = None) -> int:

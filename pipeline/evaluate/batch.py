@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from .speculative import Decoded, _finish
+from pipeline.evaluate.speculative import Decoded, _finish
 
 if TYPE_CHECKING:
     from pipeline.drafter import Eagle3Drafter
-
-    from .verifier import Target
+    from pipeline.evaluate.verifier import Target
 
 
 def _allowed(valid: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:

@@ -25,11 +25,10 @@ import torch
 from pipeline.checksum import ALGO, file_checksum
 from pipeline.drafter import DrafterConfig, Eagle3Drafter, KVCache, load_drafter
 from pipeline.drafter import vocab as dvocab
-from pipeline.target.tensors import read_embeddings, read_lm_head
+from pipeline.evaluate.errors import BadInput
 from pipeline.jsonfile import read_json
 from pipeline.target.config import read_config
-
-from .errors import BadInput
+from pipeline.target.tensors import read_embeddings, read_lm_head
 
 
 def load_exported(folder: Path, target_dir: Path, capture: list[int], device: str,

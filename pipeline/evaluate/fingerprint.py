@@ -14,9 +14,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from pipeline.evaluate.errors import BadInput
 from pipeline.records.evaluate_report import FileFingerprint
-
-from .errors import BadInput
 
 MAX_FILES = 256
 _BLOCK = 1 << 20

@@ -8,29 +8,27 @@ import time
 from typing import TYPE_CHECKING
 
 from pipeline import cpu_threads
+from pipeline.evaluate import fingerprint
+from pipeline.evaluate.errors import BadInput
+from pipeline.evaluate.options import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, Options, setting_texts
+from pipeline.evaluate.prompts import Prompt, held_out
+from pipeline.evaluate.references import References
+from pipeline.evaluate.report import Summary, describe
+from pipeline.evaluate.scoring import Arm, Progress, emit_metrics, say
 from pipeline.events import EventWriter
 from pipeline.records.evaluate_report import Baseline, Best, ForwardTimes, LocalReport, PromptFigures, SettingRow
-
-from . import fingerprint
-from .errors import BadInput
-from .options import MAX_DRAFT_TOKENS, MAX_STEPS, MAX_TOPK, Options, setting_texts
-from .prompts import Prompt, held_out
-from .references import References
-from .report import Summary, describe
-from .scoring import Arm, Progress, emit_metrics, say
 
 if TYPE_CHECKING:
     import torch
 
     from pipeline.drafter import Eagle3Drafter
-
-    from .tree import Setting
-    from .verifier import Target
+    from pipeline.evaluate.tree import Setting
+    from pipeline.evaluate.verifier import Target
 
 
 def settings_of(opts: Options) -> list[Setting]:
     """--configs' settings, else the chain of --num-steps (3 when neither is given)."""
-    from .tree import Setting, parse_setting
+    from pipeline.evaluate.tree import Setting, parse_setting
 
     if opts.configs is None:
         k = opts.num_steps or 3
@@ -57,8 +55,8 @@ def _load_arms(opts: Options, target: Target, settings: list[Setting], device: s
                dtype: torch.dtype) -> tuple[list[Arm], list[Arm], Eagle3Drafter]:
     """The arms scored (the trained drafter's, else the baseline's), the baseline's beside
     them (none when they are the baseline), and the drafter whose forwards are timed."""
-    from .drafter import load_exported, untrained
-    from .sweep import arms_for
+    from pipeline.evaluate.drafter import load_exported, untrained
+    from pipeline.evaluate.sweep import arms_for
 
     assert opts.target is not None  # validate(): a local evaluation has one
     trained = None
@@ -90,7 +88,7 @@ def _decode(opts: Options, target: Target, prompts: list[Prompt], arms: list[Arm
             progress: Progress) -> tuple[list[PromptFigures], int, int]:
     """Score every prompt, `batch` at a time: the per-prompt figures, the greedy reference's
     target forwards, and how many batched answers were decoded again one by one."""
-    from . import sweep
+    from pipeline.evaluate import sweep
 
     per_prompt: list[PromptFigures] = []
     greedy_fw = redecoded = 0
@@ -133,9 +131,9 @@ def run_local(opts: Options, events: EventWriter, progress: Progress) -> LocalRe
     cpu_threads.fit("evaluate", opts.threads)
     import torch
 
-    from . import speedup_model, sweep
-    from .drafter import BASELINE_SEED
-    from .verifier import Target
+    from pipeline.evaluate import speedup_model, sweep
+    from pipeline.evaluate.drafter import BASELINE_SEED
+    from pipeline.evaluate.verifier import Target
 
     assert opts.target is not None  # validate(): a local evaluation has one
     settings = settings_of(opts)
@@ -216,7 +214,7 @@ def _refuse_if_changed(opts: Options, before: dict[str, tuple[int, str]]) -> Non
 
 def _say_best(events: EventWriter, rows: tuple[SettingRow, ...], top: SettingRow) -> None:
     """The sweep's table (when there is more than one setting) and the setting to serve."""
-    from . import sweep
+    from pipeline.evaluate import sweep
 
     if len(rows) > 1:
         for line in sweep.lines(rows):

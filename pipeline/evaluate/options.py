@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import cpu_threads
-
-from .errors import BadInput
+from pipeline.evaluate.errors import BadInput
 
 PROG = "python -m pipeline.evaluate"
 MAX_STEPS = 16

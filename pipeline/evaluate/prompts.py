@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.chat.records import parse_record
 from pipeline.chat.synthetic import generate
-
-from .errors import BadInput
+from pipeline.evaluate.errors import BadInput
 
 if TYPE_CHECKING:
-    from .options import Options
+    from pipeline.evaluate.options import Options
 
 MAX_PROMPTS = 10_000
 MAX_LINE_BYTES = 64 << 20

@@ -6,18 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipeline.evaluate.errors import Mismatch
+from pipeline.evaluate.report import Summary, summarize
 from pipeline.events import EventWriter
 
-from .errors import Mismatch
-from .report import Summary, summarize
-
 if TYPE_CHECKING:
-    from .drafter import ChainDrafter
-    from .prompts import Prompt
-    from .speculative import Decoded
-    from .tree import Setting
-    from .tree_drafter import TreeDrafter
-    from .verifier import Target
+    from pipeline.evaluate.drafter import ChainDrafter
+    from pipeline.evaluate.prompts import Prompt
+    from pipeline.evaluate.speculative import Decoded
+    from pipeline.evaluate.tree import Setting
+    from pipeline.evaluate.tree_drafter import TreeDrafter
+    from pipeline.evaluate.verifier import Target
 
 
 @dataclass
@@ -53,8 +52,8 @@ class Arm:
     lengths: dict[str, float | None] = field(default_factory=dict)
 
     def decode(self, target: Target, prompt: Prompt, k: int, max_new: int) -> Decoded:
-        from .speculative import speculate, speculate_tree
-        from .tree_drafter import TreeDrafter
+        from pipeline.evaluate.speculative import speculate, speculate_tree
+        from pipeline.evaluate.tree_drafter import TreeDrafter
 
         if self.setting.topk == 1:
             assert not isinstance(self.proposer, TreeDrafter)

@@ -18,14 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.evaluate.errors import BadInput, EvalError
+from pipeline.evaluate.options import Options
+from pipeline.evaluate.prompts import Prompt, held_out
+from pipeline.evaluate.scoring import say
 from pipeline.events import EventWriter
 from pipeline.http_client import TOO_LARGE, HttpFailure, post_json
 from pipeline.records.evaluate_report import ServerPrompt, ServerReport
-
-from .errors import BadInput, EvalError
-from .options import Options
-from .prompts import Prompt, held_out
-from .scoring import say
 
 MAX_RESPONSE_BYTES = 64 << 20
 MAX_ACCEPT_LENGTH = 1024  # SGLang verifies at most --speculative-num-draft-tokens per forward; far below this

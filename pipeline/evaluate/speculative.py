@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from .tree import accept
-from .verifier import Target
+from pipeline.evaluate.tree import accept
+from pipeline.evaluate.verifier import Target
 
 if TYPE_CHECKING:
-    from .tree import Setting
-    from .tree_drafter import TreeDrafter
+    from pipeline.evaluate.tree import Setting
+    from pipeline.evaluate.tree_drafter import TreeDrafter
 
 
 class Proposer(Protocol):

@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .drafter import ChainDrafter
-from .tree import Setting, Tree
-from .tree_drafter import SlotCache
+from pipeline.evaluate.drafter import ChainDrafter
+from pipeline.evaluate.tree import Setting, Tree
+from pipeline.evaluate.tree_drafter import SlotCache
 
 if TYPE_CHECKING:
     from pipeline.drafter import Eagle3Drafter
-
-    from .verifier import Target
+    from pipeline.evaluate.verifier import Target
 
 REPEATS = 5
 Times = dict[str, dict[int, float]]

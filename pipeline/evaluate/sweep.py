@@ -13,24 +13,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pipeline.evaluate.batch import greedy_batch, speculate_batch
+from pipeline.evaluate.drafter import ChainDrafter
+from pipeline.evaluate.errors import Mismatch
+from pipeline.evaluate.scoring import Arm
+from pipeline.evaluate.speculative import Decoded, greedy
+from pipeline.evaluate.speedup_model import Times, speedup
+from pipeline.evaluate.tree import Setting
+from pipeline.evaluate.tree_drafter import TreeDrafter
 from pipeline.records.evaluate_report import SettingRow
-
-from .batch import greedy_batch, speculate_batch
-from .drafter import ChainDrafter
-from .errors import Mismatch
-from .speedup_model import Times, speedup
-from .scoring import Arm
-from .speculative import Decoded, greedy
-from .tree import Setting
-from .tree_drafter import TreeDrafter
 
 if TYPE_CHECKING:
     from pipeline.drafter import Eagle3Drafter
-
-    from .prompts import Prompt
-    from .references import References
-    from .report import Summary
-    from .verifier import Target
+    from pipeline.evaluate.prompts import Prompt
+    from pipeline.evaluate.references import References
+    from pipeline.evaluate.report import Summary
+    from pipeline.evaluate.verifier import Target
 
 
 def arms_for(label: str, model: Eagle3Drafter, settings: list[Setting]) -> list[Arm]:

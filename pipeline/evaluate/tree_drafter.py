@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.drafter import Eagle3Drafter, KVCache
-
-from .drafter import ChainDrafter
-from .tree import Candidates, Setting, Tree, build_tree
+from pipeline.evaluate.drafter import ChainDrafter
+from pipeline.evaluate.tree import Candidates, Setting, Tree, build_tree
 
 
 class SlotCache:

@@ -17,23 +17,21 @@ on the whole sequence, the slow reference the cached path is checked against.
 from __future__ import annotations
 
 import os
-
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pipeline.evaluate.errors import BadInput
 from pipeline.hf_cache import cache_kwarg
 from pipeline.target.config import capture_layers
 from pipeline.target.model import load_target
 from pipeline.target.weights import FingerprintError, target_fingerprint
 
-from .errors import BadInput
-
 if TYPE_CHECKING:
-    from .tree import Tree
+    from pipeline.evaluate.tree import Tree
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
 
     def body() -> int:
-        path = args.file if args.file is not None else patcher.module_file(args.module)
+        path = args.file if args.file is not None else patcher.module_file(args.module or "")  # argparse: one of them
         if args.action == "status":
             print(patcher.status(path).describe(path))
             return EXIT_OK

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .errors import Failure
+from pipeline.regenerate.errors import Failure
 
 MAX_RECORD_CHARS = 1_000_000  # text in one record; longer ones are skipped as too_large
 
@@ -51,7 +51,7 @@ class Chat:
     cut_answers: int = 0
 
     @classmethod
-    def start(cls, index: int, rid: str, conversations: list[dict[str, str]]) -> "Chat":
+    def start(cls, index: int, rid: str, conversations: list[dict[str, str]]) -> Chat:
         due = [i for i, m in enumerate(conversations) if m["role"] == "user"
                and (i + 1 == len(conversations) or conversations[i + 1]["role"] != "user")]
         chat = cls(index, rid, conversations, [], due)

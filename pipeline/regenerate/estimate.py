@@ -15,9 +15,8 @@ from pathlib import Path
 
 from pipeline.chat.sources import parse_role_map
 from pipeline.records.regenerate_estimate import RegenerateEstimate, format_estimate
-
-from .options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound
-from .sources import policy, records
+from pipeline.regenerate.options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound
+from pipeline.regenerate.sources import policy, records
 
 BYTES_PER_TOKEN = 8
 LINE_BYTES = 64  # the id, the keys and the brackets of one record

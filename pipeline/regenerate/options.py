@@ -12,8 +12,7 @@ from pathlib import Path
 
 from pipeline import cpu_threads
 from pipeline.chat.sources import parse_role_map
-
-from .errors import BadInput
+from pipeline.regenerate.errors import BadInput
 
 PROG = "python -m pipeline.regenerate"
 MAX_NEW_TOKENS = 32768

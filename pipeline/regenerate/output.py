@@ -19,8 +19,7 @@ from pathlib import Path
 
 from pipeline.atomic_io import write_all, write_bytes_atomic
 from pipeline.output_guard import open_output, refuse_foreign_stats, refuse_replaced
-
-from .errors import BadInput, Failure, StoppedShort
+from pipeline.regenerate.errors import BadInput, Failure, StoppedShort
 
 MAX_LINE = 64 * 1024 * 1024  # one output record; past it the file is not ours
 _BLOCK = 1 << 20

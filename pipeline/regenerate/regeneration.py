@@ -49,7 +49,7 @@ def regenerate(o: Options) -> int:
     """Answer every user turn of the sources into `o.out`, resuming what it holds."""
     if o.out.is_dir():
         raise BadInput(f"--out {o.out} is a folder; name the output file (e.g. {o.out}/regenerated.jsonl)")
-    inputs = [*o.sources, o.model]
+    inputs = [*o.sources, *([o.model] if o.model is not None else [])]
     output_guard.refuse_overlap(o.out, inputs)
     output_guard.refuse_overlap(o.stats, inputs, "--stats")
     output_guard.refuse_foreign_file(o.out, o.stats, STATS_KEYS, NAME)

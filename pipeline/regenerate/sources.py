@@ -17,9 +17,8 @@ from pathlib import Path
 from pipeline.chat.records import ChatRecord
 from pipeline.chat.sources import DEFAULT_ROLE_MAP, SourcePolicy, SourceReport, iter_records
 from pipeline.records.source_reading import SourceReading
-
-from .conversation import MAX_RECORD_CHARS, record_chars
-from .errors import BadInput
+from pipeline.regenerate.conversation import MAX_RECORD_CHARS, record_chars
+from pipeline.regenerate.errors import BadInput
 
 
 @dataclass

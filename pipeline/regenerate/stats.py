@@ -17,8 +17,7 @@ from pipeline.records.codec import MissingRecord, RecordError
 from pipeline.records.regenerate_stats import RegenerateStats, read_stats, write_stats
 from pipeline.records.source_reading import SourceReading
 from pipeline.records.synthesis_stats import SynthesisStats
-
-from .errors import BadInput
+from pipeline.regenerate.errors import BadInput
 
 Earlier = TypeVar("Earlier", RegenerateStats, SynthesisStats)
 EXAMPLES = 5  # failure examples kept per reason

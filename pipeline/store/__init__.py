@@ -49,6 +49,6 @@ disk or the target does not fit the run) and `StageError` (1), whatever stage me
 
 from __future__ import annotations
 
-from .manifest import read_manifest
+from pipeline.store.manifest import read_manifest
 
 __all__ = ["read_manifest"]

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from .layout import SCALE_COLUMNS, scale_name
+from pipeline.store.layout import SCALE_COLUMNS, scale_name
 
 E4M3_MAX = 448.0
 _FLOAT32_TINY = torch.finfo(torch.float32).tiny  # a smaller scale's inverse would be inf

@@ -30,13 +30,13 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..checksum import ALGO, file_checksum
-from ..target.weights import FingerprintError, target_fingerprint
-from ..program_edge import BadInput
-from .manifest import manifest_in_order
-from .layout import FP8
-from .meaning import LayoutOf, Meaningless, check_file, check_header
-from .meta import FORMAT, read_meta, store_dtype
+from pipeline.checksum import ALGO, file_checksum
+from pipeline.program_edge import BadInput
+from pipeline.store.layout import FP8
+from pipeline.store.manifest import manifest_in_order
+from pipeline.store.meaning import LayoutOf, Meaningless, check_file, check_header
+from pipeline.store.meta import FORMAT, read_meta, store_dtype
+from pipeline.target.weights import FingerprintError, target_fingerprint
 
 CHECKSUM_MODES = ("all", "sample", "none")
 RESUME_CHECKSUMS = 64
@@ -94,7 +94,7 @@ def resume_damage(out: Path, entries: list[dict], last: int = RESUME_CHECKSUMS) 
     return bad
 
 
-def _layout(out: Path, meta: dict, rep: "StoreReport") -> LayoutOf | None:
+def _layout(out: Path, meta: dict, rep: StoreReport) -> LayoutOf | None:
     if not meta:
         return None
     try:
@@ -104,7 +104,7 @@ def _layout(out: Path, meta: dict, rep: "StoreReport") -> LayoutOf | None:
         return None
 
 
-def _meaning_problem(path: Path, e: dict, layout: LayoutOf, whole: bool, rep: "StoreReport") -> str | None:
+def _meaning_problem(path: Path, e: dict, layout: LayoutOf, whole: bool, rep: StoreReport) -> str | None:
     """The sample's header against what the store declares, and with `whole` every value."""
     if not isinstance(e.get("tokens"), int) or isinstance(e["tokens"], bool) or e["tokens"] <= 0:
         return f"manifest line for sample {e['index']} has no usable token count: {e}"
@@ -169,20 +169,7 @@ def verify_store(out: Path | str, *, model: Path | str | None = None, checksums:
     if not out.is_dir():
         raise BadInput(f"no store at {out}: not a folder (--out)")
     rep = StoreReport(out=str(out))
-    try:
-        meta = read_meta(out)
-    except BadInput as e:
-        rep.add(str(e))
-        meta = {}
-    if meta is None:
-        rep.add(f"{out / 'meta.json'}: missing; this is not a finished store (extraction never started here?)")
-        meta = {}
-    elif meta and meta.get("format") != FORMAT:
-        rep.add(f"{out / 'meta.json'}: format {meta.get('format')!r}, expected {FORMAT!r}; "
-                "re-extract into a new --out (this store predates size and checksum records)")
-    if meta and meta.get("store_dtype") not in (None, FP8):
-        rep.add(f"{out / 'meta.json'}: store_dtype {meta.get('store_dtype')!r} is not one this version reads "
-                f"({FP8!r}, or none for states as captured); read it with the version that wrote it")
+    meta = _checked_meta(out, rep)
     rep.store_dtype = store_dtype(meta) if meta else None
     rep.expected = expected_samples(meta)
     rep.target_fingerprint = meta.get("target_fingerprint")
@@ -190,28 +177,8 @@ def verify_store(out: Path | str, *, model: Path | str | None = None, checksums:
     rep.samples = len(entries)
     rep.tokens = sum(int(e.get("tokens", 0)) for e in entries)
     rep.bytes = sum(int(e.get("bytes", 0)) for e in entries)
-    if rep.expected is not None:
-        have = {e["index"] for e in entries}
-        missing = [i for i in range(rep.expected) if i not in have]
-        if missing:
-            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-            rep.add(f"{out}/manifest.jsonl: {len(missing)} of {rep.expected} samples missing (indices {shown}); "
-                    "rerun the extraction to resume")
-        records = meta["records"]
-        extra = [i for i in have if i >= records or i < 0]
-        if extra:
-            rep.add(f"{out}/manifest.jsonl: {len(extra)} samples outside the dataset's 0..{records - 1} "
-                    f"(e.g. {min(extra)})")
-    elif meta:
-        rep.add(f"{out / 'meta.json'}: no 'records' count, cannot tell whether the manifest is complete")
-    if checksums == "all":
-        to_sum = {e["index"] for e in entries}
-    elif checksums == "sample" and sample > 0:
-        rng = random.Random(seed)
-        picks = rng.sample(entries, min(sample, len(entries)))
-        to_sum = {e["index"] for e in picks} | {e["index"] for e in entries[-sample:]}
-    else:
-        to_sum = set()
+    _check_complete(out, meta, entries, rep)
+    to_sum = _to_checksum(entries, checksums, sample, seed)
     layout = _layout(out, meta, rep) if checksums != "none" else None
     for entry in entries:
         summed = entry["index"] in to_sum
@@ -233,3 +200,51 @@ def verify_store(out: Path | str, *, model: Path | str | None = None, checksums:
                         f"{rep.model_fingerprint}; the target's weights changed since this store was written")
     rep.ok = rep.problem_count == 0
     return rep
+
+
+def _checked_meta(out: Path, rep: StoreReport) -> dict:
+    """meta.json, with what is wrong in it added to `rep` ({} when it cannot be read)."""
+    try:
+        meta = read_meta(out)
+    except BadInput as e:
+        rep.add(str(e))
+        meta = {}
+    if meta is None:
+        rep.add(f"{out / 'meta.json'}: missing; this is not a finished store (extraction never started here?)")
+        meta = {}
+    elif meta and meta.get("format") != FORMAT:
+        rep.add(f"{out / 'meta.json'}: format {meta.get('format')!r}, expected {FORMAT!r}; "
+                "re-extract into a new --out (this store predates size and checksum records)")
+    if meta and meta.get("store_dtype") not in (None, FP8):
+        rep.add(f"{out / 'meta.json'}: store_dtype {meta.get('store_dtype')!r} is not one this version reads "
+                f"({FP8!r}, or none for states as captured); read it with the version that wrote it")
+    return meta
+
+
+def _check_complete(out: Path, meta: dict, entries: list[dict], rep: StoreReport) -> None:
+    """The manifest lists every sample the dataset has, and none it has not."""
+    if rep.expected is not None:
+        have = {e["index"] for e in entries}
+        missing = [i for i in range(rep.expected) if i not in have]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            rep.add(f"{out}/manifest.jsonl: {len(missing)} of {rep.expected} samples missing (indices {shown}); "
+                    "rerun the extraction to resume")
+        records = meta["records"]
+        extra = [i for i in have if i >= records or i < 0]
+        if extra:
+            rep.add(f"{out}/manifest.jsonl: {len(extra)} samples outside the dataset's 0..{records - 1} "
+                    f"(e.g. {min(extra)})")
+    elif meta:
+        rep.add(f"{out / 'meta.json'}: no 'records' count, cannot tell whether the manifest is complete")
+
+
+def _to_checksum(entries: list[dict], checksums: str, sample: int, seed: int | None) -> set[int]:
+    """The indices whose checksums and values are read: all, or `sample` random ones and the last
+    `sample` written."""
+    if checksums == "all":
+        return {e["index"] for e in entries}
+    if checksums == "sample" and sample > 0:
+        picks = random.Random(seed).sample(entries, min(sample, len(entries)))
+        return {e["index"] for e in picks} | {e["index"] for e in entries[-sample:]}
+    return set()

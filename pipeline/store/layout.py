@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import struct
 
-from ..atomic_io import TEMP_SUFFIX
+from pipeline.atomic_io import TEMP_SUFFIX
 
 ROWS_PER_DIR = 1000
 META = "meta.json"

@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from ..program_edge import BadInput
+from pipeline.program_edge import BadInput
 
 PATTERN = ".extract.rank*.lock"
 

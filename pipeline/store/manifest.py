@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..atomic_io import TEMP_SUFFIX, fsync_dir, write_bytes_atomic
+from pipeline.atomic_io import TEMP_SUFFIX, fsync_dir, write_bytes_atomic
 
 MANIFEST = "manifest.jsonl"
 LOCK = ".manifest.lock"

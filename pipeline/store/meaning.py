@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bounded_read import open_regular
-from ..program_edge import BadInput
-from .layout import DTYPES, FP8, FP8_CODE, SCALE_COLUMNS, entries, scale_name
+from pipeline.bounded_read import open_regular
+from pipeline.program_edge import BadInput
+from pipeline.store.layout import DTYPES, FP8, FP8_CODE, SCALE_COLUMNS, entries, scale_name
 
 MAX_HEADER = 64 << 10  # a sample's header is under 1 KiB
 E4M3_MAX_CODE = 0x7E  # 448, e4m3fn's largest finite magnitude

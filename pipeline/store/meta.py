@@ -25,11 +25,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic_io import write_json_atomic
-from ..target.config import TargetError, capture_layers, read_config, text_config
-from ..target.weights import check_weights, target_fingerprint
-from ..program_edge import BadInput
-from .layout import FP8, META, SCALING
+from pipeline.atomic_io import write_json_atomic
+from pipeline.program_edge import BadInput
+from pipeline.store.layout import FP8, META, SCALING
+from pipeline.target.config import TargetError, capture_layers, read_config, text_config
+from pipeline.target.weights import check_weights, target_fingerprint
 
 FORMAT = "eagle3-hidden-store/2"
 """/2: manifest lines carry an xxh3 checksum and meta.json a target_fingerprint."""
@@ -49,7 +49,7 @@ class TargetInfo:
     fingerprint: str = ""  # target_fingerprint() of its weights
 
     @classmethod
-    def from_dir(cls, model_dir: Path) -> "TargetInfo":
+    def from_dir(cls, model_dir: Path) -> TargetInfo:
         cfg = read_config(model_dir, "--model")
         info = cls.from_config(cfg, os.path.abspath(model_dir), Path(model_dir) / "config.json")
         check_weights(model_dir, "--model")  # a config that lies about the weights: refused before they load
@@ -65,7 +65,7 @@ class TargetInfo:
         return capture_layers(self.num_layers)
 
     @classmethod
-    def from_config(cls, cfg: dict, path: str, where: object = "config") -> "TargetInfo":
+    def from_config(cls, cfg: dict, path: str, where: object = "config") -> TargetInfo:
         text = text_config(cfg)
         values = {}
         for key in ("num_hidden_layers", "hidden_size", "vocab_size"):

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from ..atomic_io import write_all
-from ..checksum import ALGO, Checksum
-from ..program_edge import StageError
-from .fp8 import TORCH_FP8, quantize_state
-from .layout import header, relpath, sample_bytes, temp_relpath
+from pipeline.atomic_io import write_all
+from pipeline.checksum import ALGO, Checksum
+from pipeline.program_edge import StageError
+from pipeline.store.fp8 import TORCH_FP8, quantize_state
+from pipeline.store.layout import header, relpath, sample_bytes, temp_relpath
 
 WRITE_DELAY_ENV = "EAGLE3_EXTRACT_WRITE_DELAY"
 """Test hook: seconds each writer sleeps between fsync and rename, so a kill test can land

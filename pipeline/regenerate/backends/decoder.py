@@ -15,17 +15,16 @@ an exact loop (LoopWatch, loops.py's rule).
 from __future__ import annotations
 
 import time
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from pipeline.events import warn
-
-from ..loops import MAX_PERIOD, MIN_LOOP_TOKENS, REPEATS
-from .kv_slots import SlotKV, active
-from .lanes import LANE_SLOTS, MAX_GRAPHS, covering, layout
-from .sampler import Sampler
+from pipeline.regenerate.backends.kv_slots import SlotKV, active
+from pipeline.regenerate.backends.lanes import LANE_SLOTS, MAX_GRAPHS, covering, layout
+from pipeline.regenerate.backends.sampler import Sampler
+from pipeline.regenerate.loops import MAX_PERIOD, MIN_LOOP_TOKENS, REPEATS
 
 WIDTH_STEP = 256  # attention widths are rounded up to this with graphs, so few distinct ones are captured
 WIDTH_STEP_EAGER = 32  # without graphs a narrower width costs nothing to change

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import torch
-
-from pipeline.target.model import load_target
 
 from pipeline.regenerate.backends.decoder import Decoder, StepStats
 from pipeline.regenerate.backends.hf_schedule import Scheduler
@@ -34,6 +33,7 @@ from pipeline.regenerate.backends.sampler import Sampler
 from pipeline.regenerate.conversation import Chat, seed_for
 from pipeline.regenerate.errors import BadInput, Failure
 from pipeline.regenerate.sink import Sink
+from pipeline.target.model import load_target
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 SYNC_EVERY_CUDA = 16  # decode steps between the host's looks: a finished slot idles at most this many
@@ -99,7 +99,8 @@ class HFBackend:
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt's tokens, or the Failure of a prompt past today's bounds."""
-        return self.bounded_ids(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.bounded_ids(cast(str, text))  # tokenize=False: the rendered text
 
     def bounded_ids(self, text: str) -> list[int]:
         """A rendered prompt's tokens, or the Failure of a prompt past today's bounds."""
@@ -137,7 +138,7 @@ class HFBackend:
         return decoder
 
     def decode(self, tokens: list[int]) -> str:
-        return self.tok.decode(tokens, skip_special_tokens=True)
+        return cast(str, self.tok.decode(tokens, skip_special_tokens=True))  # one sequence: one text
 
     def seed_of(self, chat: Chat) -> int:
         return seed_for(self.seed, chat.id, chat.turn)

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import os
 import time
-
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from ..conversation import Chat, Generated
-from ..errors import Failure
-from ..loops import trim
-from ..sink import Sink
-from .decoder import Admit, Decoder
-from .lanes import FreeSlots
+from pipeline.regenerate.backends.decoder import Admit, Decoder
+from pipeline.regenerate.backends.lanes import FreeSlots
+from pipeline.regenerate.conversation import Chat, Generated
+from pipeline.regenerate.errors import Failure
+from pipeline.regenerate.loops import trim
+from pipeline.regenerate.sink import Sink
 
 PREFILL_TOKENS = 8192  # tokens fed in one prefill forward (padding included)
 AHEAD_PER_SLOT = 0.25  # records tokenized ahead while the device decodes, per slot (more than a look frees)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from pipeline.sizes import format_bytes
 
 NAME = "eagle3_regen_slots"
-_ACTIVE: "SlotKV | None" = None
+_ACTIVE: SlotKV | None = None
 
 
 class UnsupportedAttention(Exception):
@@ -141,10 +141,7 @@ class SlotKV:
         kb, vb = self.k[layer], self.v[layer]
         n, heads, qlen, dim = q.shape
         groups = heads // kb.shape[1]
-        if self.rows is None:
-            slots = torch.arange(n, device=q.device)[:, None]
-        else:
-            slots = self.rows[:, None]
+        slots = torch.arange(n, device=q.device)[:, None] if self.rows is None else self.rows[:, None]
         kb[slots, :, self.pos] = k.transpose(1, 2).to(kb.dtype)
         vb[slots, :, self.pos] = v.transpose(1, 2).to(vb.dtype)
         if self.rows is None:

@@ -22,7 +22,6 @@ import threading
 from dataclasses import dataclass
 
 from pipeline.http_client import TIMEOUT, TOO_LARGE, Connection, HttpFailure
-
 from pipeline.regenerate.errors import BadInput, Failure, PeerDead
 
 MAX_BODY = 16 * 1024 * 1024  # bytes of one HTTP answer, whatever --max-new-tokens allows
@@ -229,7 +228,7 @@ class Client:
             if self.stop.wait(min(delay, BACKOFF_CAP)):
                 raise Failure("stopped", "the run is stopping")
             delay *= 2
-        raise failure  # pragma: no cover - the loop returns or raises
+        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     def close(self) -> None:
         self.conn.close()

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.chat.user_turn import question_prompt, special_ids, user_turn
-
-from ..backends.hf import HFBackend
+from pipeline.regenerate.backends.hf import HFBackend
 
 
 class SynthBackend(HFBackend):

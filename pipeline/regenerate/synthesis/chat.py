@@ -19,10 +19,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..conversation import Generated, checked, seed_for
-from ..errors import Failure
-from .dedup import Key, Match, Seen
-from .questions import judge, shown
+from pipeline.regenerate.conversation import Generated, checked, seed_for
+from pipeline.regenerate.errors import Failure
+from pipeline.regenerate.synthesis.dedup import Key, Match, Seen
+from pipeline.regenerate.synthesis.questions import judge, shown
 
 _ID = re.compile(r"synth-(\d+)-(\d+)")
 
@@ -80,7 +80,7 @@ class SynthChat:
 
     @classmethod
     def start(cls, index: int, number: int, seed: int, system_prompts: tuple[str, ...], turns: int,
-              answer_bound: int, judge: Questions) -> "SynthChat":
+              answer_bound: int, judge: Questions) -> SynthChat:
         rid = record_id(seed, number)
         system = system_for(seed, rid, system_prompts)
         return cls(index, number, rid, turns, answer_bound, judge,

@@ -9,10 +9,9 @@ import argparse
 from pathlib import Path
 
 from pipeline.records.synthesis_estimate import SynthesisEstimate, format_estimate
-
-from ..estimate import BYTES_PER_TOKEN, LINE_BYTES
-from ..options import MAX_NEW_TOKENS, _bound
-from .options import MAX_RECORDS, MAX_TURNS, read_system_prompts
+from pipeline.regenerate.estimate import BYTES_PER_TOKEN, LINE_BYTES
+from pipeline.regenerate.options import MAX_NEW_TOKENS, _bound
+from pipeline.regenerate.synthesis.options import MAX_RECORDS, MAX_TURNS, read_system_prompts
 
 TURN_BYTES = 64  # the role keys and brackets of a question and its answer
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 from pipeline import cpu_threads
 from pipeline.jsonfile import read_json
-
-from ..errors import BadInput
-from ..options import MAX_BATCH, MAX_NEW_TOKENS, _bound
+from pipeline.regenerate.errors import BadInput
+from pipeline.regenerate.options import MAX_BATCH, MAX_NEW_TOKENS, _bound
 
 PROG = "python -m pipeline.regenerate"
 MAX_RECORDS = 2_000_000  # the duplicate index holds about 2 KB a kept question: 4 GB at the bound

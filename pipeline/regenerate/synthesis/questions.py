@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import unicodedata
 
-from ..conversation import Generated
-from ..errors import Failure
-from ..loops import loop_tail
+from pipeline.regenerate.conversation import Generated
+from pipeline.regenerate.errors import Failure
+from pipeline.regenerate.loops import loop_tail
 
 MIN_LETTER_SHARE = 0.3  # of the characters that are not spaces: "Solve 3x^2 + 5x - 2 = 0" has 0.41
 SHOWN = 200  # characters of a question in a failure's detail

@@ -9,13 +9,12 @@ the same for any batch size, timing or resume.
 from __future__ import annotations
 
 from pipeline.events import EventWriter
-
-from ..errors import Failure
-from ..output import Appender
-from ..sink import OutputSink
-from .chat import SynthChat, duplicate
-from .dedup import Seen
-from .stats import SynthStats
+from pipeline.regenerate.errors import Failure
+from pipeline.regenerate.output import Appender
+from pipeline.regenerate.sink import OutputSink
+from pipeline.regenerate.synthesis.chat import SynthChat, duplicate
+from pipeline.regenerate.synthesis.dedup import Seen
+from pipeline.regenerate.synthesis.stats import SynthStats
 
 
 class SynthSink(OutputSink):

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from pipeline.records.synthesis_stats import KIND, SynthesisStats, write_stats
-
-from .chat import SynthChat
+from pipeline.regenerate.synthesis.chat import SynthChat
 
 EXAMPLES = 3  # kept per reason
 KEYS = KIND.legacy_keys  # what makes a stats file this mode's own

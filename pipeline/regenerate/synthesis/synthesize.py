@@ -26,17 +26,16 @@ from collections.abc import Iterator
 from pipeline import cpu_threads, output_guard
 from pipeline.events import EventWriter
 from pipeline.records.synthesis_stats import SynthesisStats, read_stats
-
-from ..errors import BadInput, PeerDead
-from ..output import done_ids, open_appender, repair_tail
-from ..sink import drive
-from ..stats import previous
-from . import estimate
-from .chat import Questions, SynthChat, index_of
-from .dedup import Seen
-from .options import SynthOptions, parse
-from .sink import SynthSink
-from .stats import KEYS, SynthStats
+from pipeline.regenerate.errors import BadInput, PeerDead
+from pipeline.regenerate.output import done_ids, open_appender, repair_tail
+from pipeline.regenerate.sink import drive
+from pipeline.regenerate.stats import previous
+from pipeline.regenerate.synthesis import estimate
+from pipeline.regenerate.synthesis.chat import Questions, SynthChat, index_of
+from pipeline.regenerate.synthesis.dedup import Seen
+from pipeline.regenerate.synthesis.options import SynthOptions, parse
+from pipeline.regenerate.synthesis.sink import SynthSink
+from pipeline.regenerate.synthesis.stats import KEYS, SynthStats
 
 NAME = "regenerate"
 
@@ -110,7 +109,7 @@ def _target(o: SynthOptions, done: set[str]):
               flush=True)
         return None
     cpu_threads.fit(NAME, o.threads)
-    from .backend import SynthBackend  # torch and transformers: only once there is work
+    from pipeline.regenerate.synthesis.backend import SynthBackend  # torch and transformers: only once there is work
 
     backend = SynthBackend(o.model, o.device, o.dtype, max(o.max_new_tokens, o.max_question_tokens), o.temperature,
                            o.top_p, o.max_prompt_tokens, o.trim_loops, o.system_prompts, seed=o.seed,
