@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.chat.sources import DEFAULT_ROLE_MAP, format_role_map
+from pipeline.program_edge import BadInput
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,21 @@ class Options:
     role_map: str = format_role_map(DEFAULT_ROLE_MAP)
     on_assistant_first: str = "keep"
     same_role: str = "join"
+
+    def validate(self) -> None:
+        """BadInput for a value past its bound or no source at all; nothing is filled in."""
+        if self.max_len < 1:
+            raise BadInput(f"--max-len must be at least 1, got {self.max_len}")
+        if self.workers < 1:
+            raise BadInput(f"--workers must be at least 1, got {self.workers}")
+        if self.max_line_bytes is not None and self.max_line_bytes < 2:
+            raise BadInput(f"--max-line-bytes must be at least 2, got {self.max_line_bytes}")
+        if not self.sources:
+            trailing = (self.include or self.exclude or [""])[-1]
+            hint = ""
+            if trailing and Path(trailing).exists():
+                hint = f" ('{trailing}' was read as a source name: put sources before --include/--exclude or end them with --)"
+            raise BadInput(f"no SOURCE given{hint}")
 
 
 def build_parser() -> argparse.ArgumentParser:
