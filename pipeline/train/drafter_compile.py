@@ -29,8 +29,7 @@ from typing import Any
 
 import torch
 
-from pipeline.capture import compile_failed
-from pipeline.compiled_ops import CompiledOps
+from pipeline.compiled_ops import CompiledOps, compile_failed
 from pipeline.drafter.model import Eagle3Drafter, TTTCache
 from pipeline.drafter.ttt_attention import EAGER_MERGE, MERGE
 from pipeline.events import warn
