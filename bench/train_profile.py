@@ -93,6 +93,7 @@ def build(a: argparse.Namespace, device: torch.device):
         "loss_mask": mask,
         "hidden_state": torch.randn(rows, tokens, h, device=device, generator=g).to(torch.bfloat16),
         "aux_hidden_state": torch.randn(rows, tokens, 3 * h, device=device, generator=g).to(torch.bfloat16),
+        "lengths": torch.full((rows,), tokens, dtype=torch.int64, device=device),  # the step counts real tokens
     }
     try:  # what the trainer's to_device adds on the host, where the tree has it
         from pipeline.train.loss import scored_positions
@@ -107,10 +108,10 @@ def step_kernels(drafter, compile: bool, amp: torch.dtype):
     """(the loss's kernels, the TTT merge's or None) as setup builds them, in this tree or an older one."""
     try:
         from pipeline.train.drafter_compile import training_kernels
-    except ImportError:  # before the drafter was compiled: the loss's kernels alone
-        from pipeline.train.loss_kernels import LossKernels
+    except ImportError:  # before the drafter was compiled (46269d7): the loss's kernels alone, by their old name
+        from pipeline.train.vocab_kernels import VocabKernels
 
-        return LossKernels(compile=compile), None
+        return VocabKernels(compile=compile), None
     return training_kernels(drafter, compile, amp, print)
 
 
@@ -158,8 +159,12 @@ def step_fn(a: argparse.Namespace, device: torch.device) -> tuple[Callable[[], N
     the loss's kernels are compiled)."""
     from pipeline.train import step as steps
     from pipeline.train.dist import Dist
-    from pipeline.train.finite import FiniteGuard
     from pipeline.train.loss import TTTObjective
+
+    try:
+        from pipeline.train.finite import FiniteGuard
+    except ImportError:  # an older tree: in step.py, or none at all
+        FiniteGuard = getattr(steps, "FiniteGuard", None)
 
     drafter, head, batch, amp, tokens, kernels, merge = build(a, device)
     params = [q for q in drafter.parameters() if q.requires_grad]
@@ -169,11 +174,13 @@ def step_fn(a: argparse.Namespace, device: torch.device) -> tuple[Callable[[], N
                           objective=TTTObjective(drafter, TTT, kernels, *([merge] if merge else [])),
                           stop=threading.Event(), total=1 << 30,
                           sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0), out=Path(tempfile.gettempdir()))
-    run.guard = FiniteGuard(device)
+    if FiniteGuard is not None:
+        run.guard = FiniteGuard(device)
     done = [0]
 
     def step() -> None:
-        steps.apply(run, done[0], steps.forward_backward(run, batch).loss, batch)
+        out = steps.forward_backward(run, batch)  # a StepResult, or an older tree's tuple
+        steps.apply(run, done[0], out.loss if hasattr(out, "loss") else out[0], batch)
         done[0] += 1
 
     return step, tokens, kernels.compiled
