@@ -24,10 +24,10 @@ mkdir -p "$R/site" "$W"
 recipe() { mode=$1; shift; python3 bench/recipe.py "$mode" --work "$W" "$@"; }
 walk() { recipe call --commit "$commit" --result "$R/$NAME-$CARD.txt" "$@" > "$OUT/call$call.log" 2>&1; }
 finish() { cp "$R/$NAME-$CARD.txt" "$W/logs/"call-*.log "$OUT/" 2>/dev/null; tail -25 "$OUT/call$call.log"; }
-speed() {  # the trainer before (.carry/old) and after, back to back: about 4 minutes (TRAINER_STEPS, 240 by default)
-    n=${TRAINER_STEPS:-240}
+speed() {  # the trainer before (.carry/old) and after, back to back: about 4 minutes (TRAINER_STEPS, 240 by default;
+    n=${TRAINER_STEPS:-240}  # RATE_FROM, the first step of the timed window: past the validation at n/2 leaves its compiles out)
     timeout -s INT $((560 - SECONDS)) python3 bench/train_profile.py --speed --old-code .carry/old --commit "$commit" \
-        --trainer-steps "$n" --rate-to $((n * 5 / 6)) --result "$OUT/train-speed-$CARD.txt" > "$OUT/train-speed.log" 2>&1
+        --trainer-steps "$n" --rate-from "${RATE_FROM:-20}" --rate-to $((n * 5 / 6)) --result "$OUT/train-speed-$CARD.txt" > "$OUT/train-speed.log" 2>&1
 }
 trap finish EXIT
 case "$call" in
