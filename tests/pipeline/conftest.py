@@ -7,13 +7,13 @@ import hashlib
 import json
 import os
 import random
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 import record_samples
+from stage_call import call_stage
 
 from pipeline.records import merge_stats
 
@@ -114,11 +114,12 @@ def extract_argv(model: Path, data: Path, out: Path, *more: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def run_extract():
-    """Run the real CLI in a subprocess; returns the CompletedProcess."""
+    """Run the real CLI's main in this process (stage_call.py); returns its exit code and output
+    as a CompletedProcess gives them. Tests of the process itself (signals, kills) start
+    `extract_argv` as a program."""
 
-    def run(model: Path, data: Path, out: Path, *more: str, env: dict | None = None, timeout: float = 120):
-        return subprocess.run(extract_argv(model, data, out, *more), cwd=REPO, env=cli_env(**(env or {})),
-                              capture_output=True, text=True, timeout=timeout)
+    def run(model: Path, data: Path, out: Path, *more: str, env: dict | None = None):
+        return call_stage("extract", extract_argv(model, data, out, *more)[3:], env=env)
 
     return run
 
