@@ -5,16 +5,14 @@ gives the same file whatever the batch size, so a resumed run matches an uninter
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from stage_call import StageResult, call_stage
 from tiny_chat_target import build_chat_target, greedy_answers
 
 from pipeline.records import regenerate_stats
 
-REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 6
 
 
@@ -37,11 +35,9 @@ def chats(tmp_path_factory) -> Path:
     return path
 
 
-def regen(model: Path, src: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(out), "--backend",
-                           "hf", "--model", str(model), "--max-new-tokens", str(MAX_NEW), "--seed", "0", *more],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+def regen(model: Path, src: Path, out: Path, *more: str) -> StageResult:
+    return call_stage("regenerate", [src, "--out", out, "--backend", "hf", "--model", model, "--max-new-tokens",
+                                     MAX_NEW, "--seed", "0", *more])
 
 
 def test_hf_greedy_answers_are_what_the_target_generates_with_its_chat_template(tmp_path, chat_target, chats):
@@ -113,12 +109,9 @@ def test_a_record_of_more_turns_than_the_target_can_hold_fails_before_any_answer
     src.write_text(json.dumps({"id": "long", "conversations": many}) + "\n"
                    + json.dumps({"id": "short", "conversations": many[:2]}) + "\n")
     events = tmp_path / "events.jsonl"
-    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin",
-           "EAGLE3_EVENTS": str(events)}
-    p = subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(tmp_path / "out.jsonl"),
-                        "--backend", "hf", "--model", str(chat_target), "--max-new-tokens", str(MAX_NEW),
-                        "--temperature", "0", "--batch-size", "2"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    p = call_stage("regenerate", [src, "--out", tmp_path / "out.jsonl", "--backend", "hf", "--model", chat_target,
+                                  "--max-new-tokens", MAX_NEW, "--temperature", "0", "--batch-size", "2"],
+                   env={"EAGLE3_EVENTS": str(events)})
     assert p.returncode == 0, p.stderr
     stats = json.loads((tmp_path / "out.stats.json").read_text())
     assert stats["failures"] == {"prompt_too_long": 1} and stats["records_out"] == 1

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from stage_call import StageResult, call_stage
 from tiny_chat_target import build_chat_target, greedy_answers
 
 from pipeline.records import regenerate_stats
 from pipeline.records.regenerate_estimate import parse_estimate
 from pipeline.regenerate.sink import MemorySink
 
-REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 10
 
 
@@ -215,13 +213,9 @@ def test_seeded_draws_follow_the_softmax_and_do_not_depend_on_batch_mates():
     assert kept == {0, 6}  # the smallest set of probability >= 0.5: 2.0 and 1.5
 
 
-def _regen(model: Path, src: Path, out: Path, *more: str, events: Path | None = None) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
-    if events is not None:
-        env["EAGLE3_EVENTS"] = str(events)
-    return subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(out), "--backend",
-                           "hf", "--model", str(model), "--max-new-tokens", str(MAX_NEW), *more],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+def _regen(model: Path, src: Path, out: Path, *more: str, events: Path | None = None) -> StageResult:
+    return call_stage("regenerate", [src, "--out", out, "--backend", "hf", "--model", model, "--max-new-tokens",
+                                     MAX_NEW, *more], env={"EAGLE3_EVENTS": str(events)} if events else None)
 
 
 @pytest.fixture
@@ -252,9 +246,8 @@ def test_samples_per_prompt_writes_each_sample_as_its_own_record_and_resume_comp
     g = _regen(target, source, tmp_path / "g.jsonl", "--temperature", "0", "--samples-per-prompt", "2")
     assert g.returncode == 2 and "needs --temperature above 0" in g.stderr, g.stderr
     assert not (tmp_path / "g.jsonl").exists()
-    e = subprocess.run([sys.executable, "-m", "pipeline.regenerate", "--estimate", str(source), "--samples-per-prompt",
-                        "3", "--max-new-tokens", str(MAX_NEW), "--json"], cwd=REPO, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    e = call_stage("regenerate", ["--estimate", source, "--samples-per-prompt", "3", "--max-new-tokens", MAX_NEW,
+                                  "--json"])
     assert e.returncode == 0, e.stderr
     figures = parse_estimate(e.stdout, "pipeline.regenerate --estimate --json")  # the console's free-space check sizes every sample
     assert figures.records == 12 and figures.answers == 3 * (1 + 2 + 3 + 1)

@@ -5,18 +5,15 @@ answers the cut answer, as it would have been served."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from stage_call import StageResult, call_stage
 from tiny_chat_target import build_chat_target
 
 from pipeline.records import regenerate_stats
 from pipeline.regenerate.loops import loop_tail, trim
 
-REPO = Path(__file__).resolve().parents[2]
 MAX_NEW = 48
 
 
@@ -117,11 +114,9 @@ def _expected(target: Path, conv: list[dict[str, str]]) -> tuple[list[str], int,
     return answers, cut, tokens, generated
 
 
-def _regen(model: Path, src: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(out), "--backend",
-                           "hf", "--model", str(model), "--max-new-tokens", str(MAX_NEW), "--temperature", "0",
-                           "--batch-size", "3", *more], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+def _regen(model: Path, src: Path, out: Path, *more: str) -> StageResult:
+    return call_stage("regenerate", [src, "--out", out, "--backend", "hf", "--model", model, "--max-new-tokens",
+                                     MAX_NEW, "--temperature", "0", "--batch-size", "3", *more])
 
 
 def test_looping_answers_are_cut_and_the_next_turn_answers_the_cut_one(tmp_path, target):
@@ -159,10 +154,8 @@ def test_resuming_with_the_other_choice_is_refused_and_a_server_run_cannot_ask_f
     del old["options"]["trim_loops"], old["record"], old["version"]  # no trim_loops, no record's tag or version
     (tmp_path / "out.stats.json").write_text(json.dumps(old))
     assert _regen(target, src, out).returncode == 0
-    s = subprocess.run([sys.executable, "-m", "pipeline.regenerate", str(src), "--out", str(tmp_path / "s.jsonl"),
-                        "--backend", "server", "--server", "http://127.0.0.1:9", "--served-model", "m",
-                        "--trim-loops"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                       text=True, timeout=120)
+    s = call_stage("regenerate", [src, "--out", tmp_path / "s.jsonl", "--backend", "server", "--server",
+                                  "http://127.0.0.1:9", "--served-model", "m", "--trim-loops"])
     assert s.returncode == 2 and "--trim-loops is for --backend hf" in s.stderr, s.stderr
 
 
