@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stage_call import call_stage
 from test_loss_mask_templates import SHAPES, _look_alike
 from tiny_chat_target import build_talking_target, greedy_answers
 
@@ -52,7 +53,7 @@ def synth(target: Path, out: Path, *more: str, records: int = N, wait: bool = Tr
             "--seed", "0", *more]
     if not wait:
         return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return call_stage("regenerate", argv[3:], env={"EAGLE3_EVENTS": env["EAGLE3_EVENTS"]})
 
 
 def lines(path: Path) -> list[dict]:
@@ -149,10 +150,7 @@ def test_another_seed_writes_other_records_and_a_rerun_of_a_full_output_writes_n
 
 
 def merge(target: Path, out: Path, *sources: Path) -> Path:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
-    p = subprocess.run([sys.executable, "-m", "pipeline.merge", "--tokenizer", str(target), "--out", str(out),
-                        "--workers", "1", *map(str, sources)], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300)
+    p = call_stage("merge", ["--tokenizer", target, "--out", out, "--workers", "1", *sources])
     assert p.returncode == 0, p.stdout + p.stderr
     return out
 
