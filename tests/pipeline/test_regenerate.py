@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stage_call import StageResult, call_stage
 from standin_sglang import StandIn, answer
 
 from pipeline.records import regenerate_stats
@@ -77,9 +78,10 @@ def argv(src: Path, out: Path, *servers: str, more: tuple[str, ...] = ()) -> lis
             "--seed", "0", *more]
 
 
-def run(*args: str | Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], cwd=REPO, env=kw.pop("env", env()), capture_output=True,
-                          text=True, timeout=kw.pop("timeout", 120), **kw)
+def run(*args: str | Path, env: dict | None = None) -> StageResult:
+    """argv's program (`python -m pipeline.regenerate ...`) run in this process; `env` as env() gives it."""
+    assert [str(a) for a in args[:3]] == [sys.executable, "-m", "pipeline.regenerate"], args
+    return call_stage("regenerate", args[3:], env=env)
 
 
 def lines(path: Path) -> list[dict]:
