@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from forked_signal import exit_code_of_forked_child_signalled_under
+from stage_call import call_stage
 
 from pipeline.events import iter_events
 from pipeline.records.train_summary import read_summary
@@ -69,8 +70,8 @@ def test_kill_and_resume_gives_the_loss_curve_of_an_uninterrupted_run(reference_
     env = xt.cli_env()
     steps = ["--steps", "16", "--save-every", "4"]
     ref_events = tmp_path / "ref.jsonl"
-    ref = subprocess.run(check=False, args=train_argv(reference_store, tiny_target, tmp_path / "ref", *steps),
-                         env={**env, "EAGLE3_EVENTS": str(ref_events)}, capture_output=True, text=True, timeout=300)
+    ref = call_stage("train", train_argv(reference_store, tiny_target, tmp_path / "ref", *steps)[3:],
+                     env={"EAGLE3_EVENTS": str(ref_events)})
     assert ref.returncode == 0, ref.stderr
     reference = losses(ref_events)
     assert sorted(reference) == list(range(1, 17))
@@ -97,8 +98,8 @@ def test_kill_and_resume_gives_the_loss_curve_of_an_uninterrupted_run(reference_
     stopped_at = int((out / "checkpoints" / "latest").read_text().strip().split("_")[1])
     assert resumed_from < stopped_at < 16
     # 3: resume to the end
-    done = subprocess.run(check=False, args=train_argv(reference_store, tiny_target, out, *steps, "--resume"),
-                          env={**env, "EAGLE3_EVENTS": str(ev)}, capture_output=True, text=True, timeout=300)
+    done = call_stage("train", train_argv(reference_store, tiny_target, out, *steps, "--resume")[3:],
+                      env={"EAGLE3_EVENTS": str(ev)})
     assert done.returncode == 0, done.stderr
     # every loss any of the three runs logged equals the uninterrupted run's loss at that step
     seen = 0

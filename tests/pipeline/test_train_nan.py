@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from stage_call import StageResult, call_stage
 
 # --log-every 3 and --save-every 2: the poisoned step 5 is neither logged nor saved, so its refusal (taken on the
 # device) is read on the host when step 6 comes to its optimiser step, and must still name step 5 and keep step 4
@@ -21,10 +20,8 @@ OPTS = ["--batch-tokens", "256", "--max-len", "256", "--lr", "3e-3", "--log-ever
 HUGE = 3e38  # finite in bf16 and fp32; the drafter's first layer overflows on it
 
 
-def train(store: Path, target: Path, out: Path, env: dict, *more: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "pipeline.train", "--store", str(store), "--target", str(target), "--out", str(out),
-            *OPTS, *more]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+def train(store: Path, target: Path, out: Path, env: dict, *more: str) -> StageResult:
+    return call_stage("train", ["--store", store, "--target", target, "--out", out, *OPTS, *more], env=env)
 
 
 def poison_aux_states(store: Path) -> int:

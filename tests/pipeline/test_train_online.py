@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from stage_call import StageResult, call_stage
 
 from pipeline.events import iter_events
 from pipeline.records.train_estimate import TrainEstimate, parse_estimate
@@ -30,9 +31,8 @@ def losses(events: Path) -> dict[int, float]:
     return {e.get("step"): e.get("value") for e in iter_events(events) if e.kind == "metric" and e.get("name") == "loss"}
 
 
-def train(source: list[str], target: Path, out: Path, env: dict, *more: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv(source, target, out, *more), env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
+def train(source: list[str], target: Path, out: Path, env: dict, *more: str) -> StageResult:
+    return call_stage("train", argv(source, target, out, *more)[3:], env=env)
 
 
 def test_online_and_offline_train_the_same_steps_over_two_shuffled_epochs(reference_store, tiny_data, tiny_target,
@@ -120,9 +120,7 @@ def test_online_refuses_a_record_outside_the_targets_vocabulary_naming_its_line(
 
 def test_the_estimate_counts_the_target_only_when_the_run_is_online(tiny_data, tiny_target, xt):
     def est(*more: str) -> TrainEstimate:
-        res = subprocess.run([sys.executable, "-m", "pipeline.train", "--estimate", "--target", str(tiny_target),
-                              "--json", *more], env=xt.cli_env(), capture_output=True, text=True, timeout=120,
-                             check=False)
+        res = call_stage("train", ["--estimate", "--target", tiny_target, "--json", *more])
         assert res.returncode == 0, res.stderr
         return parse_estimate(res.stdout, "pipeline.train --estimate --json")
 
