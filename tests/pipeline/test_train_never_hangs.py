@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import store_tamper
 import torch
+from stage_call import call_stage
 
 from pipeline.events import iter_events
 
@@ -58,8 +59,7 @@ CASES = {
 def checkpointed(fp8_store, tiny_target, tmp_path_factory, xt) -> Path:
     """A run folder whose latest checkpoint is step 2, trained on the intact store."""
     out = tmp_path_factory.mktemp("hangs") / "run"
-    proc = subprocess.run(_argv(fp8_store, tiny_target, out, "--steps", "2", "--save-every", "1"), env=xt.cli_env(),
-                          cwd=xt.REPO, capture_output=True, text=True, timeout=BOUND)
+    proc = call_stage("train", _argv(fp8_store, tiny_target, out, "--steps", "2", "--save-every", "1")[3:])
     assert proc.returncode == 0, proc.stderr
     return out
 

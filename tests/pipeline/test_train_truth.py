@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from stage_call import call_stage
 
 from pipeline.events import iter_events
 from pipeline.records.train_summary import read_summary
@@ -35,8 +36,7 @@ def sharp(tmp_path_factory, xt):
     data = xt.write_merged(root / "train.jsonl", records)
     stats = xt.write_stats(root / "train.stats.json", data, records)
     store = root / "store"
-    proc = subprocess.run(xt.extract_argv(target, data, store, "--stats", str(stats)), cwd=xt.REPO,
-                          env=xt.cli_env(), capture_output=True, text=True, timeout=300)
+    proc = call_stage("extract", xt.extract_argv(target, data, store, "--stats", str(stats))[3:])
     assert proc.returncode == 0, proc.stderr
     return type("Sharp", (), {"target": target, "data": data, "store": store, "records": records})
 
