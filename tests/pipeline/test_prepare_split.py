@@ -10,29 +10,20 @@ import io
 import json
 import lzma
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 from pypi_cache import cached_wheel
 from recipe_inputs import sharegpt_text, write_inputs
+from stage_call import StageResult, call_stage
 
 from pipeline.events import iter_events
 from pipeline.prepare.sharegpt import Split, SplitChoices, clean, elements, split_sharegpt
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
-    return {**env, "PYTHONPATH": str(REPO), **extra}
-
-
-def run_split(*argv: object, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.prepare", "split", *map(str, argv)], cwd=REPO,
-                          env=_env(**env), capture_output=True, text=True, timeout=300)
+def run_split(*argv: object, **env: str) -> StageResult:
+    return call_stage("prepare", ["split", *argv], env=env)
 
 
 def _split(text: str, **kw) -> Split:

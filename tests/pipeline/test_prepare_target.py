@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 from recipe_inputs import chat_target
+from stage_call import StageResult, call_stage
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def run_target(*argv: object) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", "pipeline.prepare", "target", *map(str, argv)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+def run_target(*argv: object) -> StageResult:
+    return call_stage("prepare", ["target", *argv])
 
 
 @pytest.fixture(scope="module")
