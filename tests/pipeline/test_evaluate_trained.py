@@ -12,20 +12,17 @@ evaluate's chain drafting with the KV cache.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from stage_call import call_stage
 
 from pipeline.evaluate.__main__ import main as evaluate
 from pipeline.export import __main__ as export
 from pipeline.records.evaluate_report import read_report
 
-REPO = Path(__file__).resolve().parents[2]
 VOCAB = 48
 SEQ = 32
 
@@ -68,11 +65,8 @@ def counting(tmp_path_factory) -> dict:
             ids = counting_from(i * 2, SEQ)
             f.write(json.dumps({"id": f"c{i}", "input_ids": ids, "loss_mask": [0] * 4 + [1] * (SEQ - 4)}) + "\n")
     store = tmp_path / "store"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="")
-    r = subprocess.run([sys.executable, "-m", "pipeline.extract", "--backend", "hf", "--model", str(target), "--data",
-                        str(data), "--out", str(store), "--reserve", "0", "--device", "cpu", "--writers", "1"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    r = call_stage("extract", ["--backend", "hf", "--model", target, "--data", data, "--out", store, "--reserve", "0",
+                               "--device", "cpu", "--writers", "1"])
     assert r.returncode == 0, r.stderr
 
     from pipeline.train.loop import Options, run

