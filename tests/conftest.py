@@ -16,8 +16,11 @@ TESTS = Path(__file__).resolve().parent
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Shared test modules at the suite's top (record_samples.py) import from any folder's tests.
+# Shared test modules at the suite's top (record_samples.py) import from any folder's tests, and
+# `from tests.x import` works under `pytest` as under `python -m pytest` (which adds the checkout).
 sys.path.insert(0, str(TESTS))
+if str(TESTS.parent) not in sys.path:
+    sys.path.insert(1, str(TESTS.parent))
 
 # The files whose tests start stage programs (a torch and transformers import each, seconds of a
 # core on a loaded machine), the recipe's whole pipeline first: they start first.

@@ -22,6 +22,7 @@ import random
 import signal
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,20 @@ def call_stage(stage: str, argv: Sequence[object], env: Mapping[str, str] | None
         sys.stdout.flush()
         sys.stderr.flush()
     return StageResult([sys.executable, "-m", f"pipeline.{stage}", *args], int(code or 0), out.text, err.text)
+
+
+def group_gone(pgid: int, timeout: float = 60) -> None:
+    """Wait until no process of a killed program's group is left: its loader workers, which
+    hold its run folder's lock, exit after it, and a program started next spends seconds
+    importing where a stage run in-process would find the lock still held."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, f"process group {pgid} still has processes {timeout} s after its kill"
+        time.sleep(0.02)  # wait-ok: polling the group with a deadline
 
 
 def _enter(main_file: str, args: list[str], env: Mapping[str, str] | None, cwd: Path) -> None:

@@ -25,7 +25,7 @@ MODEL = "/models/tiny-target"
 MAX_NEW = 12
 
 
-def env(**extra: str) -> dict:
+def program_env(**extra: str) -> dict:
     e = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
     e.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **extra)
     return e
@@ -78,9 +78,15 @@ def argv(src: Path, out: Path, *servers: str, more: tuple[str, ...] = ()) -> lis
             "--seed", "0", *more]
 
 
-def run(*args: str | Path, env: dict | None = None) -> StageResult:
-    """argv's program (`python -m pipeline.regenerate ...`) run in this process; `env` as env() gives it."""
+def run(*args: str | Path, env: dict | None = None, timeout: float | None = None) -> StageResult:
+    """argv's program (`python -m pipeline.regenerate ...`) run in this process, with `env`'s
+    additions to program_env(); with a `timeout`, started as a program that must end within it (a test
+    that the run does not hang)."""
     assert [str(a) for a in args[:3]] == [sys.executable, "-m", "pipeline.regenerate"], args
+    if timeout is not None:
+        done = subprocess.run([str(a) for a in args], cwd=REPO, env={**program_env(), **(env or {})},
+                              capture_output=True, text=True, timeout=timeout)
+        return StageResult(done.args, done.returncode, done.stdout, done.stderr)
     return call_stage("regenerate", args[3:], env=env)
 
 
@@ -96,7 +102,7 @@ def src(tmp_path) -> Path:
 def test_regenerate_answers_every_user_turn_in_order_and_counts_what_it_skipped(tmp_path, src):
     events = tmp_path / "events.jsonl"
     with StandIn(MODEL, None, hidden=8) as server:
-        p = run(*argv(src, tmp_path / "out.jsonl", server.url), env=env(EAGLE3_EVENTS=str(events)))
+        p = run(*argv(src, tmp_path / "out.jsonl", server.url), env={"EAGLE3_EVENTS": str(events)})
     assert p.returncode == 0, p.stderr
     got = lines(tmp_path / "out.jsonl")
     assert got == expected(src)
@@ -213,7 +219,7 @@ def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_output(tmp
         for _ in range(40):
             # a random point: after some number of answers, wherever the writes are then
             target = server.chat_requests + rng.randint(1, 90)
-            proc = subprocess.Popen(argv(src, out, server.url, more=more), cwd=REPO, env=env(),
+            proc = subprocess.Popen(argv(src, out, server.url, more=more), cwd=REPO, env=program_env(),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             _wait(lambda proc=proc, target=target: proc.poll() is not None or server.chat_requests >= target, f"{target} answers")
             if proc.poll() is not None:
@@ -305,7 +311,7 @@ def test_an_output_folder_that_does_not_exist_yet_is_created(tmp_path, src):
 def test_sigterm_stops_with_143_keeping_every_finished_record_and_the_rerun_completes(tmp_path, src):
     out = tmp_path / "out.jsonl"
     with StandIn(MODEL, None, hidden=8, chat_latency=0.05) as server:
-        proc = subprocess.Popen(argv(src, out, server.url, more=("--concurrency", "2")), cwd=REPO, env=env(),
+        proc = subprocess.Popen(argv(src, out, server.url, more=("--concurrency", "2")), cwd=REPO, env=program_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait(lambda: proc.poll() is not None or _count(out) >= 3, "3 records")
         proc.send_signal(signal.SIGTERM)

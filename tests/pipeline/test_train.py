@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from forked_signal import exit_code_of_forked_child_signalled_under
-from stage_call import call_stage
+from stage_call import call_stage, group_gone
 
 from pipeline.events import iter_events
 from pipeline.records.train_summary import read_summary
@@ -93,6 +93,7 @@ def test_kill_and_resume_gives_the_loss_curve_of_an_uninterrupted_run(reference_
     wait_for(lambda: len(iter_events_after(ev, first_pass)) >= 2, proc, "two resumed steps")
     os.killpg(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
+    group_gone(proc.pid)
     assert proc.returncode == 3, err
     assert "--resume" in err
     stopped_at = int((out / "checkpoints" / "latest").read_text().strip().split("_")[1])

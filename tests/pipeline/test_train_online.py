@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from stage_call import StageResult, call_stage
+from stage_call import StageResult, call_stage, group_gone
 
 from pipeline.events import iter_events
 from pipeline.records.train_estimate import TrainEstimate, parse_estimate
@@ -81,6 +81,7 @@ def test_an_online_run_killed_and_resumed_ends_with_the_weights_of_an_uninterrup
         time.sleep(0.05)  # wait-ok: polling an events file with a deadline
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    group_gone(proc.pid)
     assert max(losses(ev)) < 10
     done = train(source, tiny_target, out, env, *steps, "--resume")
     assert done.returncode == 0, done.stderr
