@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from pipeline.store.meaning import LayoutOf, Meaningless, check_header, rows_pro
 from pipeline.target.config import read_config, text_config
 from pipeline.target.weights import check_weights
 from pipeline.train.errors import BadInput
-from pipeline.train.source import Source, VocabDataset
+from pipeline.train.source import Source, StateFiller, VocabDataset
 
 WINDOW = 1024  # samples sorted by length together
 MAX_SAMPLES = 100_000_000
@@ -103,6 +104,11 @@ class Store:
             return VocabDataset(path, sha, required=False)
         log(f"train: the store's dataset {path} is not here; the draft vocabulary comes from the store's samples "
             "(pass --vocab-data MERGED.jsonl to choose it over the whole dataset)")
+        return None
+
+    def target_states(self, target: Path, device: torch.device, compile: bool | None, log: Callable[[str], None],
+                      stop: threading.Event) -> StateFiller | None:
+        """None: the store's samples carry the states extraction computed."""
         return None
 
 

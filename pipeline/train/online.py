@@ -28,7 +28,7 @@ from pipeline.target.tokenizer import check_merged_with
 from pipeline.target.weights import check_weights, target_fingerprint
 from pipeline.train.errors import BadInput, TrainError
 from pipeline.train.loss import StepAborted
-from pipeline.train.source import VocabDataset
+from pipeline.train.source import StateFiller, VocabDataset
 
 
 class Records:
@@ -97,6 +97,11 @@ class Records:
         """--vocab-data, else --data itself (held to the sha256 it was indexed with)."""
         path = Path(vocab_data or self.index.path)
         return VocabDataset(path, self.index.sha256 if path == Path(self.index.path) else None, required=True)
+
+    def target_states(self, target: Path, device: torch.device, compile: bool | None, log: Callable[[str], None],
+                      stop: threading.Event) -> StateFiller:
+        """The records hold tokens only: the target runs beside the drafter to compute their states."""
+        return TargetStates(target, device, compile, log, stop)
 
 
 def open_records(data: Path, target: Path, stats: str | None, log: Callable[[str], None]) -> Records:

@@ -27,9 +27,8 @@ from pipeline.train.dist import Dist
 from pipeline.train.finite import FiniteGuard
 from pipeline.train.loss import TargetHead
 from pipeline.train.loss_kernels import LossKernels
-from pipeline.train.online import TargetStates
 from pipeline.train.options import Options
-from pipeline.train.source import Source
+from pipeline.train.source import Source, StateFiller
 
 
 @dataclass
@@ -74,7 +73,7 @@ class Run:
     events: EventWriter
     out: Path
     source: Source
-    states: TargetStates | None  # online: the target computing each batch's states
+    states: StateFiller | None  # online: the target computing each batch's states
     dcfg: DrafterConfig
     plan: BatchPlan
     train_pos: list[int]

@@ -24,7 +24,7 @@ from pipeline.train.drafter_compile import training_kernels
 from pipeline.train.errors import BadInput
 from pipeline.train.finite import FiniteGuard
 from pipeline.train.loss import TargetHead, TTTObjective
-from pipeline.train.online import TargetStates, open_records
+from pipeline.train.online import open_records
 from pipeline.train.options import DEFAULT_VAL_MAX, Options
 from pipeline.train.run import Model, Optimiser, Run
 from pipeline.train.schedule import build_schedule, lr_lambda
@@ -80,7 +80,7 @@ def build(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading
         drafter = Eagle3Drafter(dcfg)
         drafter.set_vocab(vocab)
         model = _model(opts, dist, drafter, vocab, note, fresh=True, log=log)
-    states = TargetStates(Path(opts.target), dist.device, opts.compile_target, log, stop) if opts.online else None
+    states = source.target_states(Path(opts.target), dist.device, opts.compile_target, log, stop)
     return Run(opts=opts, dist=dist, log=log, stop=stop,
                events=EventWriter.from_env() if dist.rank == 0 else EventWriter(None), out=out, source=source,
                states=states, dcfg=dcfg, plan=plan, train_pos=train_pos, val_pos=val_pos, plans=plans,

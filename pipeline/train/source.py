@@ -2,13 +2,15 @@
 
 `data.Store` (a hidden-state store: the states were extracted) and `online.Records` (the
 merged dataset: the target computes the states batch by batch) both answer it; nothing past
-`setup.open_source` knows which one it holds. Positions are the source's samples in its own
+`setup.open_source` knows which one it holds, not even whether the target must run beside the
+drafter: the source says so (`target_states`). Positions are the source's samples in its own
 order (the store's manifest order, the dataset's lines), and the batch plan, the held-out
 slice and the resume rules are written over them alike.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,15 @@ class VocabDataset:
     path: Path
     sha256: str | None
     required: bool
+
+
+class StateFiller(Protocol):
+    """What fills a batch's states when its source holds none (online.TargetStates: the target's forward)."""
+
+    def fill(self, batch: dict[str, torch.Tensor], lengths: list[int]) -> None:
+        """Adds hidden_state, aux_hidden_state and the per-row `nonfinite` flag to a device batch."""
+
+    def close(self) -> None: ...
 
 
 class Source(Protocol):
@@ -61,3 +72,7 @@ class Source(Protocol):
     def vocab_dataset(self, vocab_data: str | None, log: Callable[[str], None]) -> VocabDataset | None:
         """The merged dataset the draft vocabulary is counted over (`--vocab-data`, else the source's
         own), or None when the source's training samples are counted instead."""
+
+    def target_states(self, target: Path, device: torch.device, compile: bool | None, log: Callable[[str], None],
+                      stop: threading.Event) -> StateFiller | None:
+        """The target loaded to compute each batch's states, or None when the batches carry them."""

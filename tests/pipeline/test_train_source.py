@@ -4,6 +4,7 @@ through the Source protocol (pipeline/train/source.py)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,24 @@ def test_the_draft_vocabulary_is_chosen_over_the_dataset_without_the_held_out_re
     assert note["source"] == f"{tiny_data.path} (3 held-out records left out)"
     held_counts = _answer_counts(records, lambda i: i in held)
     assert note["held_out_coverage"] == pytest.approx(float(held_counts[want].sum()) / int(held_counts.sum()))
+
+
+@pytest.mark.parametrize("kind", ["store", "online"])
+def test_a_batch_gets_the_states_the_target_computes_whichever_source_it_comes_from(kind, reference_store, tiny_data,
+                                                                                  tiny_target, tmp_path):
+    """The store's batches carry the states extraction wrote; the online source's carry tokens and
+    the target it starts fills them: either way the drafter sees the same states, and setup never
+    asks which source it holds."""
+    store = _open("store", reference_store, tiny_data, tiny_target, tmp_path)
+    source = _open(kind, reference_store, tiny_data, tiny_target, tmp_path)
+    batch = source.batch([2, 7], max_len=20)
+    states = source.target_states(tiny_target, torch.device("cpu"), False, lambda _s: None, threading.Event())
+    assert (states is None) == (kind == "store")
+    if states is not None:
+        assert "hidden_state" not in batch
+        states.fill(batch, batch["lengths"].tolist())
+        states.close()
+    want = store.batch([2, 7], max_len=20)
+    for row, n in enumerate(batch["lengths"].tolist()):
+        for key in ("hidden_state", "aux_hidden_state"):
+            assert torch.allclose(batch[key][row, :n].float(), want[key][row, :n].float(), atol=1e-4), key
