@@ -51,7 +51,7 @@ from pipeline.extract.reserve import volume_of
 from pipeline.sizes import parse_size
 from pipeline.store.layout import sample_bytes
 from pipeline.store.meta import TargetInfo
-from pipeline.extract.sglang_client import Extraction, SGLangOptions, check_server, plan
+from pipeline.extract.sglang_client import Extraction, check_server, plan
 from pipeline.extract.sglang_http import SGLangServer
 from pipeline.extract.sharding import Shard
 from store_bound import store_write  # noqa: E402
@@ -155,7 +155,7 @@ def dump_path_only(server: SGLangServer, folder: DumpFolder, data: Path, n: int,
 
 
 def client_alone(server: SGLangServer, folder: DumpFolder, target: Path, out: Path, data: Path, budget: int,
-                 opts: SGLangOptions, args: argparse.Namespace):
+                 opts: Options, args: argparse.Namespace):
     """The client's own move rate: as many samples as the budget holds are requested and
     their dumps waited for first; then a fresh extraction finds every dump already there (the
     path a resumed run takes) and only checks, streams and deletes. The stand-in is idle
@@ -219,7 +219,7 @@ def write_bound(out: Path, args: argparse.Namespace, per_token: float) -> tuple[
     return bound, best
 
 
-def watched_run(job, opts: SGLangOptions, server: SGLangServer, folder: DumpFolder):
+def watched_run(job, opts: Options, server: SGLangServer, folder: DumpFolder):
     """The client's extraction, with the dump folder's peak occupancy and this process's CPU
     seconds (user + system) taken while it runs."""
     peak = [0]
@@ -240,7 +240,7 @@ def watched_run(job, opts: SGLangOptions, server: SGLangServer, folder: DumpFold
     return res, peak[0], client_cpu
 
 
-def end_to_end(server: SGLangServer, folder: DumpFolder, opts: SGLangOptions, target: Path, data: Path, out: Path,
+def end_to_end(server: SGLangServer, folder: DumpFolder, opts: Options, target: Path, data: Path, out: Path,
                bound: float, rate: float) -> float:
     """[3]: the client into a fresh store, held to the write bound and the dump path's rate; returns tokens/s."""
     job = prepare(Options(data=data, out=out / "store", reserve=0), TargetInfo.from_dir(target),
@@ -331,8 +331,8 @@ def main() -> None:
         check_server(server, target)
         folder = DumpFolder(dump_dir)
         rate = dump_path_figures(server, folder, data, args, per_token)
-        opts = SGLangOptions(server=url, dump_dir=dump_dir, dump_budget=budget, concurrency=args.concurrency,
-                             writers=writers)
+        opts = Options(server=url, dump_dir=dump_dir, dump_budget=budget, concurrency=args.concurrency,
+                       writers=writers)
         e2e = end_to_end(server, folder, opts, target, data, out, bound, rate)
         report_ahead(client_alone(server, folder, target, out, data, budget, opts, args), bound, e2e, standin_cores)
     finally:

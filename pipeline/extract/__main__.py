@@ -37,88 +37,40 @@ per layer for aux, docs/train.md "fp8 store" what it costs in acceptance).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
+from collections.abc import Sequence
 
-from pipeline import cpu_threads
-from pipeline.extract.driver import RESUME, drive, need
-from pipeline.extract.estimate import estimate
-from pipeline.extract.hf_backend import HFBackend
-from pipeline.extract.options import build_parser, options_from
+from pipeline.extract import estimate, hf_backend, verify
+from pipeline.extract.driver import RESUME
+from pipeline.extract.options import Options, parse
 from pipeline.extract.reserve import disk_full, is_disk_full
-from pipeline.extract.sharding import device_for, resolve_shard
-from pipeline.program_edge import BadInput, run_program
-from pipeline.records.extract_estimate import format_estimate
-from pipeline.sizes import format_bytes
-from pipeline.store.integrity import verify_store
-from pipeline.store.meta import TargetInfo
+from pipeline.program_edge import run_program
 
 
-def _estimate(args: argparse.Namespace) -> int:
-    need(args, "model", "stats")
-    est = estimate(args.model, args.stats, args.dtype, args.limit, args.data, fp8=args.store_dtype == "fp8")
-    if args.json:
-        print(format_estimate(est))
-    else:
-        print(est.bytes)
-        print(f"extract estimate: {format_bytes(est.bytes)} for {est.tokens:,} tokens in {est.records:,} "
-              f"samples (hidden {est.hidden}, {est.store_dtype})", file=sys.stderr)
-    return 0
+def _run(opts: Options) -> int:
+    if opts.verify:
+        return verify.run(opts)
+    if opts.estimate:
+        return estimate.run(opts)
+    if opts.backend == "sglang":
+        from pipeline.extract.sglang_client import extract
+
+        return extract(opts)
+    return hf_backend.extract(opts)
 
 
-def _verify(args: argparse.Namespace) -> int:
-    need(args, "out")
-    if args.sample is not None and args.sample < 1:
-        raise BadInput(f"--sample must be at least 1, got {args.sample}")
-    mode = "all" if args.sample is None else "sample"
-    report = verify_store(args.out, model=args.model, checksums=mode, sample=args.sample or 0)
-    if args.json:
-        print(json.dumps(report.to_json()))
-    else:
-        for line in report.problems:
-            print(f"verify: {line}", flush=True)
-        print(f"verify: {report.summary()}", flush=True)
-    return 0 if report.ok else 2
+def main(argv: Sequence[str] | None = None) -> int:
+    def body() -> int:
+        opts = parse(argv)
+        opts.validate()
+        try:
+            return _run(opts)
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full(e, "writing the store", opts.out) from None
+            raise
 
-
-def _extract(args: argparse.Namespace) -> int:
-    need(args, "model", "data", "out")
-
-    options = options_from(args)
-    target = TargetInfo.from_dir(args.model)
-    shard = resolve_shard(args.rank, args.world_size)
-    cpu_threads.fit("extract", args.threads)
-    if args.device == "cpu":
-        device = "cpu"  # no torch import before the input checks: refusals stay instant
-    else:
-        import torch
-
-        device = device_for(args.device, shard, torch.cuda.is_available(), torch.cuda.device_count())
-
-    return drive(options, target, HFBackend(args.model, device, shard, compile=False if args.no_compile else None))
-
-
-def _body(args: argparse.Namespace) -> int:
-    try:
-        if args.verify:
-            return _verify(args)
-        if args.estimate:
-            return _estimate(args)
-        if args.backend == "sglang":
-            from pipeline.extract.sglang_client import extract
-
-            return extract(args)
-        return _extract(args)
-    except OSError as e:
-        if is_disk_full(e):
-            raise disk_full(e, "writing the store", args.out) from None
-        raise
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_program("extract", lambda: _body(args), stop_note=RESUME)
+    return run_program("extract", body, stop_note=RESUME)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ the stop event the driver sets on SIGTERM.
 
 from __future__ import annotations
 
-import argparse
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,10 +24,10 @@ from typing import Protocol
 
 from pipeline.extract.errors import Stopped
 from pipeline.extract.job import Job, prepare
-from pipeline.extract.options import PROG, Options
+from pipeline.extract.options import Options
 from pipeline.extract.reserve import disk_full, is_disk_full
 from pipeline.extract.sharding import Shard
-from pipeline.program_edge import BadInput, on_sigterm
+from pipeline.program_edge import on_sigterm
 from pipeline.sizes import format_bytes
 from pipeline.store.manifest import finalize
 from pipeline.store.meta import TargetInfo
@@ -69,13 +68,6 @@ class Backend(Protocol):
         """Write the planned samples; raise `stopped(...)` once `stop` is set."""
 
     def close(self) -> None: ...
-
-
-def need(args: argparse.Namespace, *names: str, why: str = "") -> None:
-    """BadInput naming every missing flag of `names`."""
-    missing = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is None]
-    if missing:
-        raise BadInput(f"missing {', '.join(missing)}{why}; see {PROG} --help")
 
 
 def finalize_or_stop(out: Path, total: int) -> bool:

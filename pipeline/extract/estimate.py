@@ -16,12 +16,15 @@ else bounded by N x the stats' longest sample, never more than the whole dataset
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+from pipeline.extract.options import Options
 from pipeline.program_edge import BadInput
 from pipeline.records import merge_stats
-from pipeline.records.extract_estimate import ExtractEstimate
+from pipeline.records.extract_estimate import ExtractEstimate, format_estimate
 from pipeline.records.merge_stats import MergeStats
+from pipeline.sizes import format_bytes
 from pipeline.store.layout import DTYPES, SCALE_BYTES, dtype_name, header, token_bytes
 from pipeline.store.meta import TargetInfo
 
@@ -97,3 +100,17 @@ def estimate(model_dir: Path, stats_path: Path, dtype: str = "bf16", limit: int 
         formula=("tokens*4*hidden*1 + tokens*16 (fp8 scales)" if fp8 else "tokens*4*hidden*dtype_bytes")
         + " + tokens*9 + records*(header+4096+256) + 4096",
     )
+
+
+def run(opts: Options) -> int:
+    """`pipeline.extract --estimate`: the bytes on stdout (--json: the record's line), what they
+    are made of on stderr."""
+    assert opts.model is not None and opts.stats is not None  # validate(): --estimate needs them
+    est = estimate(opts.model, opts.stats, opts.dtype, opts.limit, opts.data, fp8=opts.fp8)
+    if opts.json:
+        print(format_estimate(est))
+    else:
+        print(est.bytes)
+        print(f"extract estimate: {format_bytes(est.bytes)} for {est.tokens:,} tokens in {est.records:,} "
+              f"samples (hidden {est.hidden}, {est.store_dtype})", file=sys.stderr)
+    return 0

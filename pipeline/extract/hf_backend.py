@@ -1,6 +1,6 @@
 """The HF backend of the extraction driver: this process loads the target with transformers
-and runs it (engine.py). Torch-free until `run`, so the driver refuses bad input before
-torch is imported."""
+and runs it (engine.py). Torch-free until `run` (or, for a device other than the CPU, until
+`extract` looks for it), so the driver refuses bad input before torch is imported."""
 
 from __future__ import annotations
 
@@ -8,10 +8,29 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from pipeline import cpu_threads
 from pipeline.events import EventWriter
-from pipeline.extract.driver import RunResult
+from pipeline.extract.driver import RunResult, drive
 from pipeline.extract.job import Job
-from pipeline.extract.sharding import Shard
+from pipeline.extract.options import Options
+from pipeline.extract.sharding import Shard, device_for, resolve_shard
+from pipeline.store.meta import TargetInfo
+
+
+def extract(opts: Options) -> int:
+    """`pipeline.extract` (--backend hf): this rank's share of the validated run, on the device
+    its rank gets; raises the stage edge's errors, returns 0 when the share is done."""
+    assert opts.model is not None  # validate(): an extraction run needs --model
+    target = TargetInfo.from_dir(opts.model)
+    shard = resolve_shard(opts.rank, opts.world_size)
+    cpu_threads.fit("extract", opts.threads)
+    if opts.device == "cpu":
+        device = "cpu"  # no torch import before the input checks: refusals stay instant
+    else:
+        import torch
+
+        device = device_for(opts.device, shard, torch.cuda.is_available(), torch.cuda.device_count())
+    return drive(opts, target, HFBackend(opts.model, device, shard, compile=False if opts.no_compile else None))
 
 
 class HFBackend:

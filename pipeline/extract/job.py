@@ -49,6 +49,7 @@ class Job:
 
     @property
     def out(self) -> Path:
+        assert self.options.out is not None  # validate(): an extraction run needs --out
         return self.options.out
 
     def write_positions(self, batch: PlannedBatch) -> list[int]:
@@ -63,31 +64,32 @@ class Job:
 
 
 def prepare(options: Options, target: TargetInfo, dtype: str, shard: Shard) -> Job:
-    options.validate()
+    """The store opened for `options` (validated by the caller: --data and --out given, every bound held)."""
+    assert options.data is not None and options.out is not None
+    data, out = Path(options.data), Path(options.out)
     layers = target.capture_layers
-    out = Path(options.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"cannot create the output folder {out} (--out): {e.strerror}") from None
     lock = StoreLock(out, shard.rank, shard.world_size).acquire()
     try:
-        return _prepare_locked(options, target, dtype, shard, out, layers, lock)
+        return _prepare_locked(options, target, dtype, shard, data, out, layers, lock)
     except BaseException:
         lock.release()
         raise
 
 
-def _prepare_locked(options: Options, target: TargetInfo, dtype: str, shard: Shard, out: Path,
+def _prepare_locked(options: Options, target: TargetInfo, dtype: str, shard: Shard, data: Path, out: Path,
                     layers: list[int], lock: StoreLock) -> Job:
     guard = DiskGuard(out, options.reserve)
     guard.check(0)
-    dataset = index_dataset(Path(options.data), options.max_len, target.vocab_size)
+    dataset = index_dataset(data, options.max_len, target.vocab_size)
     if options.stats is not None:
         recorded = read_stats(options.stats)
         if recorded.dataset_sha256 != dataset.sha256:
             raise BadInput(
-                f"{options.stats}: dataset_sha256 is {recorded.dataset_sha256} but {options.data} hashes to "
+                f"{options.stats}: dataset_sha256 is {recorded.dataset_sha256} but {data} hashes to "
                 f"{dataset.sha256}; the stats belong to another dataset: rerun pipeline.merge or pass the matching "
                 "--stats"
             )

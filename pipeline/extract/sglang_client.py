@@ -48,7 +48,6 @@ failed attempts in a row), 130 Ctrl-C, 143 SIGTERM (the checked dumps stay for t
 
 from __future__ import annotations
 
-import argparse
 import os
 import queue
 import threading
@@ -59,13 +58,13 @@ from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
-from pipeline.dump_protocol import ERROR_ROOM, dump_room, dump_size_bound, key_index, request_key
+from pipeline.dump_protocol import dump_size_bound, key_index, request_key
 from pipeline.events import EventWriter
-from pipeline.extract.driver import RunResult, drive, finalize_or_stop, need, stopped
+from pipeline.extract.driver import RunResult, drive, finalize_or_stop, stopped
 from pipeline.extract.dumps import STATES, BadDump, ChunkBuffer, DumpFile, DumpFolder
 from pipeline.extract.errors import ReserveStop
 from pipeline.extract.job import Job
-from pipeline.extract.options import options_from, size_flag
+from pipeline.extract.options import Options
 from pipeline.extract.progress import Progress
 from pipeline.extract.reserve import disk_full, is_disk_full
 from pipeline.extract.sglang_http import ServerError, SGLangServer
@@ -79,7 +78,6 @@ from pipeline.store.meta import TargetInfo
 from pipeline.store.sample_file import write_parts
 
 DTYPE = "bfloat16"
-MAX_WRITERS = 64
 DUPLICATE = "Duplicate request ID"
 """SGLang's answer to a rid still in flight (managers/tokenizer_manager.py:3835 in 0.5.23)."""
 
@@ -95,36 +93,6 @@ class AttemptFailed(Exception):
     def __init__(self, reason: str, silent: bool = False) -> None:
         super().__init__(reason)
         self.silent = silent
-
-
-@dataclass
-class SGLangOptions:
-    server: str
-    dump_dir: Path
-    dump_budget: int = 8 * 10**9
-    concurrency: int = 8
-    request_timeout: float = 600.0
-    max_failures: int = 20
-    retries: int = 3
-    writers: int = 4
-
-    def validate(self) -> None:
-        for name in ("concurrency", "max_failures", "retries", "writers"):
-            if getattr(self, name) < 1:
-                raise BadInput(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.concurrency > 1024:
-            raise BadInput(f"--concurrency must be at most 1024, got {self.concurrency}")
-        if self.writers > MAX_WRITERS:
-            raise BadInput(f"--writers must be at most {MAX_WRITERS}, got {self.writers}")
-        if not 0 < self.request_timeout <= 86400:
-            raise BadInput(f"--request-timeout must be between 0 and 86400 seconds, got {self.request_timeout:g}")
-        if self.dump_room < 1:
-            raise BadInput(f"--dump-budget must be more than {ERROR_ROOM} bytes, got {self.dump_budget}")
-
-    @property
-    def dump_room(self) -> int:
-        """What the dumps may take of the budget (the server keeps room for .error files)."""
-        return dump_room(self.dump_budget)
 
 
 def same_model(reported: str, model: Path) -> bool:
@@ -200,11 +168,12 @@ class SGLangResult(RunResult):
 class Extraction:
     """One run over the samples not yet in the manifest; see the module docstring."""
 
-    def __init__(self, job: Job, opts: SGLangOptions, server: SGLangServer, events: EventWriter,
+    def __init__(self, job: Job, opts: Options, server: SGLangServer, events: EventWriter,
                  log: Callable[[str], None] = print, stop: threading.Event | None = None,
                  event_every: float = 2.0, log_every: float = 10.0) -> None:
         self.job, self.opts, self.server, self.events, self.log = job, opts, server, events, log
         self.stop = stop or threading.Event()
+        assert opts.dump_dir is not None  # validate(): --backend sglang needs it
         self.folder = DumpFolder(opts.dump_dir)
         self.hidden = job.target.hidden_size
         self.budget = DumpBudget(opts.dump_room)
@@ -488,7 +457,7 @@ class Extraction:
                             budget_peak=self.budget.peak)
 
 
-def plan(job: Job, opts: SGLangOptions) -> list[int]:
+def plan(job: Job, opts: Options) -> list[int]:
     """The indices still to do; refuses a sample whose dump could never fit the budget."""
     todo = []
     for i in range(job.total):
@@ -520,26 +489,21 @@ def leftover_keys(job: Job, folder: DumpFolder, todo: list[int]) -> set[str]:
     return keys
 
 
-def extract(args: argparse.Namespace) -> int:
-    """`pipeline.extract --backend sglang`: the arguments parsed by __main__.py, run by the
-    driver; raises the stage edge's errors, returns 0 when this run's work is done."""
-    need(args, "model", "data", "out", "server", "dump_dir", why=" (needed by --backend sglang)")
-    opts = SGLangOptions(server=args.server, dump_dir=args.dump_dir, dump_budget=size_flag(args, "dump_budget"),
-                         concurrency=args.concurrency, request_timeout=args.request_timeout,
-                         max_failures=args.max_failures, retries=args.retries, writers=args.writers)
-    opts.validate()
-    options = options_from(args)
-    target = TargetInfo.from_dir(args.model)
+def extract(opts: Options) -> int:
+    """`pipeline.extract --backend sglang`: the validated options run by the driver; raises the
+    stage edge's errors, returns 0 when this run's work is done."""
+    assert opts.model is not None and opts.server is not None  # validate(): --backend sglang needs them
+    target = TargetInfo.from_dir(opts.model)
     try:
-        server = SGLangServer(args.server, timeout=opts.request_timeout)
+        server = SGLangServer(opts.server, timeout=opts.request_timeout)
     except ValueError as e:
         raise BadInput(f"--server: {e}") from None
     try:
-        reported = check_server(SGLangServer(args.server, timeout=min(opts.request_timeout, 30.0)), args.model)
+        reported = check_server(SGLangServer(opts.server, timeout=min(opts.request_timeout, 30.0)), opts.model)
     except BaseException:
         server.close()
         raise
-    return drive(options, target, SGLangBackend(opts, server, reported))
+    return drive(opts, target, SGLangBackend(opts, server, reported))
 
 
 class SGLangBackend:
@@ -549,9 +513,10 @@ class SGLangBackend:
     dtype = DTYPE
     shard = Shard(0, 1)
 
-    def __init__(self, opts: SGLangOptions, server: SGLangServer, reported: str,
+    def __init__(self, opts: Options, server: SGLangServer, reported: str,
                  log: Callable[[str], None] = lambda s: print(s, flush=True)) -> None:
         self.opts, self.server, self.reported, self.log = opts, server, reported, log
+        assert opts.dump_dir is not None  # validate(): --backend sglang needs it
         self.folder = DumpFolder(opts.dump_dir)
         self.todo: list[int] = []
         self.swept = (0, 0)
