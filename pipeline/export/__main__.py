@@ -44,39 +44,32 @@ from collections.abc import Sequence
 
 from pipeline import cpu_threads
 from pipeline.events import EventWriter
+from pipeline.export import verify
 from pipeline.export.convert import export
-from pipeline.export.folder import required_keys
-from pipeline.export.options import DTYPES, Options, parse, validate
-from pipeline.export.verify import verify_folder
+from pipeline.export.options import DTYPES, Options, parse
 from pipeline.program_edge import on_sigterm, run_program
 
 
-def _run(args: Options) -> int:
-    validate(args)
-    cpu_threads.fit("export", args.threads)
-    if args.verify is not None:
-        problems = verify_folder(args.verify, args.target)
-        for line in problems:
-            print(f"export: {line}", file=sys.stderr)
-        if not problems:
-            print(f"export: {args.verify} is complete: {len(required_keys())} weights, all finite, checksums "
-                  f"match{', for this target' if args.target else ''}; config for SGLang")
-        return 1 if problems else 0
-    checkpoint, target, out = args.checkpoint, args.target, args.out
-    assert checkpoint is not None and target is not None and out is not None  # validate() refused it
+def _run(opts: Options) -> int:
+    cpu_threads.fit("export", opts.threads)
+    if opts.verify is not None:
+        return verify.run(opts.verify, opts.target)
+    assert opts.checkpoint is not None and opts.target is not None and opts.out is not None  # validate()
     with EventWriter.from_env() as events:
-        info = export(checkpoint, target, out, DTYPES[args.dtype], events, args.mode)
-    print(f"export: {info['checkpoint']} -> {info['out']}: {info['keys']} weights, {info['bytes']} bytes, "
-          f"{info['dtype']}, draft vocab {info['draft_vocab_size']}, "
-          f"aux layer ids {info['eagle_aux_hidden_state_layer_ids']}")
+        exported = export(opts.checkpoint, opts.target, opts.out, DTYPES[opts.dtype], events, opts.mode)
+    print(exported.line())
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse(argv)
+    def body() -> int:
+        opts = parse(argv)
+        opts.validate()
+        return _run(opts)
+
     # a stop unwinds through the folder swap, which removes its temporary
     with on_sigterm():
-        return run_program("export", lambda: _run(opts))
+        return run_program("export", body)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,8 +165,25 @@ def adopt_legacy(out: Path) -> None:
         return
 
 
+@dataclass(frozen=True)
+class Exported:
+    """What an export wrote, for its last line."""
+
+    checkpoint: Path
+    out: Path
+    bytes: int
+    keys: int
+    draft_vocab_size: int
+    dtype: str
+    aux_layer_ids: list[int]
+
+    def line(self) -> str:
+        return (f"export: {self.checkpoint} -> {self.out}: {self.keys} weights, {self.bytes} bytes, {self.dtype}, "
+                f"draft vocab {self.draft_vocab_size}, aux layer ids {self.aux_layer_ids}")
+
+
 def export(checkpoint: Path, target: Path, out: Path, dtype: str | None, events: EventWriter,
-           mode: int = DEFAULT_MODE) -> dict:
+           mode: int = DEFAULT_MODE) -> Exported:
     out = Path(out)
     output_guard.refuse_overlap(out, [checkpoint, target])
     adopt_legacy(out)
@@ -190,6 +208,6 @@ def export(checkpoint: Path, target: Path, out: Path, dtype: str | None, events:
     size = write_folder(out, config, tensors, dtype, mode, target,
                         {"target_fingerprint": fingerprint, "checkpoint": str(ckpt)})
     events.artifact(str(out), bytes=size)
-    return {"checkpoint": str(ckpt), "out": str(out), "bytes": size, "keys": len(tensors),
-            "draft_vocab_size": cfg.draft_vocab_size, "dtype": dtype or "as trained",
-            "eagle_aux_hidden_state_layer_ids": config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]}
+    return Exported(checkpoint=ckpt, out=out, bytes=size, keys=len(tensors), draft_vocab_size=cfg.draft_vocab_size,
+                    dtype=dtype or "as trained",
+                    aux_layer_ids=config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])

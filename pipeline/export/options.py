@@ -1,5 +1,5 @@
-"""What an export is asked for: its command line, the options it parses into (defaults written
-once, in `Options`), and the check that the flags it needs are there."""
+"""What an export is asked for: its command line, and the frozen options it parses into
+(defaults written once, in `Options`; `validate()` refuses a run without the flags it needs)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ DTYPES = {"target": "target", "keep": None, "bf16": "bfloat16", "fp16": "float16
 
 @dataclass(frozen=True)
 class Options:
-    """The command line's flags as `build_parser` parsed them, checked by `validate`."""
+    """The command line's flags as `build_parser` parsed them."""
 
     checkpoint: Path | None = None
     target: Path | None = None
@@ -27,6 +27,12 @@ class Options:
     mode: int = DEFAULT_MODE
     verify: Path | None = None
     threads: int | None = None
+
+    def validate(self) -> None:
+        """BadInput when a flag an export needs is missing (--verify alone needs none); nothing is filled in."""
+        missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(self, n) is None]
+        if missing and self.verify is None:
+            raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")
 
 
 def _mode(text: str) -> int:
@@ -59,9 +65,3 @@ def parse(argv: Sequence[str] | None = None) -> Options:
     """The options of a command line; argparse's own errors exit 2 with its usage."""
     return Options(**vars(build_parser().parse_args(argv)))
 
-
-def validate(opts: Options) -> None:
-    """BadInput when a flag an export needs is missing (--verify alone needs none)."""
-    missing = [f"--{n}" for n in ("checkpoint", "target", "out") if getattr(opts, n) is None]
-    if missing and opts.verify is None:
-        raise BadInput(f"missing {', '.join(missing)}; see {PROG} --help")

@@ -5,6 +5,7 @@ the target, that the folder fits it. Export runs it on what it has just written,
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pipeline.checksum import ALGO
@@ -180,3 +181,15 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
                 problems.append(f"{folder / MANIFEST_FILE}: exported for the target weights {recorded}, but "
                                 f"--target {target} holds {have or 'none (' + why + ')'}; export for this target")
     return problems
+
+
+def run(folder: Path, target: Path | None) -> int:
+    """`pipeline.export --verify`: each problem on a line of stderr and 1, or what the folder
+    holds and 0."""
+    problems = verify_folder(folder, target)
+    for line in problems:
+        print(f"export: {line}", file=sys.stderr)
+    if not problems:
+        print(f"export: {folder} is complete: {len(required_keys())} weights, all finite, checksums "
+              f"match{', for this target' if target else ''}; config for SGLang")
+    return 1 if problems else 0
