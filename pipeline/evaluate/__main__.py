@@ -54,21 +54,15 @@ were scored), 130 interrupted, 1 anything else.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import replace
 
-from pipeline.evaluate.local import run_local
-from pipeline.evaluate.options import Options, parse, validate
+from pipeline.evaluate.evaluation import evaluate
+from pipeline.evaluate.options import parse
 from pipeline.evaluate.scoring import Progress
-from pipeline.evaluate.server import run_server
-from pipeline.events import EventWriter
-from pipeline.program_edge import SigtermGuard, Terminated, exit_with, on_sigterm, run_program
-from pipeline.records.evaluate_report import LocalReport, Report, write_report
+from pipeline.program_edge import Terminated, exit_with, on_sigterm, run_program
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse(argv)
     progress = Progress()
 
     def stop(signum: int) -> None:
@@ -76,34 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise Terminated(progress.stop_note())
 
     with on_sigterm(stop) as term:
-        return run_program("evaluate", lambda: _evaluate(opts, progress, term))
+        def body() -> int:
+            opts = parse(argv)
+            opts.validate()
+            return evaluate(opts, progress, term)
 
-
-def _evaluate(opts: Options, progress: Progress, term: SigtermGuard) -> int:
-    validate(opts)
-    started = time.monotonic()
-    with EventWriter.from_env() as events:
-        try:
-            report: Report = run_server(opts, events) if opts.server else run_local(opts, events, progress)
-            _publish(opts, replace(report, seconds=round(time.monotonic() - started, 2)), progress, term, events)
-        except Terminated as stopped:  # the edge says it and exits 143; the console counts it as a warning
-            events.message(f"stopped by SIGTERM; {stopped}", level="warning")
-            raise
-    return 0
-
-
-def _publish(opts: Options, report: Report, progress: Progress, term: SigtermGuard, events: EventWriter) -> None:
-    if opts.report is not None:
-        opts.report.parent.mkdir(parents=True, exist_ok=True)
-        # a stop lands before the write or after the report is counted, never between
-        with term.deferred():
-            write_report(opts.report, report)
-            progress.reported = True
-            events.artifact(str(opts.report), bytes=opts.report.stat().st_size)
-            print(f"evaluate: report -> {opts.report}", flush=True)
-    progress.reported = True
-    if isinstance(report, LocalReport):
-        print(report.best.flags, flush=True)  # the last line: the flags to paste
+        return run_program("evaluate", body)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,6 @@ def settings_of(opts: Options) -> list[Setting]:
     if opts.configs is None:
         k = opts.num_steps or 3
         return [Setting(k, 1, k + 1)]
-    if opts.num_steps is not None:
-        raise BadInput("give --num-steps or --configs, not both (--configs 3,1,4 is --num-steps 3)")
     settings: list[Setting] = []
     for text in setting_texts(opts.configs):
         try:

@@ -1,5 +1,5 @@
-"""What an evaluation is asked for: its command line, the options it parses into (defaults
-written once, in `Options`), and the bounds every value is held to before anything loads."""
+"""What an evaluation is asked for: its command line, and the frozen options it parses into
+(defaults written once, in `Options`; `validate()` holds every value to its bound before anything loads)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ MAX_NEW = 4096
 
 @dataclass(frozen=True)
 class Options:
-    """The command line's flags as `build_parser` parsed them, held to their bounds by `validate`."""
+    """The command line's flags as `build_parser` parsed them; `validate()` holds them to their
+    bounds and fills nothing in."""
 
     drafter: Path | None = None
     baseline: bool = False
@@ -45,6 +46,33 @@ class Options:
     concurrency: int = 4
     timeout: float = 300.0
     threads: int | None = None
+
+    def validate(self) -> None:
+        """BadInput for a combination or a value past its bound; nothing is filled in."""
+        if self.prompts is None and self.demo_prompts is None:
+            raise BadInput(f"give --prompts FILE or --demo-prompts N; see {PROG} --help")
+        if self.server is None and (self.target is None or (self.drafter is None and not self.baseline)):
+            raise BadInput("local evaluation needs --target and --drafter, --baseline or both (or pass --server URL)")
+        if self.server is not None and (self.baseline or self.no_kv_cache or self.configs):
+            raise BadInput("--baseline, --no-kv-cache and --configs are for local evaluation; drop them with --server")
+        if self.num_steps is not None and not 1 <= self.num_steps <= MAX_STEPS:
+            raise BadInput(f"--num-steps must be between 1 and {MAX_STEPS}, got {self.num_steps}")
+        if not 1 <= self.max_new_tokens <= MAX_NEW:
+            raise BadInput(f"--max-new-tokens must be between 1 and {MAX_NEW}, got {self.max_new_tokens}")
+        if self.demo_prompts is not None and self.target is None:
+            raise BadInput("--demo-prompts needs --target (its tokenizer renders the chats)")
+        if self.batch is not None and not 1 <= self.batch <= 256:
+            raise BadInput(f"--batch must be between 1 and 256, got {self.batch}")
+        if not 1 <= self.concurrency <= 64:
+            raise BadInput(f"--concurrency must be between 1 and 64, got {self.concurrency}")
+        if not 0 < self.timeout <= 86400:
+            raise BadInput(f"--timeout must be between 0 and 86400 seconds, got {self.timeout}")
+        if not 1 <= self.max_settings <= 100_000:
+            raise BadInput(f"--max-settings must be between 1 and 100000, got {self.max_settings}")
+        if self.configs is not None and self.num_steps is not None:
+            raise BadInput("give --num-steps or --configs, not both (--configs 3,1,4 is --num-steps 3)")
+        if self.configs is not None:
+            _refuse_unbounded(self, setting_texts(self.configs))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,32 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Sequence[str] | None = None) -> Options:
     """The options of a command line; argparse's own errors exit 2 with its usage."""
     return Options(**vars(build_parser().parse_args(argv)))
-
-
-def validate(opts: Options) -> None:
-    """BadInput for a combination or a value past its bound; nothing is filled in."""
-    if opts.prompts is None and opts.demo_prompts is None:
-        raise BadInput(f"give --prompts FILE or --demo-prompts N; see {PROG} --help")
-    if opts.server is None and (opts.target is None or (opts.drafter is None and not opts.baseline)):
-        raise BadInput("local evaluation needs --target and --drafter, --baseline or both (or pass --server URL)")
-    if opts.server is not None and (opts.baseline or opts.no_kv_cache or opts.configs):
-        raise BadInput("--baseline, --no-kv-cache and --configs are for local evaluation; drop them with --server")
-    if opts.num_steps is not None and not 1 <= opts.num_steps <= MAX_STEPS:
-        raise BadInput(f"--num-steps must be between 1 and {MAX_STEPS}, got {opts.num_steps}")
-    if not 1 <= opts.max_new_tokens <= MAX_NEW:
-        raise BadInput(f"--max-new-tokens must be between 1 and {MAX_NEW}, got {opts.max_new_tokens}")
-    if opts.demo_prompts is not None and opts.target is None:
-        raise BadInput("--demo-prompts needs --target (its tokenizer renders the chats)")
-    if opts.batch is not None and not 1 <= opts.batch <= 256:
-        raise BadInput(f"--batch must be between 1 and 256, got {opts.batch}")
-    if not 1 <= opts.concurrency <= 64:
-        raise BadInput(f"--concurrency must be between 1 and 64, got {opts.concurrency}")
-    if not 0 < opts.timeout <= 86400:
-        raise BadInput(f"--timeout must be between 0 and 86400 seconds, got {opts.timeout}")
-    if not 1 <= opts.max_settings <= 100_000:
-        raise BadInput(f"--max-settings must be between 1 and 100000, got {opts.max_settings}")
-    if opts.configs is not None:
-        _refuse_unbounded(opts, setting_texts(opts.configs))
 
 
 def setting_texts(configs: list[str]) -> list[str]:

@@ -290,7 +290,7 @@ def test_eagle3_stop_ends_an_evaluation_within_the_grace(tiny, tmp_path):
 
 
 def test_sigterm_once_the_report_is_written_keeps_it_and_exits_0(tiny, tmp_path, monkeypatch, capsys):
-    from pipeline.evaluate import __main__ as program
+    from pipeline.evaluate import evaluation as program
 
     real = program.write_report
 
