@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol, TypeVar
 
 from pipeline.regenerate.errors import Failure
 
@@ -31,6 +31,37 @@ class Generated:
     generated: int
     ended: bool
     cut: int = 0
+
+
+class Answering(Protocol):
+    """What the hf backend asks of a record it answers, turn by turn: regenerate's `Chat` and
+    synthesis's `SynthChat` (its questions are turns too)."""
+
+    index: int
+    id: str
+    turn: int
+
+    @property
+    def limit(self) -> int:
+        """The next generation's bound in tokens (0: --max-new-tokens)."""
+
+    @property
+    def temperature(self) -> float | None:
+        """The next generation's (None: --temperature)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def prompt(self) -> list[dict[str, str]]: ...
+
+    def last_turn_floor(self) -> list[dict[str, str]] | None:
+        """The shortest prompt the record's last turn can have, or None when it has no later turn."""
+
+    def take(self, gen: Generated, decode: Callable[[list[int]], str]) -> None:
+        """One generation into the record; Failure when it cannot be used."""
+
+
+C = TypeVar("C", bound=Answering)  # the records a run answers: every one of them of one kind
 
 
 @dataclass

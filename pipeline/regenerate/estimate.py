@@ -13,7 +13,7 @@ import argparse
 from itertools import islice
 from pathlib import Path
 
-from pipeline.chat.sources import parse_role_map
+from pipeline.chat.sources import SourcePolicy, parse_role_map
 from pipeline.records.regenerate_estimate import RegenerateEstimate, format_estimate
 from pipeline.regenerate.options import MAX_NEW_TOKENS, MAX_SAMPLES, _bound
 from pipeline.regenerate.sources import policy, records
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, pol,
+def estimate(sources: tuple[Path, ...], max_new_tokens: int, limit: int | None, pol: SourcePolicy,
              samples: int = 1) -> RegenerateEstimate:
     n = answers = kept = 0
     stream = records(sources, pol)

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from itertools import islice
 
 from pipeline import output_guard
+from pipeline.chat.records import ChatRecord
+from pipeline.chat.sources import SourcePolicy
 from pipeline.events import EventWriter, warn
 from pipeline.records import regenerate_stats
 from pipeline.regenerate import sources
@@ -17,7 +19,7 @@ from pipeline.regenerate.conversation import Chat
 from pipeline.regenerate.errors import BadInput, PeerDead
 from pipeline.regenerate.options import Options
 from pipeline.regenerate.output import done_ids, open_appender, repair_tail
-from pipeline.regenerate.sink import OutputSink, drive
+from pipeline.regenerate.sink import RegenerateSink, drive
 from pipeline.regenerate.stats import Stats, previous
 
 NAME = "regenerate"
@@ -30,12 +32,12 @@ def sample_ids(rid: str, n: int) -> list[str]:
     return [rid] if n == 1 else [f"{rid}#s{k}" for k in range(n)]
 
 
-def _records(o: Options, pol) -> Iterator:
+def _records(o: Options, pol: SourcePolicy) -> Iterator[ChatRecord]:
     stream = sources.records(o.sources, pol)
     return islice(stream, o.limit) if o.limit is not None else stream
 
 
-def _todo(o: Options, pol, done: set[str]) -> Iterator[Chat]:
+def _todo(o: Options, pol: SourcePolicy, done: set[str]) -> Iterator[Chat]:
     index = 0
     for rec in _records(o, pol):
         for rid in sample_ids(rec.id, o.samples_per_prompt):
@@ -102,7 +104,7 @@ def _run(o: Options, fd: int | None) -> int:
           + (f"; {o.samples_per_prompt} samples each" if o.samples_per_prompt > 1 else ""), flush=True)
     out = open_appender(o.out, o.stats, fd, STATS_KEYS, NAME)
     events = EventWriter.from_env()
-    sink = OutputSink(out, stats, o.stats, events, wanted)
+    sink = RegenerateSink(out, stats, o.stats, events, wanted)
     stats.write(o.stats)
     started = time.monotonic()
 

@@ -1,7 +1,8 @@
 """Where finished records go. A backend hands each record's result to a `Sink` as it finishes;
-the sink commits them in input order. `OutputSink` is the run's own: the output, the stats,
-the progress events. `MemorySink` keeps the results in memory, for a bench that times a backend
-and a test that checks what it answered.
+the sink commits them in input order. `OutputSink` is a run's own: the output, the stats,
+the progress events, over the records it answers (`RegenerateSink` regenerate's chats,
+synthesis/sink.py's `SynthSink` synthesis's). `MemorySink` keeps the results in memory, for a
+bench that times a backend and a test that checks what it answered.
 
 Answers may finish out of order (many servers, many threads); a sink holds the early ones
 until those before them are done, so the output of a run, interrupted and resumed or not,
@@ -19,27 +20,30 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Literal, Protocol, TypeVar
 
 from pipeline.events import EventWriter
-from pipeline.regenerate.conversation import Chat
+from pipeline.regenerate.conversation import Answering, C, Chat
 from pipeline.regenerate.errors import Failure
 from pipeline.regenerate.output import Appender
 from pipeline.regenerate.stats import Stats
 
-Result = Chat | tuple[Chat, Failure]  # a record answered, or the failure that ended it
+C_in = TypeVar("C_in", bound=Answering, contravariant=True)
+Result = Chat | tuple[Chat, Failure]  # a chat answered, or the failure that ended it
 
 FLUSH_S = 0.5
 STATS_S = 5.0
 PROGRESS_S = 1.0
 
 
-class Sink(Protocol):
+class Sink(Protocol[C_in]):
     """What a backend hands its records to (backends/__init__.py)."""
 
-    next: int  # the index of the oldest record not yet committed: a backend admits a bounded window past it
+    @property
+    def next(self) -> int:
+        """The index of the oldest record not yet committed: a backend admits a bounded window past it."""
 
-    def put(self, index: int, result: Result) -> None:
+    def put(self, index: int, result: C_in | tuple[C_in, Failure]) -> None:
         """Record `index` is finished; it is committed once every record before it is."""
 
     def answered(self, tokens: int) -> None:
@@ -52,15 +56,15 @@ class Sink(Protocol):
         """Time passes: flush and report what is due (everything, when forced)."""
 
 
-class InOrder(ABC):
+class InOrder(ABC, Generic[C]):
     """Holds the results that finish early until those before them are in, then commits each
     in input order."""
 
     def __init__(self) -> None:
         self.next = 0
-        self.held: dict[int, Result] = {}
+        self.held: dict[int, C | tuple[C, Failure]] = {}
 
-    def put(self, index: int, result: Result) -> None:
+    def put(self, index: int, result: C | tuple[C, Failure]) -> None:
         self.held[index] = result
         while self.next in self.held:
             r = self.held.pop(self.next)
@@ -69,22 +73,22 @@ class InOrder(ABC):
         self.tick()
 
     @abstractmethod
-    def _commit(self, r: Result) -> None: ...
+    def _commit(self, r: C | tuple[C, Failure]) -> None: ...
 
     @abstractmethod
     def tick(self, force: bool = False) -> None: ...
 
 
-class MemorySink(InOrder):
+class MemorySink(InOrder[C]):
     """The results in input order (`results`) and the turns answered: what a bench times and a
     test checks, without an output file."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.results: list[Result] = []
+        self.results: list[C | tuple[C, Failure]] = []
         self.answers = 0
 
-    def _commit(self, r: Result) -> None:
+    def _commit(self, r: C | tuple[C, Failure]) -> None:
         self.results.append(r)
 
     def answered(self, tokens: int) -> None:
@@ -97,11 +101,25 @@ class MemorySink(InOrder):
         pass
 
 
-class OutputSink(InOrder):
-    """The run's sink: each record written to the output or counted as failed, the stats and
-    the progress events kept up to date."""
+class RunStats(Protocol):
+    """What a sink keeps up to date of a run's stats (regenerate's `Stats`, synthesis's `SynthStats`)."""
 
-    def __init__(self, out: Appender, stats: Stats, stats_path: Path, events: EventWriter, total: int) -> None:
+    resumed: int
+    records_out: int
+    generated_tokens: int
+    status: Literal["running", "done", "failed", "stopped"]
+
+    def write(self, path: Path) -> None: ...
+
+
+S = TypeVar("S", bound=RunStats)
+
+
+class OutputSink(InOrder[C], Generic[C, S]):
+    """A run's sink: each record written to the output or counted as failed (`_commit`, the
+    mode's own), the stats and the progress events kept up to date."""
+
+    def __init__(self, out: Appender, stats: S, stats_path: Path, events: EventWriter, total: int) -> None:
         super().__init__()
         self.out, self.stats, self.stats_path, self.events = out, stats, stats_path, events
         self.total = total
@@ -113,26 +131,6 @@ class OutputSink(InOrder):
         self.in_flight = 0  # tokens of answers still being generated
         self._t0 = time.monotonic()
         self._flushed = self._stats_at = self._progress_at = self._t0
-
-    def _commit(self, r: Result) -> None:
-        """One record's result, in input order: written, or counted as failed."""
-        self.done += 1
-        if not isinstance(r, tuple):
-            try:
-                self.out.add(r.record())
-            except Failure as f:
-                r = (r, f)
-        if isinstance(r, tuple):
-            chat, failure = r
-            self.failed += 1
-            self.stats.fail(failure.reason, f"{chat.id}: {failure.detail}")
-            self.events.message(f"record {chat.id}: {failure.reason}: {failure.detail}"[:500], level="warning")
-        else:
-            self.tokens += r.tokens
-            self.stats.generated_tokens += r.tokens
-            self.stats.loops_cut += r.cut_answers
-            self.stats.loop_tokens_cut += r.cut
-            self.stats.answers += r.turn
 
     def answered(self, tokens: int) -> None:
         """One turn answered (its record may still have turns to go)."""
@@ -170,7 +168,31 @@ class OutputSink(InOrder):
         self._flushed = time.monotonic()
 
 
-def drive(sink: OutputSink, work: Callable[[], None], verdict: Callable[[], str | None]) -> str | None:
+class RegenerateSink(OutputSink[Chat, Stats]):
+    """Regenerate's sink: a chat answered is written, a failure counted by its reason."""
+
+    def _commit(self, r: Result) -> None:
+        """One record's result, in input order: written, or counted as failed."""
+        self.done += 1
+        if not isinstance(r, tuple):
+            try:
+                self.out.add(r.record())
+            except Failure as f:
+                r = (r, f)
+        if isinstance(r, tuple):
+            chat, failure = r
+            self.failed += 1
+            self.stats.fail(failure.reason, f"{chat.id}: {failure.detail}")
+            self.events.message(f"record {chat.id}: {failure.reason}: {failure.detail}"[:500], level="warning")
+        else:
+            self.tokens += r.tokens
+            self.stats.generated_tokens += r.tokens
+            self.stats.loops_cut += r.cut_answers
+            self.stats.loop_tokens_cut += r.cut
+            self.stats.answers += r.turn
+
+
+def drive(sink: OutputSink[C, S], work: Callable[[], None], verdict: Callable[[], str | None]) -> str | None:
     """Run `work`, which hands its records to `sink`, and settle the stats' status: "done", or
     "failed" with the reason `verdict` gives (returned), or "stopped" when anything escapes
     (a stop, a full disk, a bug). The last flush, stats and progress are written and the

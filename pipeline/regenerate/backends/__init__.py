@@ -24,7 +24,7 @@ NAME = "regenerate"
 
 
 class Backend(Protocol):
-    def run(self, chats: Iterator[Chat], sink: Sink) -> None:
+    def run(self, chats: Iterator[Chat], sink: Sink[Chat]) -> None:
         """Answer every turn of every chat, in any order, handing each record to `sink` once;
         a record is admitted only a bounded window past `sink.next`, so memory stays bounded
         when one record is slow."""

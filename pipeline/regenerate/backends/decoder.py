@@ -84,7 +84,7 @@ class LoopWatch:
 
 
 class Decoder:
-    def __init__(self, model, slots: int, max_new: int, eos: set[int], sampler: Sampler, device: torch.device,
+    def __init__(self, model: Any, slots: int, max_new: int, eos: set[int], sampler: Sampler, device: torch.device,
                  graphs: bool, max_positions: int = 0, lane_slots: int = LANE_SLOTS, stop_loops: bool = False) -> None:
         cfg = model.config
         heads = cfg.num_attention_heads
@@ -186,7 +186,7 @@ class Decoder:
         self.stats.columns += n * sum(len(lane) * w for lane, w in zip(self.lanes, key))
         self.stats.columns_one_width += n * self.slots * one
 
-    def _graph(self, key: tuple[int, ...]):
+    def _graph(self, key: tuple[int, ...]) -> tuple[tuple[int, ...], torch.cuda.CUDAGraph | None]:
         """The graph for these lane widths (or for a wider combination already captured, once
         `MAX_GRAPHS` are), captured on first use; (key used, graph), or (key, None) if capture failed."""
         graphs = self.graphs
@@ -208,7 +208,7 @@ class Decoder:
     def _state(self) -> list[torch.Tensor]:
         return [self.ids, self.pos, self.gen, self.done, self.out] + ([self.loops.run] if self.loops is not None else [])
 
-    def _capture(self, key: tuple[int, ...]):
+    def _capture(self, key: tuple[int, ...]) -> torch.cuda.CUDAGraph | None:
         saved = [t.clone() for t in self._state()]
         try:
             stream = torch.cuda.Stream()

@@ -30,7 +30,7 @@ from pipeline.regenerate.backends.hf_schedule import Scheduler
 from pipeline.regenerate.backends.kv_slots import NAME, CacheTooLarge, UnsupportedAttention, register
 from pipeline.regenerate.backends.lanes import LANE_SLOTS
 from pipeline.regenerate.backends.sampler import Sampler
-from pipeline.regenerate.conversation import Chat, seed_for
+from pipeline.regenerate.conversation import Answering, C, seed_for
 from pipeline.regenerate.errors import BadInput, Failure
 from pipeline.regenerate.sink import Sink
 from pipeline.target.model import load_target
@@ -140,10 +140,10 @@ class HFBackend:
     def decode(self, tokens: list[int]) -> str:
         return cast(str, self.tok.decode(tokens, skip_special_tokens=True))  # one sequence: one text
 
-    def seed_of(self, chat: Chat) -> int:
+    def seed_of(self, chat: Answering) -> int:
         return seed_for(self.seed, chat.id, chat.turn)
 
-    def run(self, chats: Iterator[Chat], sink: Sink, *, slots: int | None = None, graphs: bool = True,
+    def run(self, chats: Iterator[C], sink: Sink[C], *, slots: int | None = None, graphs: bool = True,
             lane_slots: int = LANE_SLOTS) -> None:
         """Answer every turn of every chat, handing each finished record to `sink`. A bench
         times other `slots` on the same loaded target, and a test narrower lanes."""

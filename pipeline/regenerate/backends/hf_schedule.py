@@ -21,10 +21,11 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Generic
 
 from pipeline.regenerate.backends.decoder import Admit, Decoder
 from pipeline.regenerate.backends.lanes import FreeSlots
-from pipeline.regenerate.conversation import Chat, Generated
+from pipeline.regenerate.conversation import Answering, C, Generated
 from pipeline.regenerate.errors import Failure
 from pipeline.regenerate.loops import trim
 from pipeline.regenerate.sink import Sink
@@ -33,13 +34,13 @@ PREFILL_TOKENS = 8192  # tokens fed in one prefill forward (padding included)
 AHEAD_PER_SLOT = 0.25  # records tokenized ahead while the device decodes, per slot (more than a look frees)
 
 
-class Slots:
+class Slots(Generic[C]):
     """What the host knows of each slot: its chat, the tokens its cache holds, its bound."""
 
     def __init__(self, lanes: list[range]) -> None:
         n = lanes[-1].stop
         self.lanes = lanes
-        self.chat: list[Chat | None] = [None] * n
+        self.chat: list[C | None] = [None] * n
         self.held: list[list[int]] = [[] for _ in range(n)]  # tokens whose keys and values the slot holds
         self.prompt: list[list[int]] = [[] for _ in range(n)]
         self.since: list[int] = [0] * n  # decode step at which the current answer began
@@ -48,7 +49,7 @@ class Slots:
     def active(self) -> list[int]:
         return [s for s, c in enumerate(self.chat) if c is not None]
 
-    def busy(self, slot: int) -> Chat:
+    def busy(self, slot: int) -> C:
         """The chat in a slot the scheduler gave one."""
         chat = self.chat[slot]
         if chat is None:
@@ -82,13 +83,13 @@ def _groups(admits: list[Admit], budget: int) -> Iterator[list[Admit]]:
         yield group
 
 
-class Ahead:
+class Ahead(Generic[C]):
     """The next records, each with its first prompt's tokens (or why it has none), prepared
     before a slot is free for them."""
 
-    def __init__(self, chats: Iterator[Chat], prompt_ids: Callable[[list[dict[str, str]]], list[int]]) -> None:
+    def __init__(self, chats: Iterator[C], prompt_ids: Callable[[list[dict[str, str]]], list[int]]) -> None:
         self.chats, self.prompt_ids = chats, prompt_ids
-        self.ready: deque[tuple[Chat, list[int] | Failure]] = deque()
+        self.ready: deque[tuple[C, list[int] | Failure]] = deque()
         self.drained = False  # the input has no more records
 
     @property
@@ -108,7 +109,7 @@ class Ahead:
             except Failure as f:
                 self.ready.append((chat, f))
 
-    def _fits(self, chat: Chat) -> None:
+    def _fits(self, chat: C) -> None:
         """Failure when even the shortest possible prompt of the chat's last turn is past the bounds."""
         floor = chat.last_turn_floor()
         if floor is None:
@@ -116,13 +117,14 @@ class Ahead:
         try:
             self.prompt_ids(floor)
         except Failure as f:
-            raise Failure(f.reason, f"its last turn of {len(chat.pending)}, even with one-character answers "
+            turns = 1 + sum(m["role"] == "assistant" for m in floor)  # an answer before each turn but the last
+            raise Failure(f.reason, f"its last turn of {turns}, even with one-character answers "
                                     f"before it: {f.detail}") from None
 
-    def take(self, slots: int, below: int) -> list[tuple[Chat, list[int] | Failure]]:
+    def take(self, slots: int, below: int) -> list[tuple[C, list[int] | Failure]]:
         """Records in input order, as many as fill `slots` free slots (a record that failed
         takes none), each with an index below `below` (the sink's window)."""
-        out: list[tuple[Chat, list[int] | Failure]] = []
+        out: list[tuple[C, list[int] | Failure]] = []
         placed = 0
         while placed < slots:
             if not self.ready:
@@ -137,16 +139,16 @@ class Ahead:
         return out
 
 
-class Scheduler:
+class Scheduler(Generic[C]):
     def __init__(self, decoder: Decoder, prompt_ids: Callable[[list[dict[str, str]]], list[int]],
-                 decode: Callable[[list[int]], str], seed_of: Callable[[Chat], int], sink: Sink,
+                 decode: Callable[[list[int]], str], seed_of: Callable[[Answering], int], sink: Sink[C],
                  sync_every: int, window: int) -> None:
         self.dec, self.prompt_ids, self.decode, self.seed_of = decoder, prompt_ids, decode, seed_of
         self.sink, self.sync_every, self.window = sink, sync_every, window
-        self.slots = Slots(decoder.lanes)
+        self.slots: Slots[C] = Slots(decoder.lanes)
         self.step = 0
 
-    def run(self, chats: Iterator[Chat]) -> None:
+    def run(self, chats: Iterator[C]) -> None:
         ahead = Ahead(chats, self.prompt_ids)
         due: list[int] = []
         while True:
@@ -162,7 +164,7 @@ class Scheduler:
             self.sink.tick()
             due = self._collect()
 
-    def _admit(self, due: list[int], new: list[tuple[Chat, list[int] | Failure]]) -> None:
+    def _admit(self, due: list[int], new: list[tuple[C, list[int] | Failure]]) -> None:
         """Feed the next turn of the chats in `due` slots, and the first of the `new` chats."""
         admits = []
         for slot in due:

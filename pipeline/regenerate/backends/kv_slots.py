@@ -18,6 +18,8 @@ kernels with a mask serve and the keys are never repeated per head.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 
@@ -56,14 +58,16 @@ def free_bytes(device: torch.device) -> int:
     return psutil.virtual_memory().available
 
 
-def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+               **kwargs: object) -> tuple[torch.Tensor, None]:
     kv = _ACTIVE
     if kv is None:
         raise RuntimeError(f"attention implementation {NAME} called outside a SlotKV forward")
     for what in ("sliding_window", "softcap", "s_aux"):
         if kwargs.get(what) is not None:
             raise UnsupportedAttention(f"the target's attention uses {what}, which the regenerate slots do not apply")
-    return kv.attend(module.layer_idx, query, key, value, scaling), None
+    return kv.attend(cast(int, module.layer_idx), query, key, value, scaling), None
 
 
 def register() -> None:
@@ -77,7 +81,8 @@ class SlotKV:
     forward about to run writes and reads: which slots, the position of each token, and the
     columns each query may see."""
 
-    def __init__(self, layers: int, slots: int, kv_heads: int, head_dim: int, capacity: int, dtype, device) -> None:
+    def __init__(self, layers: int, slots: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
         self.shape = (slots, kv_heads, capacity + 1, head_dim)
         self.layers, self.dtype, self.device = layers, dtype, device
         self._room_for(capacity, 0)
@@ -137,7 +142,8 @@ class SlotKV:
         mask[:, :, 0] |= pad  # a padding query sees column 0 so its softmax is defined; nothing reads it
         self.mask = mask[:, None]
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               scaling: float | None) -> torch.Tensor:
         kb, vb = self.k[layer], self.v[layer]
         n, heads, qlen, dim = q.shape
         groups = heads // kb.shape[1]
@@ -173,6 +179,6 @@ class active:
         _ACTIVE = self.kv
         return self.kv
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         global _ACTIVE
         _ACTIVE = None

@@ -43,7 +43,7 @@ class ServerBackend:
             check_server(url, self.model)
         return self
 
-    def run(self, chats: Iterator[Chat], sink: Sink) -> None:
+    def run(self, chats: Iterator[Chat], sink: Sink[Chat]) -> None:
         servers = [Server(u, self.max_consecutive) for u in self.urls]
         stop = threading.Event()
         work: queue.Queue[Chat | None] = queue.Queue()
@@ -86,7 +86,7 @@ class ServerBackend:
             client.close()
 
     @staticmethod
-    def _feed(chats: Iterator[Chat], sink: Sink, work: queue.Queue[Chat | None],
+    def _feed(chats: Iterator[Chat], sink: Sink[Chat], work: queue.Queue[Chat | None],
               results: queue.Queue[tuple[int, Outcome]], window: int) -> None:
         """Keep the workers fed within the window and hand what they finish to the sink; raises
         what a worker raised (a server dead, a bug)."""

@@ -8,6 +8,8 @@ the same for any batch size, timing or resume.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipeline.events import EventWriter
 from pipeline.regenerate.errors import Failure
 from pipeline.regenerate.output import Appender
@@ -17,8 +19,8 @@ from pipeline.regenerate.synthesis.dedup import Seen
 from pipeline.regenerate.synthesis.stats import SynthStats
 
 
-class SynthSink(OutputSink):
-    def __init__(self, out: Appender, stats: SynthStats, stats_path, events: EventWriter, seen: Seen) -> None:
+class SynthSink(OutputSink[SynthChat, SynthStats]):
+    def __init__(self, out: Appender, stats: SynthStats, stats_path: Path, events: EventWriter, seen: Seen) -> None:
         super().__init__(out, stats, stats_path, events, stats.wanted)
         self.seen = seen
         self.kept = stats.resumed
@@ -35,20 +37,23 @@ class SynthSink(OutputSink):
             self.stats.surplus += 1
             return
         self.done += 1
-        if not isinstance(r, tuple):
-            match = self.seen.match(r.key, r.number)
-            try:
-                if match is not None:
-                    raise duplicate(match, r.question)
-                self.out.add(r.record())
-            except Failure as f:
-                r = (r, f)
         if isinstance(r, tuple):
-            chat, failure = r
-            self.failed += 1
-            self.stats.drop(chat, failure.reason, failure.detail)
+            self._drop(*r)
+            return
+        assert r.key is not None  # a record answered has its first question, which gives the key
+        try:
+            match = self.seen.match(r.key, r.number)
+            if match is not None:
+                raise duplicate(match, r.question)
+            self.out.add(r.record())
+        except Failure as f:
+            self._drop(r, f)
             return
         self.seen.add(r.key, r.number, r.id)
         self.kept += 1
         self.tokens += r.tokens
         self.stats.kept(r)
+
+    def _drop(self, chat: SynthChat, failure: Failure) -> None:
+        self.failed += 1
+        self.stats.drop(chat, failure.reason, failure.detail)

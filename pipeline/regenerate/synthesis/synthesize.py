@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from pipeline import cpu_threads, output_guard
 from pipeline.events import EventWriter
@@ -36,6 +37,9 @@ from pipeline.regenerate.synthesis.dedup import Seen
 from pipeline.regenerate.synthesis.options import SynthOptions, parse
 from pipeline.regenerate.synthesis.sink import SynthSink
 from pipeline.regenerate.synthesis.stats import KEYS, SynthStats
+
+if TYPE_CHECKING:
+    from pipeline.regenerate.synthesis.backend import SynthBackend
 
 NAME = "regenerate"
 
@@ -100,7 +104,7 @@ def _verdict(o: SynthOptions, stats: SynthStats, kept: int) -> str | None:
             "loosen the filter that drops most, or give --system-prompts, and rerun the same command")
 
 
-def _target(o: SynthOptions, done: set[str]):
+def _target(o: SynthOptions, done: set[str]) -> SynthBackend | None:
     """The target, loaded (and its template checked) before anything is written, so a target
     refused leaves no output behind; None when the output already holds --synthesize records
     (--synthesize 0, a phase switched off, writes an empty output without loading it)."""
