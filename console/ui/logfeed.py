@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from console.core.files.logtail import LogTail
 from console.core.text.terminal_text import has_format, strip_format
-from console.ui.components.logs.log_view import FRAME_S, FRAME_SLACK
 from console.ui.messages import LogLines
+from console.ui.pollers import FRAME_S, FRAME_SLACK
 
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
 

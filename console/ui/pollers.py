@@ -25,7 +25,8 @@ from collections.abc import Callable
 from textual.dom import DOMNode
 from textual.message import Message
 
-from console.ui.components.logs.log_view import FRAME_S
+FRAME_S = 0.5  # the screen's clock: new log lines are drawn this often (2 frames a second), readings land on it
+FRAME_SLACK = 0.05  # frames are at least FRAME_S less this apart, so a poll's jitter is no timer
 
 
 def next_tick(now: float, period: float = FRAME_S) -> float:

@@ -34,12 +34,11 @@ from textual.strip import Strip
 from textual.timer import Timer
 
 from console.ui.components.logs.wrapped_rows import WrappedRows
+from console.ui.pollers import FRAME_S, FRAME_SLACK
 from console.ui.render import cut_left
 from pipeline.events import is_warning_line
 
 _MAX_WIDTH = 1000
-FRAME_S = 0.5  # new lines are drawn this often (2 frames a second)
-FRAME_SLACK = 0.05  # frames are at least FRAME_S less this apart, so a poll's jitter is no timer
 ROW_BYTES_PER_S = 4000  # and a big pane waits longer, so its rows cost the terminal about this
 ROW_OVERHEAD = 25  # bytes a repainted row costs beyond its cells (cursor move, style)
 
