@@ -56,10 +56,10 @@ from pipeline.train.state_check import check_state
 if TYPE_CHECKING:  # export reads checkpoints: it never loads the trainer's run
     from _typeshed import ReadableBuffer
 
-    from pipeline.train.data import BatchPlan
     from pipeline.train.dist import Dist
     from pipeline.train.options import Options
     from pipeline.train.run import Run
+    from pipeline.train.schedule import BatchPlan
 
 DIR = "checkpoints"
 LATEST = "latest"

@@ -1,27 +1,21 @@
-"""The hidden-state store as training reads it: checked, planned into batches, memory-mapped.
+"""The hidden-state store as training reads it: checked and memory-mapped (schedule.py plans
+its positions into batches, as it plans the online source's).
 
 - `open_store` refuses a store that is incomplete or was built from another target (the
   extractor's `verify_store` decides completeness; meta's shape fields must equal the
   target's config.json), so a drafter never trains on half a dataset or on states of a
   different model.
-- `plan_epoch` turns (seed, epoch) into the exact list of steps: samples shuffled, sorted by
-  length inside windows (little padding), packed into micro-batches by a token budget, the
-  micro-batches shuffled, and grouped `world_size` to a step. The plan depends on nothing
-  else, so a resume rebuilds it and starts at the saved step; rank r trains micro-batch r
-  of every step.
 - `StepDataset` reads one rank's micro-batch per item with `safe_open` (mmap: only the
   rows up to --max-len are touched) inside DataLoader workers, so reading overlaps compute.
   Every sample read is checked for its meaning first (pipeline/store/meaning.py: its header
   is the one the store declares, its rows' values can be states), so a sample changed after
   the store was verified stops the run with exit 2 naming it, never trains on nonsense.
-- `split_validation` holds out a seeded slice of the store that is never trained on.
 
 `Store` is one of training's two sources (source.py); draft_vocab.py counts its vocabulary.
 """
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +34,6 @@ from pipeline.target.weights import check_weights
 from pipeline.train.errors import BadInput
 from pipeline.train.source import Source, StateFiller, VocabDataset
 
-WINDOW = 1024  # samples sorted by length together
 MAX_SAMPLES = 100_000_000
 SHAPE_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "vocab_size": "vocab_size"}
 
@@ -152,56 +145,6 @@ def open_store(root: Path, target: Path, checksums: str = "sample") -> Store:
         lengths.append(e["tokens"])
         ids.append(e["id"] if isinstance(e.get("id"), str) else None)
     return Store(root=root, meta=meta, files=files, lengths=lengths, indices=list(order), ids=ids, layout=layout)
-
-
-def split_validation(samples: int, count: int, seed: int) -> tuple[list[int], list[int]]:
-    """(train positions, held-out positions), both ascending: `count` positions drawn by the
-    seed alone, so a resume and every rank hold out the same samples."""
-    if count <= 0:
-        return list(range(samples)), []
-    if count >= samples:
-        raise BadInput(f"a validation slice of {count} samples leaves none of the store's {samples} to train on; "
-                       "lower --val-samples or --val-share")
-    held = set(random.Random(f"eagle3-val:{seed}").sample(range(samples), count))
-    return [p for p in range(samples) if p not in held], sorted(held)
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    batch_tokens: int | None  # padded tokens per micro-batch (one rank, one step)
-    batch_size: int | None  # or samples per micro-batch
-    max_len: int
-    world_size: int
-    seed: int
-
-    def describe(self) -> str:
-        per = f"{self.batch_tokens} padded tokens" if self.batch_tokens else f"{self.batch_size} samples"
-        return f"{per} per micro-batch x {self.world_size} rank(s), max-len {self.max_len}"
-
-
-def plan_epoch(lengths: list[int], plan: BatchPlan, epoch: int) -> list[list[list[int]]]:
-    """The steps of one epoch; each step holds `world_size` micro-batches of store positions.
-    Micro-batches that do not fill a last step are dropped (never more than world_size - 1)."""
-    rng = random.Random(f"eagle3-train:{plan.seed}:{epoch}")
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
-    micro: list[list[int]] = []
-    for w in range(0, len(order), WINDOW):
-        window = sorted(order[w:w + WINDOW], key=lambda i: (-min(lengths[i], plan.max_len), i))
-        cur: list[int] = []
-        for i in window:
-            width = min(lengths[cur[0]], plan.max_len) if cur else min(lengths[i], plan.max_len)
-            full = ((len(cur) + 1) * width > plan.batch_tokens if plan.batch_tokens
-                    else len(cur) >= (plan.batch_size or 1))
-            if cur and full:
-                micro.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            micro.append(cur)
-    rng.shuffle(micro)
-    w = plan.world_size
-    return [micro[s:s + w] for s in range(0, len(micro) - w + 1, w)]
 
 
 REDO = "re-extract it (or restore the store) and rerun"

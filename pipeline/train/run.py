@@ -22,12 +22,12 @@ from pipeline.drafter.config import DrafterConfig
 from pipeline.drafter.model import Eagle3Drafter
 from pipeline.drafter.vocab import DraftVocab
 from pipeline.events import EventWriter
-from pipeline.train.data import BatchPlan
 from pipeline.train.dist import Dist
 from pipeline.train.finite import FiniteGuard
 from pipeline.train.loss import TargetHead
 from pipeline.train.loss_kernels import LossKernels
 from pipeline.train.options import Options
+from pipeline.train.schedule import BatchPlan
 from pipeline.train.source import Source, StateFiller
 
 

@@ -1,13 +1,74 @@
 """The run's steps and learning rate as pure functions of its settings, so a resume rebuilds
-exactly the schedule the interrupted run was following."""
+exactly the schedule the interrupted run was following.
+
+- `split_validation` holds out a seeded slice of the source's positions that is never trained on.
+- `plan_epoch` turns (seed, epoch) into the exact list of steps: samples shuffled, sorted by
+  length inside windows (little padding), packed into micro-batches by a token budget, the
+  micro-batches shuffled, and grouped `world_size` to a step. The plan depends on nothing
+  else, so a resume rebuilds it and starts at the saved step; rank r trains micro-batch r
+  of every step.
+"""
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from pipeline.train.data import BatchPlan, plan_epoch
 from pipeline.train.errors import BadInput
+
+WINDOW = 1024  # samples sorted by length together
+
+
+def split_validation(samples: int, count: int, seed: int) -> tuple[list[int], list[int]]:
+    """(train positions, held-out positions), both ascending: `count` positions drawn by the
+    seed alone, so a resume and every rank hold out the same samples."""
+    if count <= 0:
+        return list(range(samples)), []
+    if count >= samples:
+        raise BadInput(f"a validation slice of {count} samples leaves none of the store's {samples} to train on; "
+                       "lower --val-samples or --val-share")
+    held = set(random.Random(f"eagle3-val:{seed}").sample(range(samples), count))
+    return [p for p in range(samples) if p not in held], sorted(held)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    batch_tokens: int | None  # padded tokens per micro-batch (one rank, one step)
+    batch_size: int | None  # or samples per micro-batch
+    max_len: int
+    world_size: int
+    seed: int
+
+    def describe(self) -> str:
+        per = f"{self.batch_tokens} padded tokens" if self.batch_tokens else f"{self.batch_size} samples"
+        return f"{per} per micro-batch x {self.world_size} rank(s), max-len {self.max_len}"
+
+
+def plan_epoch(lengths: list[int], plan: BatchPlan, epoch: int) -> list[list[list[int]]]:
+    """The steps of one epoch; each step holds `world_size` micro-batches of store positions.
+    Micro-batches that do not fill a last step are dropped (never more than world_size - 1)."""
+    rng = random.Random(f"eagle3-train:{plan.seed}:{epoch}")
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    micro: list[list[int]] = []
+    for w in range(0, len(order), WINDOW):
+        window = sorted(order[w:w + WINDOW], key=lambda i: (-min(lengths[i], plan.max_len), i))
+        cur: list[int] = []
+        for i in window:
+            width = min(lengths[cur[0]], plan.max_len) if cur else min(lengths[i], plan.max_len)
+            full = ((len(cur) + 1) * width > plan.batch_tokens if plan.batch_tokens
+                    else len(cur) >= (plan.batch_size or 1))
+            if cur and full:
+                micro.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            micro.append(cur)
+    rng.shuffle(micro)
+    w = plan.world_size
+    return [micro[s:s + w] for s in range(0, len(micro) - w + 1, w)]
 
 
 def lr_lambda(total: int, warmup: int, min_ratio: float) -> Callable[[int], float]:

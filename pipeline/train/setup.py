@@ -18,7 +18,7 @@ from pipeline.sdpa_choice import leave_out_cudnn
 from pipeline.target.config import read_config
 from pipeline.target.tensors import read_embeddings, read_lm_head
 from pipeline.train import checkpoint, draft_vocab
-from pipeline.train.data import BatchPlan, open_store, split_validation
+from pipeline.train.data import open_store
 from pipeline.train.dist import Dist
 from pipeline.train.drafter_compile import training_kernels
 from pipeline.train.errors import BadInput
@@ -27,7 +27,7 @@ from pipeline.train.loss import TargetHead, TTTObjective
 from pipeline.train.online import open_records
 from pipeline.train.options import DEFAULT_VAL_MAX, Options
 from pipeline.train.run import Model, Optimiser, Run
-from pipeline.train.schedule import build_schedule, lr_lambda
+from pipeline.train.schedule import BatchPlan, build_schedule, lr_lambda, split_validation
 from pipeline.train.source import Source
 
 

@@ -61,8 +61,8 @@ def test_a_drafter_memorises_a_handful_of_samples_and_not_the_held_out_ones(shar
 
 
 def test_the_held_out_slice_is_fixed_by_the_seed_and_never_in_a_training_step(reference_store, tiny_target):
-    from pipeline.train.data import BatchPlan, open_store, split_validation
-    from pipeline.train.schedule import build_schedule
+    from pipeline.train.data import open_store
+    from pipeline.train.schedule import BatchPlan, build_schedule, split_validation
 
     store = open_store(reference_store, tiny_target)
     train, val = split_validation(store.samples, 7, seed=3)
@@ -89,8 +89,9 @@ def test_validation_metrics_reach_events_log_and_summary(sharp, tmp_path, monkey
 
 
 def test_draft_vocabulary_comes_from_the_merged_dataset_without_held_out_records(sharp, tmp_path):
-    from pipeline.train.data import open_store, split_validation
+    from pipeline.train.data import open_store
     from pipeline.train.draft_vocab import count_dataset_tokens
+    from pipeline.train.schedule import split_validation
 
     store = open_store(sharp.store, sharp.target)
     _train, val = split_validation(store.samples, 4, seed=0)
