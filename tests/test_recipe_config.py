@@ -59,8 +59,10 @@ def test_every_phase_runs_its_stage_with_arguments_the_stage_accepts_and_trains_
     split = prepare_parse(list(cfg.phase("split").argv[3:]))
     target = prepare_parse(list(cfg.phase("target").argv[3:]))
     regen = regen_parse(list(cfg.phase("regenerate").argv[3:]))
+    regen.validate()
     assert Path(regen.sources[0]) == split.out / "train.jsonl" and Path(regen.model) == target.out
     synth = synth_parse(list(cfg.phase("synthesize").argv[3:]))
+    synth.validate()
     assert synth.records == 0 and Path(synth.model) == target.out  # off unless synth_records is set
     on = synth_parse(list(load_config(CONFIG, {"synth_records": "100000"}).phase("synthesize").argv[3:]))
     assert (on.records, on.temperature, on.max_new_tokens, on.batch_size) == (100000, 0, 384, 1024)

@@ -38,7 +38,9 @@ def body(argv: list[str] | None) -> int:
         return synthesize(args)
     if "--estimate" in args:
         return estimate(args)
-    return regenerate(options.parse(args))
+    opts = options.parse(args)
+    opts.validate()
+    return regenerate(opts)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
-"""The command line of `python -m pipeline.regenerate`, checked into one frozen Options.
-
-Every option that costs time, memory or sockets has a bound, and a value past it is exit 2
-with the flag, the value and the range. The sampling defaults follow docs/regenerate.md.
+"""The command line of `python -m pipeline.regenerate`, parsed into one frozen Options: each
+default written once, in `Options` (the ones that follow other flags in `Options.from_flags`),
+and `validate()` refuses what a run cannot use. Every option that costs time, memory or sockets
+has a bound, and a value past it is exit 2 with the flag, the value and the range. The sampling
+defaults follow docs/regenerate.md.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ MAX_SAMPLES = 64
 
 @dataclass(frozen=True)
 class Options:
+    """What a run was asked for, every default filled in: the stats and the resume read these."""
+
     sources: tuple[Path, ...]
     out: Path
     stats: Path
@@ -56,6 +59,73 @@ class Options:
     strict: bool = False
     max_failed_share: float = 0.05
     threads: int | None = None  # torch's CPU threads, hf backend (None: pipeline/cpu_threads.py chooses)
+
+    @classmethod
+    def from_flags(cls, a: argparse.Namespace) -> Options:
+        """The parsed flags, with the defaults that follow other flags filled in here and nowhere
+        else: the stats beside --out, the dtype by --device, the served model named by --model's
+        path, each server's URL without its trailing slash."""
+        return cls(
+            sources=tuple(a.sources), out=a.out, stats=a.stats or stats_beside(a.out), backend=a.backend,
+            model=a.model, device=a.device, dtype=a.dtype or dtype_for(a.device), batch_size=a.batch_size,
+            max_prompt_tokens=a.max_prompt_tokens, servers=tuple(u.rstrip("/") for u in a.server),
+            served_model=a.served_model if a.served_model is not None else (str(a.model) if a.model else None),
+            concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
+            max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
+            temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt,
+            trim_loops=a.trim_loops, limit=a.limit, role_map=parse_role_map(a.role_map),
+            max_invalid=a.max_invalid, strict=a.strict, max_failed_share=a.max_failed_share, threads=a.threads)
+
+    def validate(self) -> None:
+        """BadInput for a value past its bound or a flag its backend cannot use; nothing is filled in."""
+        _bound("--max-new-tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
+        _bound("--temperature", self.temperature, 0, 2)
+        if not 0 < self.top_p <= 1:
+            raise BadInput(f"--top-p must be more than 0 and at most 1, got {self.top_p:g}")
+        _bound("--seed", self.seed, 0, 2**63 - 1)
+        _bound("--max-invalid", self.max_invalid, 0, 1)
+        _bound("--samples-per-prompt", self.samples_per_prompt, 1, MAX_SAMPLES)
+        if self.samples_per_prompt > 1 and self.temperature == 0:
+            raise BadInput(f"--samples-per-prompt {self.samples_per_prompt} needs --temperature above 0: greedy "
+                           "decoding gives the same answer every time")
+        _bound("--max-failed-share", self.max_failed_share, 0, 1)
+        if self.limit is not None:
+            _bound("--limit", self.limit, 1, 2**62)
+        if self.backend == "hf":
+            self._validate_hf()
+        else:
+            self._validate_server()
+
+    def _validate_hf(self) -> None:
+        if self.model is None:
+            raise BadInput("--backend hf needs --model (the target's folder)")
+        if self.servers:
+            raise BadInput("--server is for --backend server; --backend hf runs the model itself")
+        _bound("--batch-size", self.batch_size, 1, MAX_BATCH)
+        if self.max_prompt_tokens is not None:
+            _bound("--max-prompt-tokens", self.max_prompt_tokens, 1, 10**7)
+        if self.device.split(":")[0] not in ("cpu", "cuda"):
+            raise BadInput(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
+
+    def _validate_server(self) -> None:
+        if self.trim_loops:
+            raise BadInput("--trim-loops is for --backend hf, which sees each answer's tokens; a server returns "
+                           "text: drop the flag")
+        if not self.servers:
+            raise BadInput("--backend server needs --server URL (e.g. http://127.0.0.1:30000)")
+        if len(self.servers) > MAX_SERVERS:
+            raise BadInput(f"at most {MAX_SERVERS} --server URLs, got {len(self.servers)}")
+        for url in self.servers:
+            if not url.startswith(("http://", "https://")):
+                raise BadInput(f"--server {url!r}: must start with http:// or https://")
+        if len(set(self.servers)) != len(self.servers):
+            raise BadInput("--server: the same URL is given twice")
+        if self.served_model is None:
+            raise BadInput("--backend server needs --served-model NAME (or --model PATH, the name SGLang lists)")
+        _bound("--concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        _bound("--timeout", self.timeout, 1, MAX_TIMEOUT)
+        _bound("--retries", self.retries, 0, MAX_RETRIES)
+        _bound("--max-consecutive-failures", self.max_consecutive_failures, 1, 10**6)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -132,64 +202,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def stats_beside(out: Path) -> Path:
+    """Where the stats go when --stats is not given."""
+    return out.with_name(f"{out.stem}.stats.json")
+
+
+def dtype_for(device: str) -> str:
+    """The weights' dtype when --dtype is not given: fp32 on a CPU, bf16 on a GPU."""
+    return "fp32" if device == "cpu" else "bf16"
+
+
 def _bound(flag: str, value: float, lo: float, hi: float) -> None:
     if not lo <= value <= hi:
         raise BadInput(f"{flag} must be {lo:g}..{hi:g}, got {value:g}")
 
 
 def parse(argv: list[str] | None = None) -> Options:
-    a = build_parser().parse_args(argv)
-    _bound("--max-new-tokens", a.max_new_tokens, 1, MAX_NEW_TOKENS)
-    _bound("--temperature", a.temperature, 0, 2)
-    if not 0 < a.top_p <= 1:
-        raise BadInput(f"--top-p must be more than 0 and at most 1, got {a.top_p:g}")
-    _bound("--seed", a.seed, 0, 2**63 - 1)
-    _bound("--max-invalid", a.max_invalid, 0, 1)
-    _bound("--samples-per-prompt", a.samples_per_prompt, 1, MAX_SAMPLES)
-    if a.samples_per_prompt > 1 and a.temperature == 0:
-        raise BadInput(f"--samples-per-prompt {a.samples_per_prompt} needs --temperature above 0: greedy decoding "
-                       "gives the same answer every time")
-    _bound("--max-failed-share", a.max_failed_share, 0, 1)
-    if a.limit is not None:
-        _bound("--limit", a.limit, 1, 2**62)
-    if a.backend == "hf":
-        if a.model is None:
-            raise BadInput("--backend hf needs --model (the target's folder)")
-        if a.server:
-            raise BadInput("--server is for --backend server; --backend hf runs the model itself")
-        _bound("--batch-size", a.batch_size, 1, MAX_BATCH)
-        if a.max_prompt_tokens is not None:
-            _bound("--max-prompt-tokens", a.max_prompt_tokens, 1, 10**7)
-        dev = a.device.split(":")[0]
-        if dev not in ("cpu", "cuda"):
-            raise BadInput(f"--device must be cpu, cuda or cuda:N, got {a.device!r}")
-    else:
-        if a.trim_loops:
-            raise BadInput("--trim-loops is for --backend hf, which sees each answer's tokens; a server returns "
-                           "text: drop the flag")
-        if not a.server:
-            raise BadInput("--backend server needs --server URL (e.g. http://127.0.0.1:30000)")
-        if len(a.server) > MAX_SERVERS:
-            raise BadInput(f"at most {MAX_SERVERS} --server URLs, got {len(a.server)}")
-        for url in a.server:
-            if not url.startswith(("http://", "https://")):
-                raise BadInput(f"--server {url!r}: must start with http:// or https://")
-        if len(set(a.server)) != len(a.server):
-            raise BadInput("--server: the same URL is given twice")
-        if a.served_model is None and a.model is None:
-            raise BadInput("--backend server needs --served-model NAME (or --model PATH, the name SGLang lists)")
-        _bound("--concurrency", a.concurrency, 1, MAX_CONCURRENCY)
-        _bound("--timeout", a.timeout, 1, MAX_TIMEOUT)
-        _bound("--retries", a.retries, 0, MAX_RETRIES)
-        _bound("--max-consecutive-failures", a.max_consecutive_failures, 1, 10**6)
-    dtype = a.dtype or ("fp32" if a.device == "cpu" else "bf16")
-    stats = a.stats or a.out.with_name(f"{a.out.stem}.stats.json")
-    return Options(
-        sources=tuple(a.sources), out=a.out, stats=stats, backend=a.backend, model=a.model, device=a.device,
-        dtype=dtype, batch_size=a.batch_size, max_prompt_tokens=a.max_prompt_tokens, servers=tuple(u.rstrip("/") for u in a.server),
-        served_model=a.served_model if a.served_model is not None else (str(a.model) if a.model else None),
-        concurrency=a.concurrency, timeout=a.timeout, retries=a.retries,
-        max_consecutive_failures=a.max_consecutive_failures, max_new_tokens=a.max_new_tokens,
-        temperature=a.temperature, top_p=a.top_p, seed=a.seed, samples_per_prompt=a.samples_per_prompt,
-        trim_loops=a.trim_loops, limit=a.limit, role_map=parse_role_map(a.role_map),
-        max_invalid=a.max_invalid, strict=a.strict, max_failed_share=a.max_failed_share, threads=a.threads)
+    """The options of a command line, its defaults filled in (`Options.from_flags`); argparse's
+    own errors exit 2 with its usage, a --role-map that does not parse is BadInput."""
+    return Options.from_flags(build_parser().parse_args(argv))

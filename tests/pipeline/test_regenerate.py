@@ -262,6 +262,13 @@ def test_a_server_serving_another_model_is_refused_before_the_output_is_touched(
     assert "Traceback" not in p.stderr and not (tmp_path / "out.jsonl").exists()
 
 
+def test_a_server_named_twice_once_with_a_trailing_slash_is_refused_before_anything_is_asked(tmp_path, src):
+    with StandIn(MODEL, None, hidden=8) as server:
+        p = run(*argv(src, tmp_path / "out.jsonl", server.url, server.url + "/"))
+    assert p.returncode == 2 and p.stderr.strip() == "regenerate: error: --server: the same URL is given twice"
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_server_not_running_at_the_start_is_exit_4_with_what_to_do(tmp_path, src):
     with StandIn(MODEL, None, hidden=8) as server:
         url = server.url

@@ -1,6 +1,6 @@
-"""The command line of `python -m pipeline.regenerate --synthesize N`, checked into one frozen
-SynthOptions. Every option that costs time or memory has a bound; a value past it is exit 2
-with the flag, the value and the range."""
+"""The command line of `python -m pipeline.regenerate --synthesize N`, parsed into one frozen
+SynthOptions (defaults written once; `validate()` only refuses). Every option that costs time
+or memory has a bound; a value past it is exit 2 with the flag, the value and the range."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline import cpu_threads
 from pipeline.jsonfile import read_json
 from pipeline.regenerate.errors import BadInput
-from pipeline.regenerate.options import MAX_BATCH, MAX_NEW_TOKENS, _bound
+from pipeline.regenerate.options import MAX_BATCH, MAX_NEW_TOKENS, _bound, dtype_for, stats_beside
 
 PROG = "python -m pipeline.regenerate"
 MAX_RECORDS = 2_000_000  # the duplicate index holds about 2 KB a kept question: 4 GB at the bound
@@ -32,6 +32,8 @@ GENERATION_KEYS = ("model", "seed", "question_temperature", "temperature", "top_
 
 @dataclass(frozen=True)
 class SynthOptions:
+    """What a synthesis was asked for, every default filled in: the stats and the resume read these."""
+
     records: int
     out: Path
     stats: Path
@@ -54,6 +56,42 @@ class SynthOptions:
     near_duplicate: float = 0.8
     max_dropped_share: float = 0.5
     threads: int | None = None  # torch's CPU threads (None: pipeline/cpu_threads.py chooses)
+
+    @classmethod
+    def from_flags(cls, a: argparse.Namespace) -> SynthOptions:
+        """The parsed flags, with the defaults that follow other flags filled in here and nowhere
+        else (the stats beside --out, the dtype by --device) and the system prompts read."""
+        prompts = read_system_prompts(a.system_prompts) if a.system_prompts is not None else ()
+        return cls(
+            records=a.synthesize, out=a.out, stats=a.stats or stats_beside(a.out), model=a.model,
+            system_prompts=prompts, system_prompts_file=a.system_prompts, device=a.device,
+            dtype=a.dtype or dtype_for(a.device), batch_size=a.batch_size, max_prompt_tokens=a.max_prompt_tokens,
+            turns=a.turns, max_question_tokens=a.max_question_tokens, max_new_tokens=a.max_new_tokens,
+            question_temperature=a.question_temperature, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
+            trim_loops=a.trim_loops, min_question_chars=a.min_question_chars, near_duplicate=a.near_duplicate,
+            max_dropped_share=a.max_dropped_share, threads=a.threads)
+
+    def validate(self) -> None:
+        """BadInput for a value past its bound; nothing is filled in."""
+        _bound("--synthesize", self.records, 0, MAX_RECORDS)
+        _bound("--batch-size", self.batch_size, 1, MAX_BATCH)
+        if self.max_prompt_tokens is not None:
+            _bound("--max-prompt-tokens", self.max_prompt_tokens, 1, 10**7)
+        if self.device.split(":")[0] not in ("cpu", "cuda"):
+            raise BadInput(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
+        _bound("--turns", self.turns, 1, MAX_TURNS)
+        _bound("--max-question-tokens", self.max_question_tokens, 1, MAX_NEW_TOKENS)
+        _bound("--max-new-tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
+        if not 0 < self.question_temperature <= 2:
+            raise BadInput(f"--question-temperature must be above 0 and at most 2, got {self.question_temperature:g}: "
+                           "greedy questions are the same question for every record")
+        _bound("--temperature", self.temperature, 0, 2)
+        if not 0 < self.top_p <= 1:
+            raise BadInput(f"--top-p must be more than 0 and at most 1, got {self.top_p:g}")
+        _bound("--seed", self.seed, 0, 2**63 - 1)
+        _bound("--min-question-chars", self.min_question_chars, 0, 10**6)
+        _bound("--near-duplicate", self.near_duplicate, 0, 1)
+        _bound("--max-dropped-share", self.max_dropped_share, 0, MAX_DROPPED_SHARE)
 
     @property
     def max_asked(self) -> int:
@@ -157,32 +195,6 @@ def read_system_prompts(path: Path) -> tuple[str, ...]:
 
 
 def parse(argv: list[str]) -> SynthOptions:
-    a = build_parser().parse_args(argv)
-    _bound("--synthesize", a.synthesize, 0, MAX_RECORDS)
-    _bound("--batch-size", a.batch_size, 1, MAX_BATCH)
-    if a.max_prompt_tokens is not None:
-        _bound("--max-prompt-tokens", a.max_prompt_tokens, 1, 10**7)
-    if a.device.split(":")[0] not in ("cpu", "cuda"):
-        raise BadInput(f"--device must be cpu, cuda or cuda:N, got {a.device!r}")
-    _bound("--turns", a.turns, 1, MAX_TURNS)
-    _bound("--max-question-tokens", a.max_question_tokens, 1, MAX_NEW_TOKENS)
-    _bound("--max-new-tokens", a.max_new_tokens, 1, MAX_NEW_TOKENS)
-    if not 0 < a.question_temperature <= 2:
-        raise BadInput(f"--question-temperature must be above 0 and at most 2, got {a.question_temperature:g}: "
-                       "greedy questions are the same question for every record")
-    _bound("--temperature", a.temperature, 0, 2)
-    if not 0 < a.top_p <= 1:
-        raise BadInput(f"--top-p must be more than 0 and at most 1, got {a.top_p:g}")
-    _bound("--seed", a.seed, 0, 2**63 - 1)
-    _bound("--min-question-chars", a.min_question_chars, 0, 10**6)
-    _bound("--near-duplicate", a.near_duplicate, 0, 1)
-    _bound("--max-dropped-share", a.max_dropped_share, 0, MAX_DROPPED_SHARE)
-    prompts = read_system_prompts(a.system_prompts) if a.system_prompts is not None else ()
-    return SynthOptions(
-        records=a.synthesize, out=a.out, stats=a.stats or a.out.with_name(f"{a.out.stem}.stats.json"),
-        model=a.model, system_prompts=prompts, system_prompts_file=a.system_prompts, device=a.device,
-        dtype=a.dtype or ("fp32" if a.device == "cpu" else "bf16"), batch_size=a.batch_size,
-        max_prompt_tokens=a.max_prompt_tokens, turns=a.turns, max_question_tokens=a.max_question_tokens,
-        max_new_tokens=a.max_new_tokens, question_temperature=a.question_temperature, temperature=a.temperature,
-        top_p=a.top_p, seed=a.seed, trim_loops=a.trim_loops, min_question_chars=a.min_question_chars,
-        near_duplicate=a.near_duplicate, max_dropped_share=a.max_dropped_share, threads=a.threads)
+    """The options of a command line, its defaults filled in (`SynthOptions.from_flags`, which reads
+    --system-prompts); argparse's own errors exit 2 with its usage."""
+    return SynthOptions.from_flags(build_parser().parse_args(argv))

@@ -48,6 +48,7 @@ def body(args: list[str]) -> int:
     if "--estimate" in args:
         return estimate.run(args)
     o = parse(args)
+    o.validate()
     if o.out.is_dir():
         raise BadInput(f"--out {o.out} is a folder; name the output file (e.g. {o.out}/synthesized.jsonl)")
     inputs = [o.model, *([o.system_prompts_file] if o.system_prompts_file else [])]
