@@ -24,7 +24,6 @@ finite (the checkpoints kept are all finite), 130 the same after Ctrl-C, 1 anyth
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
@@ -34,7 +33,7 @@ from pipeline import cpu_threads
 from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
 from pipeline.records.train_estimate import format_estimate
 from pipeline.train.errors import Stopped
-from pipeline.train.options import Options, build_parser
+from pipeline.train.options import Options, parse
 
 
 def stop_signals(stop: threading.Event, got: list[int] | None = None) -> AbstractContextManager[SigtermGuard]:
@@ -54,21 +53,16 @@ def stop_signals(stop: threading.Event, got: list[int] | None = None) -> Abstrac
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.estimate:
-        return run_program("train", lambda: _estimate(args))
-    if args.out is None:
-        build_parser().error("--out is required to train (only --estimate runs without it)")
+    opts = parse(argv)
+    if opts.estimate:
+        return run_program("train", lambda: _estimate(opts))
     stop = threading.Event()
     got: list[int] = []
 
     def body() -> int:
-        cpu_threads.fit("train", args.threads)
+        cpu_threads.fit("train", opts.threads)
         from pipeline.train.loop import run
 
-        fields = dict(vars(args))
-        fields.pop("estimate"), fields.pop("json")
-        opts = Options(**fields)
         try:
             summary = run(opts, log=lambda s: print(s, flush=True), stop=stop)
         except Stopped as e:
@@ -84,13 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         return run_program("train", body)
 
 
-def _estimate(args: argparse.Namespace) -> int:
+def _estimate(opts: Options) -> int:
     from pipeline.train.estimate import describe, estimate, micro_batch_tokens
 
-    est = estimate(args.target, online=args.data is not None or args.store is None,
-                   batch_tokens=micro_batch_tokens(args.batch_tokens, args.batch_size, args.max_len),
-                   draft_vocab=args.draft_vocab, ttt_length=args.ttt_length, max_len=args.max_len)
-    print(format_estimate(est) if args.json else describe(est), flush=True)
+    est = estimate(opts.target, online=opts.online or opts.store is None,
+                   batch_tokens=micro_batch_tokens(opts.batch_tokens, opts.batch_size, opts.max_len),
+                   draft_vocab=opts.draft_vocab, ttt_length=opts.ttt_length, max_len=opts.max_len)
+    print(format_estimate(est) if opts.json else describe(est), flush=True)
     return 0
 
 

@@ -4,6 +4,7 @@ is read: a typo in a flag costs a message, not a loaded target and a failed firs
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
@@ -14,6 +15,7 @@ PROG = "python -m pipeline.train"
 
 MAX_STEPS = 100_000_000
 DEFAULT_BATCH_TOKENS = 16384
+NEEDS_OUT = "--out is required to train (only --estimate runs without it)"
 DEFAULT_VAL_MAX = 256
 """--val-share's slice is capped at this many samples (an explicit --val-samples is not): each validation
 reads its samples from the store, 50 MB apiece for an 8B target at 2048 tokens."""
@@ -25,7 +27,7 @@ class Options:
     here). `resolved()` settles the ones that depend on others; `validate()` only checks."""
 
     target: Path
-    out: Path
+    out: Path | None = None  # None only with --estimate (parse refuses a run without it)
     store: Path | None = None
     data: Path | None = None  # online: the merged dataset; the target computes the states
     draft_vocab: int = 32000
@@ -60,6 +62,8 @@ class Options:
     compile_loss: bool | None = None  # torch.compile the objective's vocabulary-wide passes (None: on CUDA)
     gpu_memory_share: float | None = None  # the most of its GPU this process's allocator may hold
     threads: int | None = None  # torch's CPU threads (pipeline/cpu_threads.py: None chooses)
+    estimate: bool = False  # print the GPU memory a run of these settings needs, and train nothing
+    json: bool = False  # --estimate: as a JSON object
 
     @property
     def online(self) -> bool:
@@ -73,6 +77,8 @@ class Options:
                                      else self.batch_tokens))
 
     def validate(self) -> None:
+        if self.out is None:
+            raise BadInput(NEEDS_OUT)
         if (self.store is None) == (self.data is None):
             raise BadInput("pass one of --store STORE (offline: a hidden-state store) or --data MERGED.jsonl "
                            "(online: the target computes the states while the drafter trains)")
@@ -171,3 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "they record must be the target's. 'none' trains without that check")
     cpu_threads.add_option(p)
     return p
+
+
+def parse(argv: Sequence[str] | None = None) -> Options:
+    """The options of a command line; argparse's own errors exit 2 with its usage, as does a run
+    to train without --out."""
+    p = build_parser()
+    opts = Options(**vars(p.parse_args(argv)))
+    if opts.out is None and not opts.estimate:
+        p.error(NEEDS_OUT)
+    return opts

@@ -48,6 +48,7 @@ def open_source(opts: Options, dist: Dist, log: Callable[[str], None]) -> Source
 
 def build(opts: Options, dist: Dist, log: Callable[[str], None], stop: threading.Event) -> Run:
     """The run up to its optimiser: folder claimed, source opened, plan made, drafter built or loaded."""
+    assert opts.out is not None  # Options.validate: a run needs --out
     out = Path(opts.out)
     checkpoint.refuse_run_folder(out, [p for p in (opts.store, opts.data, opts.target) if p is not None])
     dist.barrier()  # every rank judged the folder before rank 0 marks it

@@ -236,11 +236,9 @@ def test_overwrite_never_deletes_a_folder_train_did_not_write(reference_store, t
 def test_a_run_from_the_command_line_and_one_from_options_train_with_the_same_settings():
     """bench and the tests build Options in Python; operators pass flags. A default that drifts
     between the two (--max-len was written in both) trains another run than the one described."""
-    from pipeline.train.options import Options, build_parser
+    from pipeline.train.options import Options, parse
 
-    flags = vars(build_parser().parse_args(["--store", "s", "--target", "t", "--out", "o"]))
-    flags.pop("estimate"), flags.pop("json")
-    assert Options(**flags).resolved() == Options(target=Path("t"), out=Path("o"), store=Path("s")).resolved()
+    assert parse(["--store", "s", "--target", "t", "--out", "o"]).resolved() == Options(target=Path("t"), out=Path("o"), store=Path("s")).resolved()
     resolved = Options(target=Path("t"), out=Path("o"), store=Path("s")).resolved()
     assert (resolved.epochs, resolved.batch_tokens) == (1, 16384)
     assert Options(target=Path("t"), out=Path("o"), store=Path("s"), steps=5, batch_size=8).resolved().epochs is None
