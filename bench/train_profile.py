@@ -17,14 +17,15 @@ grouped into matmuls, attention, and the rest:
 the flash merge; `--loss eager` the objective's vocabulary-wide passes uncompiled
 (pipeline.train's --no-compile-loss).
 
-Before/after, on one machine in one call (`--speed`): the profiled step of `--old-code DIR` and
-of this tree, then the real trainer of each (`python -m pipeline.train` online, the recipe's
-settings, a random SmolLM2-135M-shaped target and `--records` synthetic merged records whose
-prompt and answer lengths follow the recipe's data), its rate read from its progress events
+Before/after, on one machine in one call (`--speed`): the real trainer of `--old-code DIR` and of
+this tree (`python -m pipeline.train` online, the recipe's settings, a random SmolLM2-135M-shaped
+target and `--records` synthetic merged records whose prompt and answer lengths follow the
+recipe's data), its rate read from its progress events
 between steps `--rate-from` and `--rate-to` (start-up, compiles and the last save left out; a
-validation and a checkpoint at `--trainer-steps`/2 left in, as the recipe has one every 200
-steps), its GPU kernel time per step traced over 8 steps after that, its recompiles, and its
-logged losses against the other's (same seed, data and weights):
+validation and a checkpoint at `--trainer-steps`/2 left in unless `--rate-from` is past it),
+its GPU kernel time per step traced over 8 steps after that, its recompiles, and its logged
+losses against the other's (same seed, data and weights); then the profiled step of each, last,
+so that a call cut short keeps the trainers' figures:
 
     python bench/train_profile.py --speed --old-code .carry/old [--trainer-steps 240] [--records 5000]
                                   [--result bench/results/train-speed-h100.txt] [--commit C]
@@ -327,10 +328,25 @@ def trainer_figures(events: Path, traced: str, err: Path, a: argparse.Namespace)
     loss = {r.get("step"): r.get("value") for r in rows if r.kind == "metric" and r.get("name") == "loss"}
     val = [r.get("value") for r in rows if r.kind == "metric" and r.get("name") == "val_loss"]
     peak = [x.split()[1] for x in traced.splitlines() if x.startswith("peak ")]
+    if hi[0] <= lo[0]:
+        raise SystemExit(f"train_profile --speed: no two progress events between steps {a.rate_from} and {a.rate_to} "
+                         f"in {events} (one every --log-every steps): widen --rate-from..--rate-to")
     rate = (hi[0] - lo[0]) / (hi[1] - lo[1])
     return {"rate": rate, "ms": 1e3 / rate, "tok_s": (hi[2] - lo[2]) / (hi[1] - lo[1]), "loss": loss, "val": val,
             "peak": float(peak[-1]) if peak else 0.0, "window": f"{lo[0]}-{hi[0]}",
             "recompiles": sum("Recompiling function" in line for line in err.read_text().splitlines())}
+
+
+def profiled_steps(a: argparse.Namespace, codes: tuple[tuple[str, Path], ...], work: Path, log: Callable[[str], None]) -> None:
+    log("\n## the profiled step (bench/train_profile.py --shape smollm2, loss compiled, step.forward_backward + apply)")
+    ms, shape = {}, ["--shape", "small", "--rows", "2"] if a.smoke else ["--shape", "smollm2"]
+    for label, code in codes:
+        out = child(code, [*shape, "--steps", str(a.steps), "--top", str(a.top), "--answer-share", str(a.answer_share)],
+                    work / f"profile-{label}.log", env=own_cache(work, label))
+        lines = [x for x in out.splitlines() if x.strip()]
+        ms[label] = float(next(x for x in lines if x.startswith("train_profile:")).split(": ")[-1].split(" ms/step")[0])
+        log(f"{label}: " + "\n".join(lines))
+    log(f"after/before: {ms['before'] / ms['after']:.2f}x the steps a second")
 
 
 def speed(a: argparse.Namespace) -> int:
@@ -347,15 +363,6 @@ def speed(a: argparse.Namespace) -> int:
     log(f"# commit {commit(a.commit, a.result)} (after) against {a.old_code} (before); {utc_now()}, "
         f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'}, torch {torch.__version__}")
     codes = (("before", a.old_code.resolve()), ("after", REPO))
-    log("\n## the profiled step (bench/train_profile.py --shape smollm2, loss compiled, step.forward_backward + apply)")
-    ms, shape = {}, ["--shape", "small", "--rows", "2"] if a.smoke else ["--shape", "smollm2"]
-    for label, code in codes:
-        out = child(code, [*shape, "--steps", str(a.steps), "--top", str(a.top), "--answer-share", str(a.answer_share)],
-                    work / f"profile-{label}.log", env=own_cache(work, label))
-        lines = [x for x in out.splitlines() if x.strip()]
-        ms[label] = float(next(x for x in lines if x.startswith("train_profile:")).split(": ")[-1].split(" ms/step")[0])
-        log(f"{label}: " + "\n".join(lines))
-    log(f"after/before: {ms['before'] / ms['after']:.2f}x the steps a second")
     if a.smoke:
         from evaluate_speed import TINY, build_target
 
@@ -387,6 +394,7 @@ def speed(a: argparse.Namespace) -> int:
     worst = max(abs(f["loss"][s] - b["loss"][s]) / max(abs(b["loss"][s]), 1e-9) for s in common)
     log(f"after/before: {f['rate'] / b['rate']:.2f}x the steps a second; logged losses (steps {common[0]}-{common[-1]}) "
         f"differ by at most {worst:.2%}")
+    profiled_steps(a, codes, work, log)  # last: a call cut short keeps the trainers' figures
     return 0
 
 
