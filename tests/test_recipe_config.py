@@ -58,6 +58,7 @@ def test_every_phase_runs_its_stage_with_arguments_the_stage_accepts_and_trains_
     cfg = load_config(CONFIG)
     split = prepare_parse(list(cfg.phase("split").argv[3:]))
     target = prepare_parse(list(cfg.phase("target").argv[3:]))
+    split.validate(), target.validate()
     regen = regen_parse(list(cfg.phase("regenerate").argv[3:]))
     regen.validate()
     assert Path(regen.sources[0]) == split.out / "train.jsonl" and Path(regen.model) == target.out

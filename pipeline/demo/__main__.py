@@ -18,28 +18,30 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 
-from pipeline import output_guard
-from pipeline.demo.folder import WRITER, adopt_legacy
-from pipeline.demo.options import parse
+from pipeline.demo.folder import claim
+from pipeline.demo.options import Options, parse
 from pipeline.events import EventWriter
-from pipeline.program_edge import BadInput, on_sigterm, run_program
+from pipeline.program_edge import on_sigterm, run_program
 
 
-def main(argv: list[str] | None = None) -> int:
+def _run(opts: Options) -> int:
+    claim(opts.out)
+    started = time.monotonic()
+    from pipeline.demo.build import build  # torch and transformers: loaded for a build, not for --help
+
+    with EventWriter.from_env() as events:
+        build(opts.out, opts.seed, opts.train_steps, opts.quick, events)
+    print(f"demo: done in {time.monotonic() - started:.1f}s -> {opts.out}", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
-        args = parse(argv)
-        if args.out.exists() and not args.out.is_dir():
-            raise BadInput(f"--out {args.out} exists and is not a folder; pass a folder path")
-        adopt_legacy(args.out)
-        output_guard.refuse_foreign(args.out, WRITER)
-        started = time.monotonic()
-        from pipeline.demo.build import build  # torch and transformers: loaded for a build, not for --help
-
-        with EventWriter.from_env() as events:
-            build(args.out, args.seed, args.train_steps, args.quick, events)
-        print(f"demo: done in {time.monotonic() - started:.1f}s -> {args.out}", flush=True)
-        return 0
+        opts = parse(argv)
+        opts.validate()
+        return _run(opts)
 
     # a stop unwinds through the folder swap, which removes its temporary
     with on_sigterm():

@@ -7,8 +7,18 @@ import shutil
 from pathlib import Path
 
 from pipeline import output_guard
+from pipeline.program_edge import BadInput
 
 WRITER = "pipeline.demo"
+
+
+def claim(out: Path) -> None:
+    """BadInput unless --out is a folder the demo may build into: missing, empty, or its own
+    (an earlier version's complete build is adopted first)."""
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out} exists and is not a folder; pass a folder path")
+    adopt_legacy(out)
+    output_guard.refuse_foreign(out, WRITER)
 
 
 def adopt_legacy(out: Path) -> None:

@@ -1,13 +1,16 @@
-"""The demo's command line, and the options it parses into."""
+"""What a demo build is asked for: its command line, and the frozen options it parses into
+(defaults written once, in `Options`; `validate()` only refuses)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.program_edge import BadInput
 
+PROG = "python -m pipeline.demo"
 QUICK_STEPS = 80
 DEFAULT_STEPS = 300
 
@@ -22,13 +25,14 @@ class Options:
     quick: bool = False
 
     def validate(self) -> None:
+        """BadInput for a value past its bound; nothing is filled in."""
         if self.train_steps is not None and self.train_steps < 1:
             raise BadInput(f"--train-steps must be at least 1, got {self.train_steps}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pipeline.demo",
+        prog=PROG,
         description="Build the demo's chat datasets, byte-level BPE tokenizer and small Llama target, "
         "deterministically and offline.",
     )
@@ -46,8 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str] | None) -> Options:
-    """The options, validated (BadInput past a bound); argparse's own errors exit 2 as they do."""
-    options = Options(**vars(build_parser().parse_args(argv)))
-    options.validate()
-    return options
+def parse(argv: Sequence[str] | None = None) -> Options:
+    """The options of a command line; argparse's own errors exit 2 with its usage."""
+    return Options(**vars(build_parser().parse_args(argv)))

@@ -4,27 +4,32 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from pipeline.patch import patcher
-from pipeline.patch.options import parse
+from pipeline.patch.options import Options, parse
 from pipeline.patch.patcher import EXIT_NOT_PATCHED, EXIT_OK
 from pipeline.program_edge import on_sigterm, run_program
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-
-    def body() -> int:
-        path = args.file if args.file is not None else patcher.module_file(args.module or "")  # argparse: one of them
-        if args.action == "status":
-            print(patcher.status(path).describe(path))
-            return EXIT_OK
-        if args.action == "verify":
-            ok, line = patcher.verify(path)
-            print(line)
-            return EXIT_OK if ok else EXIT_NOT_PATCHED
-        print(patcher.apply(path) if args.action == "apply" else patcher.revert(path))
+def _run(opts: Options) -> int:
+    path = opts.file if opts.file is not None else patcher.module_file(opts.module or "")  # argparse: one of them
+    if opts.action == "status":
+        print(patcher.status(path).describe(path))
         return EXIT_OK
+    if opts.action == "verify":
+        ok, line = patcher.verify(path)
+        print(line)
+        return EXIT_OK if ok else EXIT_NOT_PATCHED
+    print(patcher.apply(path) if opts.action == "apply" else patcher.revert(path))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def body() -> int:
+        opts = parse(argv)
+        opts.validate()
+        return _run(opts)
 
     # a stop unwinds through the lock's release and the atomic write's cleanup
     with on_sigterm():

@@ -1,10 +1,16 @@
-"""The patch's command line, and the options it parses into."""
+"""What the patch is asked to do: its command line, and the frozen options it parses into
+(defaults written once, in `Options`; `validate()` only refuses)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.program_edge import BadInput
+
+PROG = "python -m pipeline.patch"
 
 
 @dataclass(frozen=True)
@@ -15,9 +21,14 @@ class Options:
     file: Path | None = None
     module: str | None = None
 
+    def validate(self) -> None:
+        """BadInput for a --module that is not a dotted name; where it is found is patcher.module_file's."""
+        if self.module is not None and not all(p.isidentifier() for p in self.module.split(".")):
+            raise BadInput(f"--module {self.module!r} is not a dotted module name like sglang.srt.models.llama")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.patch",
+    ap = argparse.ArgumentParser(prog=PROG,
                                  description="Apply, verify or revert the SGLang hidden-state dump patch.")
     ap.add_argument("action", choices=["apply", "verify", "revert", "status"])
     where = ap.add_mutually_exclusive_group(required=True)
@@ -27,5 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse(argv: list[str] | None) -> Options:
+def parse(argv: Sequence[str] | None = None) -> Options:
+    """The options of a command line; argparse's own errors exit 2 with its usage."""
     return Options(**vars(build_parser().parse_args(argv)))

@@ -123,10 +123,9 @@ def classify(data: bytes) -> State:
 
 
 def module_file(name: str) -> Path:
-    """The source file `import name` would load, found without importing any package of it."""
+    """The source file `import name` would load, found without importing any package of it
+    (`name` is dotted: Options.validate refuses any other)."""
     parts = name.split(".")
-    if not all(p.isidentifier() for p in parts):
-        raise BadInput(f"--module {name!r} is not a dotted module name like sglang.srt.models.llama")
     try:
         spec = importlib.util.find_spec(parts[0])
     except (ImportError, ValueError) as e:

@@ -19,21 +19,25 @@ not this mode's), 3 the disk filled (the volume and bytes needed are named), 1 a
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from pipeline.events import EventWriter
-from pipeline.prepare.options import SplitOptions, parse
+from pipeline.prepare.options import SplitOptions, TargetOptions, parse
 from pipeline.prepare.split import run_split
 from pipeline.prepare.target import run_target
 from pipeline.program_edge import on_sigterm, run_program
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def _run(opts: SplitOptions | TargetOptions) -> int:
+    with EventWriter.from_env() as events:
+        return run_split(opts, events) if isinstance(opts, SplitOptions) else run_target(opts, events)
 
+
+def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         opts = parse(argv)
-        with EventWriter.from_env() as events:
-            return run_split(opts, events) if isinstance(opts, SplitOptions) else run_target(opts, events)
+        opts.validate()
+        return _run(opts)
 
     with on_sigterm():  # a stop unwinds through the folder swap, which removes its temporary
         return run_program("prepare", body)

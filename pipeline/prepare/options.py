@@ -1,8 +1,10 @@
-"""prepare's command line: two modes, each with its option dataclass, checked before any work."""
+"""What prepare is asked for: its command line, two modes, each parsed into its frozen options
+(defaults written once, in the dataclass; `validate()` only refuses, before any work)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,8 @@ class SplitOptions:
     max_record_bytes: int = parse_size(MAX_RECORD_BYTES)
 
     def validate(self) -> None:
+        """BadInput for a value past its bound; nothing is filled in."""
+        _at_least_a_byte(("--max-source-bytes", self.max_source_bytes), ("--max-record-bytes", self.max_record_bytes))
         if not 0.0 < self.heldout_share < 1.0:
             raise BadInput(f"--heldout-share {self.heldout_share}: must be between 0 and 1 (0.05 holds out 5 % of "
                            "the ids)")
@@ -51,6 +55,16 @@ class TargetOptions:
     dtype: str = "bf16"
     max_source_bytes: int = parse_size(MAX_TARGET_BYTES)
     threads: int | None = None  # torch's CPU threads (None: pipeline/cpu_threads.py chooses)
+
+    def validate(self) -> None:
+        """BadInput for a bound that no source could meet; nothing is filled in."""
+        _at_least_a_byte(("--max-source-bytes", self.max_source_bytes))
+
+
+def _at_least_a_byte(*bounds: tuple[str, int]) -> None:
+    for flag, value in bounds:
+        if value < 1:
+            raise BadInput(f"{flag} {value}: must be at least 1 byte")
 
 
 def _count(text: str) -> int | None:
@@ -122,11 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str] | None) -> SplitOptions | TargetOptions:
+def parse(argv: Sequence[str] | None = None) -> SplitOptions | TargetOptions:
+    """The options of a command line, by its mode; argparse's own errors exit 2 with its usage."""
     a = vars(build_parser().parse_args(argv))
-    mode = a.pop("mode")
-    if mode == "split":
-        opts = SplitOptions(**a)
-        opts.validate()
-        return opts
-    return TargetOptions(**a)
+    return SplitOptions(**a) if a.pop("mode") == "split" else TargetOptions(**a)

@@ -189,6 +189,7 @@ def test_the_split_reports_its_progress_and_files_as_events(tmp_path):
     (["--sharegpt", "nope.json"], "--sharegpt nope.json does not exist"),
     (["--sharegpt", "IN", "--heldout-share", "1.5"], "--heldout-share 1.5: must be between 0 and 1"),
     (["--sharegpt", "IN", "--records", "0"], "--records 0: must be at least 1"),
+    (["--sharegpt", "nope.json", "--max-record-bytes", "0"], "--max-record-bytes 0: must be at least 1 byte"),
     (["--sharegpt", "WHEEL"], "expected one member ending in '.json' in the wheel, found 0"),
 ])
 def test_a_bad_input_is_one_line_naming_it_and_exit_2(tmp_path, argv, words):
