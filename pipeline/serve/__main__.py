@@ -46,34 +46,38 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 
 from pipeline.program_edge import StageError, on_sigterm, run_program
 from pipeline.serve.command import DUMP_ENV, build
-from pipeline.serve.options import Options, build_parser, split_extra
+from pipeline.serve.options import Options, parse
 
 
-def main(argv: list[str] | None = None) -> int:
-    ours, extra = split_extra(list(sys.argv[1:] if argv is None else argv))
-    args = Options(**vars(build_parser().parse_args(ours)))
+def _run(opts: Options) -> int:
+    cmd, env = build(opts, dict(os.environ))
+    added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    removed = sorted(k for k in DUMP_ENV if k in os.environ and k not in env)
+    shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(added.items()))
+    if opts.dry_run:
+        if removed:
+            print(f"unset {' '.join(removed)}")
+        print(f"{shown} {shlex.join(cmd)}".strip())
+        return 0
+    if opts.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"serve: binding {opts.host}: the server is reachable from other machines", flush=True)
+    print(f"serve: {opts.mode} mode: exec {shown} {shlex.join(cmd)}".rstrip(), flush=True)
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except OSError as e:
+        raise StageError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
+    return 1  # not reached
 
+
+def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
-        cmd, env = build(args, extra, dict(os.environ))
-        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
-        removed = sorted(k for k in DUMP_ENV if k in os.environ and k not in env)
-        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(added.items()))
-        if args.dry_run:
-            if removed:
-                print(f"unset {' '.join(removed)}")
-            print(f"{shown} {shlex.join(cmd)}".strip())
-            return 0
-        if args.host not in ("127.0.0.1", "localhost", "::1"):
-            print(f"serve: binding {args.host}: the server is reachable from other machines", flush=True)
-        print(f"serve: {args.mode} mode: exec {shown} {shlex.join(cmd)}".rstrip(), flush=True)
-        try:
-            os.execvpe(cmd[0], cmd, env)
-        except OSError as e:
-            raise StageError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
-        return 1  # not reached
+        opts = parse(argv)
+        opts.validate()
+        return _run(opts)
 
     # until the exec, a stop ends serve here; after it the server handles its own signals
     with on_sigterm():
