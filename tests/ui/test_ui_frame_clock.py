@@ -8,8 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from console.ui.components.logs.log_view import FRAME_S
-from console.ui.pollers import Poller, next_tick
+from console.ui.pollers import FRAME_S, Poller, next_tick
 
 
 class Owner:
