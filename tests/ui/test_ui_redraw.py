@@ -94,9 +94,21 @@ async def _pinned(pilot, selected: str = "train") -> None:  # type: ignore[no-un
     await wait_for(pilot, lambda: main.follow.looks == status.posted, what="the last snapshot handled")
     await app.workers.wait_for_complete()
     log = main.query_one("#log", LogView)
-    main.post_message(LogLines("pinned", [f"{selected}: done"], "", reset=True, path=LOG_PATH))
-    await wait_for(pilot, lambda: log.last_line == f"{selected}: done" and log.settled, timeout=30,
-                   what="the pinned log")
+    pinned = f"{selected}: done"
+
+    posted = [-1.0]
+
+    def pinned_and_drawn() -> bool:
+        # a stopped poller's last post can still be on its way from its thread and land after
+        # ours, replacing the pinned lines: post again (each second at most) until ours is shown
+        if log.last_line != pinned:
+            if time.monotonic() - posted[0] >= 1.0:
+                posted[0] = time.monotonic()
+                main.post_message(LogLines("pinned", [pinned], "", reset=True, path=LOG_PATH))
+            return False
+        return log.settled
+
+    await wait_for(pilot, pinned_and_drawn, timeout=30, what="the pinned log")
     main.query_one("#journal", JournalView).show(
         [{"t": T0, "event": "run_ended", "phase": selected, "run_id": "20260101-000000-abcd", "user": "ops",
           "code": 0}], show_phase=False)
