@@ -33,18 +33,20 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Sequence
 
 from pipeline.events import EventWriter
 from pipeline.merge.merging import merge
-from pipeline.merge.options import Options, build_parser
+from pipeline.merge.options import parse
 from pipeline.program_edge import StageError, on_sigterm, run_program
 
 
-def main(argv: list[str] | None = None) -> int:
-    opts = Options(**vars(build_parser().parse_args(argv)))
+def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
 
     def body() -> int:
+        opts = parse(argv)
+        opts.validate()
         try:
             with EventWriter.from_env() as events:
                 merge(opts, events)

@@ -42,7 +42,6 @@ def _guard_outputs(opts: Options, stats_path: Path) -> None:
 
 
 def merge(opts: Options, events: EventWriter) -> merge_stats.MergeStats:
-    opts.validate()
     sources = resolve_sources(opts.sources, opts.include, opts.exclude)
     tokenizer, method = check_tokenizer(opts.tokenizer)
     out: Path = opts.out

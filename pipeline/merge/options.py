@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,3 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="consecutive turns of one role: join them into one turn (default) or drop the record; counted either way",
     )
     return p
+
+
+def parse(argv: Sequence[str] | None = None) -> Options:
+    """The options of a command line; argparse's own errors exit 2 with its usage."""
+    return Options(**vars(build_parser().parse_args(argv)))
