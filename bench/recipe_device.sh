@@ -35,10 +35,8 @@ speed() {  # the trainer before (.carry/old) and after, back to back: about 4 mi
         --trainer-steps "$n" --rate-from "${RATE_FROM:-20}" --rate-to $((n * 5 / 6)) --result "$OUT/train-speed-$CARD.txt" > "$OUT/train-speed.log" 2>&1
 }
 unpack_synth() {  # a session's synthesized records, carried back: the synthesize phase resumes from them
-    [ -f "$R/synth/synth-target.jsonl.xz.0" ] && [ ! -f "$W/regenerated/synth-target.jsonl" ] || return 0
-    mkdir -p "$W/regenerated" && cp "$R/synth/synth-target.stats.json" "$W/regenerated/" || return 1
-    cat "$R/synth/synth-target.jsonl.xz."* | python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' \
-        > "$W/regenerated/synth-target.jsonl"
+    [ -f "$R/synth/synth.tar.xz.aa" ] && [ ! -f "$W/regenerated/synth-target.jsonl" ] || return 0
+    cat "$R/synth/synth.tar.xz."* > "$R/synth.tar.xz" && python3 -m tarfile -e "$R/synth.tar.xz" "$W/regenerated"
 }
 [ -d .carry/synth ] && { mkdir -p "$R/synth" && cp .carry/synth/* "$R/synth/" || exit 1; }
 trap finish EXIT
@@ -68,12 +66,8 @@ g)
     unpack_synth || exit 1
     walk --label g --phase target --set "synth_records=$SYNTH"
     walk --label g --phase synthesize --until $((550 - SECONDS - 40))s --grace 30
-    synth=$W/regenerated/synth-target.jsonl
-    # packed in parts under the 16 MiB a file that $OUT brings back
-    python3 -c 'import lzma, sys; d = lzma.compress(open(sys.argv[1], "rb").read(), preset=6)
-for i in range(0, len(d), 15 << 20): open(f"{sys.argv[2]}.{i // (15 << 20)}", "wb").write(d[i:i + (15 << 20)])' "$synth" "$OUT/synth-target.jsonl.xz"
-    cp "$W/regenerated/synth-target.stats.json" "$OUT/"
-    ls -l "$OUT"
+    (cd "$W/regenerated" && python3 -m tarfile -c "$R/synth.tar.xz" synth-target.jsonl synth-target.stats.json) \
+        && split -b 15M "$R/synth.tar.xz" "$OUT/synth.tar.xz."  # parts under the 16 MiB a file that $OUT brings back
     ;;
 3 | 3d)
     [ "$call" = 3 ] && recipe shot --svg "$OUT/console-training-$CARD.svg" > "$OUT/shot.log" 2>&1

@@ -28,9 +28,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, Protocol, TypeVar
 
 OK = 0
 BUG = 1
@@ -114,6 +114,28 @@ def run_program(
     except Exception as e:  # noqa: BLE001 - the program's edge: one line, no traceback
         print(f"{name}: error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return BUG
+
+
+class Validated(Protocol):
+    def validate(self) -> None: ...
+
+
+OptionsT = TypeVar("OptionsT", bound=Validated)
+
+
+def run_stage(name: str, argv: Sequence[str] | None, parse: Callable[[Sequence[str] | None], OptionsT],
+              work: Callable[[OptionsT], int]) -> int:
+    """The stage shape's edge: the options parsed and validated inside `run_program`, so a refusal
+    is exit 2 like any bad input, then the work, whose `finally` blocks a stop (SIGTERM) unwinds
+    through before the exit code 143."""
+
+    def body() -> int:
+        opts = parse(argv)
+        opts.validate()
+        return work(opts)
+
+    with on_sigterm():
+        return run_program(name, body)
 
 
 def exit_with(code: int) -> NoReturn:

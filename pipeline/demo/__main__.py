@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pipeline.demo.folder import claim
 from pipeline.demo.options import Options, parse
 from pipeline.events import EventWriter
-from pipeline.program_edge import on_sigterm, run_program
+from pipeline.program_edge import run_stage
 
 
 def _run(opts: Options) -> int:
@@ -38,14 +38,8 @@ def _run(opts: Options) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    def body() -> int:
-        opts = parse(argv)
-        opts.validate()
-        return _run(opts)
-
     # a stop unwinds through the folder swap, which removes its temporary
-    with on_sigterm():
-        return run_program("demo", body)
+    return run_stage("demo", argv, parse, _run)
 
 
 if __name__ == "__main__":

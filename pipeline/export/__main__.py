@@ -47,7 +47,7 @@ from pipeline.events import EventWriter
 from pipeline.export import verify
 from pipeline.export.convert import export
 from pipeline.export.options import DTYPES, Options, parse
-from pipeline.program_edge import on_sigterm, run_program
+from pipeline.program_edge import run_stage
 
 
 def _run(opts: Options) -> int:
@@ -62,14 +62,8 @@ def _run(opts: Options) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    def body() -> int:
-        opts = parse(argv)
-        opts.validate()
-        return _run(opts)
-
     # a stop unwinds through the folder swap, which removes its temporary
-    with on_sigterm():
-        return run_program("export", body)
+    return run_stage("export", argv, parse, _run)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pipeline.patch import patcher
 from pipeline.patch.options import Options, parse
 from pipeline.patch.patcher import EXIT_NOT_PATCHED, EXIT_OK
-from pipeline.program_edge import on_sigterm, run_program
+from pipeline.program_edge import run_stage
 
 
 def _run(opts: Options) -> int:
@@ -26,14 +26,8 @@ def _run(opts: Options) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    def body() -> int:
-        opts = parse(argv)
-        opts.validate()
-        return _run(opts)
-
     # a stop unwinds through the lock's release and the atomic write's cleanup
-    with on_sigterm():
-        return run_program("patch", body)
+    return run_stage("patch", argv, parse, _run)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pipeline.events import EventWriter
 from pipeline.prepare.options import SplitOptions, TargetOptions, parse
 from pipeline.prepare.split import run_split
 from pipeline.prepare.target import run_target
-from pipeline.program_edge import on_sigterm, run_program
+from pipeline.program_edge import run_stage
 
 
 def _run(opts: SplitOptions | TargetOptions) -> int:
@@ -34,13 +34,8 @@ def _run(opts: SplitOptions | TargetOptions) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    def body() -> int:
-        opts = parse(argv)
-        opts.validate()
-        return _run(opts)
-
-    with on_sigterm():  # a stop unwinds through the folder swap, which removes its temporary
-        return run_program("prepare", body)
+    # a stop unwinds through the folder swap, which removes its temporary
+    return run_stage("prepare", argv, parse, _run)
 
 
 if __name__ == "__main__":

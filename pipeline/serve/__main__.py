@@ -48,7 +48,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from pipeline.program_edge import StageError, on_sigterm, run_program
+from pipeline.program_edge import StageError, run_stage
 from pipeline.serve.command import DUMP_ENV, build
 from pipeline.serve.options import Options, parse
 
@@ -74,14 +74,8 @@ def _run(opts: Options) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    def body() -> int:
-        opts = parse(argv)
-        opts.validate()
-        return _run(opts)
-
     # until the exec, a stop ends serve here; after it the server handles its own signals
-    with on_sigterm():
-        return run_program("serve", body)
+    return run_stage("serve", argv, parse, _run)
 
 
 if __name__ == "__main__":
