@@ -2,7 +2,13 @@
 exit code and one `<stage>: error:` line that names what to fix, never a traceback. The
 inputs are picked so that each refusal comes from a different module (a target's config,
 a drafter's config, a source, a record, a size, the patcher's recipes): whichever module
-raises it, the operator reads the same kind of line and the console the same code."""
+raises it, the operator reads the same kind of line and the console the same code.
+
+Each stage's first case runs as the program, through the interpreter, as the console starts
+it; its other cases call the stage's `main()` in the worker (stage_call.py, whose code and
+output tests/pipeline/test_stage_call.py holds equal to the program's), where torch and
+transformers are loaded once: a program that loads them before it refuses spends seconds of a
+core on them."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_records, write_merged
+from stage_call import call_stage
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("merge", "regenerate", "extract", "train", "export", "evaluate", "serve", "patch", "demo", "prepare")
@@ -84,9 +91,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
                           str(t / "e")],
      2, "is not a folder"),
     ("export", _export_bad_drafter, 2, "config.json: key 'num_hidden_layers'"),
+    ("evaluate", lambda t: ["--target", str(t), "--demo-prompts", "2"], 2, "--drafter, --baseline or both"),
     ("evaluate", lambda t: ["--target", str(_folder(t, "t", {})), "--baseline", "--demo-prompts", "2"],
      2, "(--target)"),
-    ("evaluate", lambda t: ["--target", str(t), "--demo-prompts", "2"], 2, "--drafter, --baseline or both"),
     ("serve", lambda t: ["--mode", "extract", "--model", str(_folder(t, "m")), "--dump-dir", str(t / "d"), "--dry-run"],
      2, "no config.json"),
     ("serve", lambda t: ["--mode", "extract", "--model", str(_folder(t, "m", SHALLOW)), "--dump-dir", str(t / "d"),
@@ -115,10 +122,14 @@ def _run(stage: str, argv: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize(("stage", "make_argv", "code", "words"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_a_bad_input_is_one_line_and_its_code(tmp_path, stage, make_argv, code, words):
-    done = _run(stage, make_argv(tmp_path))
+FIRST = {stage: i for i, (stage, *_) in reversed(list(enumerate(CASES)))}
+
+
+@pytest.mark.parametrize(("stage", "make_argv", "code", "words", "program"),
+                         [(*c, FIRST[c[0]] == i) for i, c in enumerate(CASES)],
+                         ids=[f"{c[0]}-{i}-{'program' if FIRST[c[0]] == i else 'main'}" for i, c in enumerate(CASES)])
+def test_a_bad_input_is_one_line_and_its_code(tmp_path, stage, make_argv, code, words, program):
+    done = _run(stage, make_argv(tmp_path)) if program else call_stage(stage, make_argv(tmp_path))
     assert "Traceback" not in done.stderr, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith(f"{stage}: error: ")]
     assert len(lines) == 1, done.stderr
