@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from stage_call import call_stage
 
 from pipeline.records.extract_estimate import ExtractEstimate, parse_estimate
 from pipeline.records.train_summary import read_summary
@@ -182,11 +183,10 @@ def test_training_reads_fp8_and_bf16_stores_as_the_states_captured(stores, refer
         assert all(torch.equal(got[k], raw[k][:10]) for k in got)
 
 
-def test_pipeline_train_trains_on_an_fp8_store(stores, wide_target, tmp_path, xt):
-    argv = [sys.executable, "-m", "pipeline.train", "--store", str(stores["fp8"]), "--target", str(wide_target),
-            "--out", str(tmp_path / "run"), "--steps", "3", "--batch-tokens", "256", "--max-len", "256",
-            "--log-every", "1", "--workers", "1", "--ttt-length", "2"]
-    proc = subprocess.run(argv, cwd=xt.REPO, env=xt.cli_env(), capture_output=True, text=True, timeout=300)
+def test_pipeline_train_trains_on_an_fp8_store(stores, wide_target, tmp_path):
+    argv = ["--store", stores["fp8"], "--target", wide_target, "--out", tmp_path / "run", "--steps", "3",
+            "--batch-tokens", "256", "--max-len", "256", "--log-every", "1", "--workers", "1", "--ttt-length", "2"]
+    proc = call_stage("train", argv)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = read_summary(tmp_path / "run" / "summary.json")
     assert summary.steps == 3 and summary.loss == summary.loss  # finite, not NaN
