@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stage_call import call_stage
 
 from pipeline.chat.records import parse_record
 from pipeline.chat.synthetic import LONG_SOURCE, generate
@@ -18,33 +19,29 @@ from pipeline.events import read_events
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _build(out: Path, events: Path | None = None, threads: str = "1") -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": threads,
-           "RAYON_NUM_THREADS": threads}
-    env.pop("EAGLE3_EVENTS", None)
-    if events is not None:
-        env["EAGLE3_EVENTS"] = str(events)
-    return subprocess.Popen(
-        [sys.executable, "-m", "pipeline.demo", "--out", str(out), "--quick", "--seed", "0"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _build(out: Path) -> list[str]:
+    return ["--out", str(out), "--quick", "--seed", "0"]
 
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
     """Two quick builds with the same seed, run side by side on different thread counts (as
-    an idle and a busy machine would give them); the first writes events."""
+    an idle and a busy machine would give them): a program on three threads, and the stage's
+    main() on this worker's one (stage_call.py), which writes events."""
     root = tmp_path_factory.mktemp("demo")
     a, b, events = root / "a", root / "b", root / "events.jsonl"
-    procs = [_build(a, events), _build(b, threads="3")]
-    outs = [p.communicate(timeout=180) for p in procs]
-    for p, (stdout, stderr) in zip(procs, outs):
-        assert p.returncode == 0, f"demo failed:\n{stdout}\n{stderr}"
-    return a, b, events, outs[0][0]
+    env = {k: v for k, v in os.environ.items() if k != "EAGLE3_EVENTS"}
+    busy = subprocess.Popen([sys.executable, "-m", "pipeline.demo", *_build(b)], cwd=REPO, text=True,
+                            env={**env, **OFFLINE, "OMP_NUM_THREADS": "3", "RAYON_NUM_THREADS": "3"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    idle = call_stage("demo", _build(a), env={**OFFLINE, "RAYON_NUM_THREADS": "1", "EAGLE3_EVENTS": str(events)})
+    stdout, stderr = busy.communicate(timeout=180)
+    assert busy.returncode == 0, f"demo failed:\n{stdout}\n{stderr}"
+    assert idle.returncode == 0, f"demo failed:\n{idle.stdout}\n{idle.stderr}"
+    return a, b, events, idle.stdout
 
 
 def _files(root: Path) -> dict[str, bytes]:
