@@ -14,12 +14,15 @@ TEST_DIST := --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test install bytecode console clean-demo bench
 
+# Compiling the packages' bytecode is most of an install's CPU (a minute of one core): pip does it
+# on one core, compileall on every core. A file only a newer Python compiles (torch ships one) is
+# passed over, as pip passes over it.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
-	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[pipeline,test]"
+	# CPU torch pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q --no-compile "$(TORCH)" -e ".[pipeline,test]"
+	$(BIN)/python -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_path("purelib"), quiet=2, workers=0)'
 	touch $(STAMP)
 	@echo "eagle3 is installed in $(BIN)/; to have it on your PATH in this shell: . $(BIN)/activate"
 
