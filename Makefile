@@ -5,11 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 # In one process the suite keeps one of two cores busy on average, waiting on the stage programs
-# it starts; two workers keep both busy. Each worker takes whole files (loadfile: a module's
-# fixture, a target or a trained drafter, is built once), in the order tests/conftest.py gives
-# them: the files that start stage programs first, so neither worker ends on a long file alone.
+# it starts and on the conditions it polls; two workers kept 1.6 cores busy, three 1.9 (on 2 cores,
+# 2026-12-07: 561 s and 524 s back to back on one tree, load 2-3), for 15 CPU-seconds more each
+# (its own collection). Each worker takes whole files (loadfile: a module's fixture, a target or a
+# trained drafter, is built once), in the order tests/conftest.py gives them: the files that start
+# stage programs first, so no worker ends on a long file alone.
 # `make test TEST_WORKERS=0` runs it in one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 TEST_DIST := --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test install bytecode console clean-demo bench

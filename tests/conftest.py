@@ -34,15 +34,15 @@ def _weight(path: Path) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long files first, so that the suite ends on the many short UI and core tests: with
-    `-n 2 --dist loadfile --no-loadscope-reorder` (make test) neither worker is left running a
-    long file alone at the end while the other has nothing to do. A stable sort: each file's
+    `-n 3 --dist loadfile --no-loadscope-reorder` (make test) no worker is left running a
+    long file alone at the end while the others have nothing to do. A stable sort: each file's
     tests keep their order."""
     items.sort(key=lambda item: _weight(item.path))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Each test starts with torch (where loaded) on one thread, as the stage programs the suite
-    starts are (OMP_NUM_THREADS=1): two workers share two cores, and torch's default of every
+    starts are (OMP_NUM_THREADS=1): the workers share two cores, and torch's default of every
     core made a test that follows none that set it take 20 times as long on a loaded machine."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() != 1:
