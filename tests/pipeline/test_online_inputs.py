@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from stage_call import call_stage
 
 from pipeline.events import iter_events
 
@@ -107,32 +106,43 @@ def _reverse_every_record(path: Path, keep_mtime: bool) -> None:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
+def _rewrite_after_step_2(events: Path, data: Path, keep_mtime: bool, ended: threading.Event,
+                          failed: list[BaseException]) -> None:
+    """Beside the run: once it has trained step 2, its merged file rewritten in place."""
+    deadline = time.monotonic() + BOUND
+    try:
+        while not (events.exists() and any(e.kind == "metric" and e.get("step", 0) >= 2 for e in iter_events(events))):
+            assert not ended.is_set(), "the run ended before its second step"
+            assert time.monotonic() < deadline, "no step within the bound"
+            time.sleep(0.05)  # wait-ok: polling the events file with a deadline
+        _reverse_every_record(data, keep_mtime)
+    except BaseException as e:  # the test says it, after the run
+        failed.append(e)
+
+
 @pytest.mark.parametrize("keep_mtime", [False, True], ids=["rewritten", "rewritten-mtime-kept"])
-def test_a_merged_file_rewritten_mid_run_stops_online_training_naming_it(tiny_data, tiny_target, tmp_path, xt,
+def test_a_merged_file_rewritten_mid_run_stops_online_training_naming_it(tiny_data, tiny_target, tmp_path,
                                                                          keep_mtime):
+    """train's main() in this worker (stage_call.py; its loader worker a process of its own), the
+    file rewritten from a thread beside it."""
     data = tmp_path / "train.jsonl"
     shutil.copy(tiny_data.path, data)
     shutil.copy(tiny_data.stats, tmp_path / "train.stats.json")
     events, out = tmp_path / "events.jsonl", tmp_path / "run"
-    argv = [sys.executable, "-m", "pipeline.train", "--data", str(data), "--target", str(tiny_target), "--out",
-            str(out), "--steps", "400", "--workers", "1", "--prefetch", "1", *OPTS]
-    proc = subprocess.Popen(argv, env=xt.cli_env(EAGLE3_EVENTS=str(events), EAGLE3_TRAIN_STEP_DELAY="0.3"),
-                            cwd=xt.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.monotonic() + BOUND
-    while not any(e.kind == "metric" and e.get("step", 0) >= 2 for e in iter_events(events)):
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, "no step within the bound"
-        time.sleep(0.05)  # wait-ok: polling the events file with a deadline
-    _reverse_every_record(data, keep_mtime)
+    argv = ["--data", data, "--target", tiny_target, "--out", out, "--steps", "400", "--workers", "1", "--prefetch",
+            "1", *OPTS]
+    ended, failed = threading.Event(), []
+    rewriter = threading.Thread(target=_rewrite_after_step_2, args=(events, data, keep_mtime, ended, failed))
+    rewriter.start()
     try:
-        _, err = proc.communicate(timeout=BOUND)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError("train did not stop after its merged file was rewritten") from None
-    assert proc.returncode == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"train: error: {data}: changed since this run indexed it"), err
+        done = call_stage("train", argv, env={"EAGLE3_EVENTS": str(events), "EAGLE3_TRAIN_STEP_DELAY": "0.3"})
+    finally:
+        ended.set()
+        rewriter.join(BOUND)
+    assert not failed, failed
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"train: error: {data}: changed since this run indexed it"), done.stderr
     trained = max(e.get("step", 0) for e in iter_events(events) if e.kind == "metric")
     assert trained < 400
 
