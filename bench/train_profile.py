@@ -19,13 +19,12 @@ the flash merge; `--loss eager` the objective's vocabulary-wide passes uncompile
 
 Before/after, on one machine in one call (`--speed`): the real trainer of `--old-code DIR` and of
 this tree (`python -m pipeline.train` online, the recipe's settings, a random SmolLM2-135M-shaped
-target and `--records` synthetic merged records whose prompt and answer lengths follow the
-recipe's data), its rate read from its progress events
-between steps `--rate-from` and `--rate-to` (start-up, compiles and the last save left out; a
-validation and a checkpoint at `--trainer-steps`/2 left in unless `--rate-from` is past it),
-its GPU kernel time per step traced over 8 steps after that, its recompiles, and its logged
-losses against the other's (same seed, data and weights); then the profiled step of each, last,
-so that a call cut short keeps the trainers' figures:
+target and `--records` synthetic merged records whose prompt and answer lengths follow the recipe's
+data), its rate read from its progress events between steps `--rate-from` and `--rate-to` (start-up,
+compiles and the last save left out; a validation and a checkpoint at `--trainer-steps`/2 left in
+unless `--rate-from` is past it), its GPU kernel time per step traced over 8 steps after that, its
+recompiles, and its logged losses against the other's (same seed, data and weights); then the
+profiled step of each, last, so that a call cut short keeps the trainers' figures:
 
     python bench/train_profile.py --speed --old-code .carry/old [--trainer-steps 240] [--records 5000]
                                   [--result bench/results/train-speed-h100.txt] [--commit C]
@@ -337,18 +336,6 @@ def trainer_figures(events: Path, traced: str, err: Path, a: argparse.Namespace)
             "recompiles": sum("Recompiling function" in line for line in err.read_text().splitlines())}
 
 
-def profiled_steps(a: argparse.Namespace, codes: tuple[tuple[str, Path], ...], work: Path, log: Callable[[str], None]) -> None:
-    log("\n## the profiled step (bench/train_profile.py --shape smollm2, loss compiled, step.forward_backward + apply)")
-    ms, shape = {}, ["--shape", "small", "--rows", "2"] if a.smoke else ["--shape", "smollm2"]
-    for label, code in codes:
-        out = child(code, [*shape, "--steps", str(a.steps), "--top", str(a.top), "--answer-share", str(a.answer_share)],
-                    work / f"profile-{label}.log", env=own_cache(work, label))
-        lines = [x for x in out.splitlines() if x.strip()]
-        ms[label] = float(next(x for x in lines if x.startswith("train_profile:")).split(": ")[-1].split(" ms/step")[0])
-        log(f"{label}: " + "\n".join(lines))
-    log(f"after/before: {ms['before'] / ms['after']:.2f}x the steps a second")
-
-
 def speed(a: argparse.Namespace) -> int:
     from result_log import Log, commit, utc_now
 
@@ -394,7 +381,15 @@ def speed(a: argparse.Namespace) -> int:
     worst = max(abs(f["loss"][s] - b["loss"][s]) / max(abs(b["loss"][s]), 1e-9) for s in common)
     log(f"after/before: {f['rate'] / b['rate']:.2f}x the steps a second; logged losses (steps {common[0]}-{common[-1]}) "
         f"differ by at most {worst:.2%}")
-    profiled_steps(a, codes, work, log)  # last: a call cut short keeps the trainers' figures
+    log("\n## the profiled step (bench/train_profile.py --shape smollm2, loss compiled, step.forward_backward + apply)")
+    ms, shape = {}, ["--shape", "small", "--rows", "2"] if a.smoke else ["--shape", "smollm2"]
+    for label, code in codes:
+        out = child(code, [*shape, "--steps", str(a.steps), "--top", str(a.top), "--answer-share", str(a.answer_share)],
+                    work / f"profile-{label}.log", env=own_cache(work, label))
+        lines = [x for x in out.splitlines() if x.strip()]
+        ms[label] = float(next(x for x in lines if x.startswith("train_profile:")).split(": ")[-1].split(" ms/step")[0])
+        log(f"{label}: " + "\n".join(lines))
+    log(f"after/before: {ms['before'] / ms['after']:.2f}x the steps a second")
     return 0
 
 
