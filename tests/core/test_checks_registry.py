@@ -1,7 +1,13 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from core_harness import ctx_for
@@ -17,11 +23,42 @@ DESIGN_KINDS = {"exists", "absent", "contains", "lacks", "free_space", "shm_free
 
 
 def with_run(monkeypatch, kind: str, fn):
-    monkeypatch.setitem(registry._ALL, kind, dataclasses.replace(registry._ALL[kind], run=fn))
+    monkeypatch.setitem(registry._ALL, kind, dataclasses.replace(registry.kind(kind), run=fn))
 
 
 def test_every_design_kind_is_known():
     assert set(KINDS) >= DESIGN_KINDS
+
+
+def test_each_family_declares_the_kinds_the_registry_imports_it_for():
+    """A kind added to a family but not to FAMILIES would be refused as unknown in every config."""
+    for family, names in registry.FAMILIES.items():
+        declared = importlib.import_module(f"console.core.checks.{family}").KINDS
+        assert tuple(k.name for k in declared) == names, family
+        assert all(registry.kind(name) is k for name, k in zip(names, declared))
+    assert registry.kind("exist") is None
+
+
+def test_a_config_loads_and_checks_with_only_the_families_it_names(tmp_path):
+    """A launcher reloads its config to verify its run: one whose checks are all `exists`
+    and `absent` imports no other family (all of them cost it a fifth of its start)."""
+    (tmp_path / "p.yaml").write_text("name: p\nphases:\n  - id: a\n    run: [\"true\"]\n"
+                                     "    checks: [{exists: p.yaml}]\n    verify: [{absent: nothing}]\n")
+    probe = ("import json, sys\n"
+             "from console.core.checks.context import CheckContext\n"
+             "from console.core.checks.registry import run_checks\n"
+             "from console.core.config.loader import load_config\n"
+             "config = load_config(sys.argv[1]); phase = config.phase('a')\n"
+             "results = run_checks([*phase.checks, *phase.verify], CheckContext(config, phase))\n"
+             "print(json.dumps([r.status for r in results]))\n"
+             "print(json.dumps([m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('console.core.checks.')]))\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "p.yaml")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    statuses, loaded = map(json.loads, done.stdout.splitlines())
+    assert statuses == ["pass", "pass"]
+    assert set(loaded) & set(registry.FAMILIES) == {"fs"}
 
 
 def test_unknown_kind_suggests_the_close_one():
@@ -122,8 +159,6 @@ def test_bad_argument_at_run_time_is_a_failure_not_an_exception(tmp_path):
 
 
 def test_results_are_json_serialisable(tmp_path):
-    import json
-
     (tmp_path / "s.py").write_text("x = 1\n")
     specs = [CheckSpec(k, a, k) for k, a in [("exists", "s.py"), ("contains", {"path": "s.py", "pattern": "x"}),
                                              ("free_space", {"path": ".", "need": "1B"}),
