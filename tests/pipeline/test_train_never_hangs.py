@@ -3,7 +3,12 @@ with exit 2 naming the file and the sample, a worker killed outright or one whos
 bug ends it with exit 1, and whichever way the run ends (a worker stuck in a read included) every
 worker is gone and the run folder's lock is free, within a bound. Before, the
 three samples below made train print the worker's traceback and then hang until killed, holding
-`.train.lock`, with and without --resume."""
+`.train.lock`, with and without --resume.
+
+Of the samples a worker cannot read, one case runs as the program, whose process group is
+watched to its end; the others call train's `main()` in this worker (stage_call.py), which
+forks the same loader workers, and look for them among this process's children: a program
+spends seconds of a core importing torch and transformers before its first sample."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import torch
 from stage_call import call_stage
 
 from pipeline.events import iter_events
+from pipeline.train import checkpoint
 
 BOUND = 240  # seconds: a run that has not ended by then hangs (the runs here take about 20 s)
 OPTS = ["--batch-tokens", "256", "--max-len", "256", "--workers", "2", "--ttt-length", "1", "--val-share", "0",
@@ -88,8 +94,16 @@ def _nothing_left(proc: subprocess.Popen, out: Path) -> None:
             break
         assert time.monotonic() < deadline, "a loader worker outlived the trainer"
         time.sleep(0.05)  # wait-ok: polling the process group with a deadline
+    _lock_free(out)
+
+
+def _lock_free(out: Path) -> None:
     with open(out / ".train.lock", "rb") as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if anything still holds it
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+AS_PROGRAM = ("one byte of a header rotted", False)
 
 
 @pytest.mark.parametrize("resume", [False, True], ids=["fresh", "resume"])
@@ -104,18 +118,28 @@ def test_a_sample_a_loader_worker_cannot_read_ends_the_run_naming_it(fp8_store, 
         shutil.copytree(checkpointed, out)
     more = ["--resume"] if resume else []
     # --checksums none: nothing is read before training, so the sample reaches a loader worker
-    proc = subprocess.Popen(_argv(store, tiny_target, out, "--steps", "6", "--checksums", "none", *more),
-                            env=xt.cli_env(), cwd=xt.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    stdout, stderr = _ended_within_bound(proc)
-    assert proc.returncode == 2, stderr
+    argv = _argv(store, tiny_target, out, "--steps", "6", "--checksums", "none", *more)
+    if (case, resume) == AS_PROGRAM:
+        proc = subprocess.Popen(argv, env=xt.cli_env(), cwd=xt.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        stdout, stderr = _ended_within_bound(proc)
+        code = proc.returncode
+    else:
+        done = call_stage("train", argv[3:])
+        stdout, stderr, code = done.stdout, done.stderr, done.returncode
+    assert code == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("train: error: "), stderr
     assert any(f"{p} (sample " in lines[0] for p in paths) and "key " in lines[0], lines[0]
     assert "Traceback" not in stderr
     if resume:
         assert "resuming" in stdout
-    _nothing_left(proc, out)
+    if (case, resume) == AS_PROGRAM:
+        _nothing_left(proc, out)
+    else:
+        assert multiprocessing.active_children() == []  # the loader workers it forked are gone
+        os.close(checkpoint._held.pop(os.path.realpath(out)))  # train holds it until its process exits
+        _lock_free(out)
 
 
 def test_a_loader_worker_killed_outright_ends_the_run(fp8_store, tiny_target, tmp_path, xt):
