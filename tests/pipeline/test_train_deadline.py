@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
+from stage_call import call_stage
 
 from console.cli import main
 from console.cli.edge import EXIT_DEADLINE, EXIT_OK
+from console.core.config.loader import load_config
 from pipeline.events import iter_events
 
 DEMO = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
@@ -35,9 +37,13 @@ def demo_train_config(root: Path) -> Path:
     return cfg
 
 
+def sets(cfg: Path, store: Path, target: Path) -> dict[str, str]:
+    return {k: str(v) for k, v in {"workdir": cfg.parent / "work", "store": store, "target": target,
+                                   "train_steps": STEPS}.items()}
+
+
 def cli(cfg: Path, store: Path, target: Path, *args: str) -> int:
-    sets = {"workdir": cfg.parent / "work", "store": store, "target": target, "train_steps": STEPS}
-    return main([args[0], str(cfg), *args[1:], *(f"--set={k}={v}" for k, v in sets.items())])
+    return main([args[0], str(cfg), *args[1:], *(f"--set={k}={v}" for k, v in sets(cfg, store, target).items())])
 
 
 def weights(cfg: Path) -> dict:
@@ -62,8 +68,10 @@ def phase_status(cfg: Path, run: Callable[..., int], capsys) -> dict:
 def test_until_stops_demo_train_which_resumes_to_the_weights_of_an_uninterrupted_run(
         reference_store, tiny_target, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    whole = demo_train_config(tmp_path / "whole")
-    assert cli(whole, reference_store, tiny_target, "run", "--all") == EXIT_OK, capsys.readouterr().err
+    whole = demo_train_config(tmp_path / "whole")  # the uninterrupted run: the phase's own argv, in this worker
+    train = load_config(whole, sets(whole, reference_store, tiny_target)).phase("train")
+    done = call_stage("train", train.argv[3:], cwd=whole.parent)
+    assert done.returncode == 0, done.stderr
 
     cut = demo_train_config(tmp_path / "cut")
 
