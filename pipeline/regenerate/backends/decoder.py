@@ -113,12 +113,16 @@ class Decoder:
         self._pool: Any = None  # torch's graph memory pool, shared by every graph captured
 
     def reserve(self, positions: int) -> None:
-        """Room for `positions` per slot; graphs captured for the old buffers are dropped."""
+        """Room for `positions` per slot; graphs captured for the old buffers are dropped, and
+        their memory pool with them: torch's allocator refuses a capture into a pool whose
+        graphs are all gone (an internal assert), which turned graphs off for the rest of a run
+        whose first prompts were short (synthesis: a template, then a question)."""
         if positions > self.kv.capacity:
             grown = max(round_up(positions), 2 * self.kv.capacity)
             self.kv.grow(min(grown, max(self.max_positions, positions)) if self.max_positions else grown)
             if self.graphs:
                 self.graphs.clear()
+                self._pool = None
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=1)
