@@ -1,9 +1,19 @@
 """The EAGLE-3 drafter: its config (SGLang's config.json), model (SGLang's weight names), draft
-vocabulary (d2t/t2d) and the target tensors it borrows. See model.py's docstring for the API."""
+vocabulary (d2t/t2d) and the target tensors it borrows. See model.py's docstring for the API.
+
+The model and the vocabulary load torch, so they are imported when one of their names is first
+asked for: what reads only a drafter's config (train's --estimate, a pre-flight check, export's
+refusals) answers without starting torch."""
+
+from typing import TYPE_CHECKING, Any
 
 from pipeline.drafter.config import DrafterConfig, DrafterConfigError
-from pipeline.drafter.model import EXPORT_KEYS, Eagle3Drafter, KVCache, TTTCache, load_drafter, save_drafter
-from pipeline.drafter.vocab import DraftVocab
+
+if TYPE_CHECKING:
+    from pipeline.drafter.model import EXPORT_KEYS, Eagle3Drafter, KVCache, TTTCache, load_drafter, save_drafter
+    from pipeline.drafter.vocab import DraftVocab
+
+_MODEL_NAMES = {"EXPORT_KEYS", "Eagle3Drafter", "KVCache", "TTTCache", "load_drafter", "save_drafter"}
 
 __all__ = [
            "EXPORT_KEYS",
@@ -16,3 +26,15 @@ __all__ = [
            "load_drafter",
            "save_drafter",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DraftVocab":
+        from pipeline.drafter.vocab import DraftVocab
+
+        return DraftVocab
+    if name in _MODEL_NAMES:
+        from pipeline.drafter import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

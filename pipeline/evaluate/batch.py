@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from pipeline.evaluate.speculative import Decoded, _finish
 
 if TYPE_CHECKING:
-    from pipeline.drafter import Eagle3Drafter
+    from pipeline.drafter.model import Eagle3Drafter
     from pipeline.evaluate.verifier import Target
 
 

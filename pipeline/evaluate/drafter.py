@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 from pipeline.checksum import ALGO, file_checksum
-from pipeline.drafter import DrafterConfig, Eagle3Drafter, KVCache, load_drafter
 from pipeline.drafter import vocab as dvocab
+from pipeline.drafter.config import DrafterConfig
+from pipeline.drafter.model import Eagle3Drafter, KVCache, load_drafter
 from pipeline.evaluate.errors import BadInput
 from pipeline.jsonfile import read_json
 from pipeline.target.config import read_config

@@ -21,7 +21,7 @@ from pipeline.records.evaluate_report import Baseline, Best, ForwardTimes, Local
 if TYPE_CHECKING:
     import torch
 
-    from pipeline.drafter import Eagle3Drafter
+    from pipeline.drafter.model import Eagle3Drafter
     from pipeline.evaluate.tree import Setting
     from pipeline.evaluate.verifier import Target
 

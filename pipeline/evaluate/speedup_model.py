@@ -28,7 +28,7 @@ from pipeline.evaluate.tree import Setting, Tree
 from pipeline.evaluate.tree_drafter import SlotCache
 
 if TYPE_CHECKING:
-    from pipeline.drafter import Eagle3Drafter
+    from pipeline.drafter.model import Eagle3Drafter
     from pipeline.evaluate.verifier import Target
 
 REPEATS = 5

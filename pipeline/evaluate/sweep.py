@@ -24,7 +24,7 @@ from pipeline.evaluate.tree_drafter import TreeDrafter
 from pipeline.records.evaluate_report import SettingRow
 
 if TYPE_CHECKING:
-    from pipeline.drafter import Eagle3Drafter
+    from pipeline.drafter.model import Eagle3Drafter
     from pipeline.evaluate.prompts import Prompt
     from pipeline.evaluate.references import References
     from pipeline.evaluate.report import Summary

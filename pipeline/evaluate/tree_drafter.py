@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pipeline.drafter import Eagle3Drafter, KVCache
+from pipeline.drafter.model import Eagle3Drafter, KVCache
 from pipeline.evaluate.drafter import ChainDrafter
 from pipeline.evaluate.tree import Candidates, Setting, Tree, build_tree
 

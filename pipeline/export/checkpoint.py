@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline.drafter.config import DrafterConfig
 from pipeline.export.folder import CONFIG_FILE, WEIGHTS_FILE, required_keys
 from pipeline.jsonfile import read_object
 from pipeline.program_edge import BadInput
 from pipeline.torch_state import load_state_file
 
-if TYPE_CHECKING:  # both load torch, which export loads only once it gets to work
+if TYPE_CHECKING:  # it loads torch, which export loads only once it gets to work
     import torch
-
-    from pipeline.drafter import DrafterConfig
 
 LATEST = "latest"
 CHECKPOINTS = "checkpoints"
@@ -55,8 +54,6 @@ def load_checkpoint(ckpt: Path) -> tuple[DrafterConfig, dict[str, torch.Tensor]]
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from pipeline.drafter import DrafterConfig
-
     cfg_path = ckpt / CONFIG_FILE
     raw = read_object(cfg_path, f"{cfg_path}: missing; the checkpoint folder must hold the drafter's config")
     cfg = DrafterConfig.from_sglang(raw, where=str(cfg_path))
@@ -74,7 +71,7 @@ def check_tensors(cfg: DrafterConfig, state: dict, where: str) -> dict:
     """Exactly the required tensors, each of the shape the config implies, finite."""
     import torch
 
-    from pipeline.drafter import Eagle3Drafter
+    from pipeline.drafter.model import Eagle3Drafter
 
     missing = [k for k in required_keys() if k not in state]
     if missing:

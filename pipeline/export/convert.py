@@ -9,10 +9,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pipeline import output_guard
 from pipeline.atomic_io import write_json_atomic
+from pipeline.drafter.config import DrafterConfig
 from pipeline.events import EventWriter, warn
 from pipeline.export.checkpoint import (
     STATE_FILE,
@@ -38,9 +38,6 @@ from pipeline.export.verify import verify_folder
 from pipeline.program_edge import BadInput, StageError
 from pipeline.target.config import read_config, sglang_layer_ids, text_config
 from pipeline.target.weights import FingerprintError, weight_files
-
-if TYPE_CHECKING:  # it loads torch, which export loads only once it gets to work
-    from pipeline.drafter import DrafterConfig
 
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_MODE = 0o644

@@ -31,7 +31,7 @@ MAX_HEADER_BYTES = 100 << 20
 
 
 def required_keys() -> tuple[str, ...]:
-    from pipeline.drafter import EXPORT_KEYS
+    from pipeline.drafter.model import EXPORT_KEYS
 
     return tuple(EXPORT_KEYS)
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pipeline.checksum import ALGO
+from pipeline.drafter.config import DrafterConfig, DrafterConfigError
 from pipeline.export.folder import (
     ARCHITECTURE,
     CONFIG_FILE,
@@ -106,8 +107,6 @@ def manifest_problems(folder: Path) -> tuple[list[str], dict | None]:
 def shape_problems(cfg: dict, header: dict, weights: Path, where: Path) -> list[str]:
     """config.json against the tensors' shapes: a manifest resealed over a lying config.json
     does not make the lie pass."""
-    from pipeline.drafter.config import DrafterConfig, DrafterConfigError
-
     try:
         dcfg = DrafterConfig.from_sglang(cfg, where=str(where))
     except DrafterConfigError as e:
@@ -117,8 +116,6 @@ def shape_problems(cfg: dict, header: dict, weights: Path, where: Path) -> list[
 
 def target_problems(cfg: dict, target_cfg: dict, where: Path, target: Path) -> list[str]:
     """config.json against the drafter training builds for this target (DrafterConfig.unlike_target)."""
-    from pipeline.drafter.config import DrafterConfig, DrafterConfigError
-
     try:
         unlike = DrafterConfig.from_sglang(cfg, where=str(where)).unlike_target(target_cfg, f"{target}/config.json")
     except DrafterConfigError:

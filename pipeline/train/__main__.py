@@ -33,6 +33,7 @@ from pipeline import cpu_threads
 from pipeline.program_edge import SigtermGuard, on_sigterm, run_program
 from pipeline.records.train_estimate import format_estimate
 from pipeline.train.errors import Stopped
+from pipeline.train.estimate import describe, estimate, micro_batch_tokens
 from pipeline.train.options import Options, parse
 
 
@@ -79,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _estimate(opts: Options) -> int:
-    from pipeline.train.estimate import describe, estimate, micro_batch_tokens
-
     est = estimate(opts.target, online=opts.online or opts.store is None,
                    batch_tokens=micro_batch_tokens(opts.batch_tokens, opts.batch_size, opts.max_len),
                    draft_vocab=opts.draft_vocab, ttt_length=opts.ttt_length, max_len=opts.max_len)

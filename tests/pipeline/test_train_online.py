@@ -119,6 +119,18 @@ def test_online_refuses_a_record_outside_the_targets_vocabulary_naming_its_line(
     assert f"{bad}:3" in res.stderr and "vocabulary" in res.stderr
 
 
+def test_the_estimate_answers_without_loading_torch(tiny_data, tiny_target, xt):
+    """A config's pre-flight runs it before every train (smollm2-h200.yaml's GPU check): it reads
+    the target's and the drafter's configs, and starting torch would cost it seconds of a core."""
+    code = ("import sys; from pipeline.train.__main__ import main; rc = main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'the estimate imported torch'; sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, "--estimate", "--target", str(tiny_target), "--data",
+                           str(tiny_data.path), "--json"], cwd=xt.REPO, env=xt.cli_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert parse_estimate(proc.stdout, "pipeline.train --estimate --json").parts["target_weights"] > 0
+
+
 def test_the_estimate_counts_the_target_only_when_the_run_is_online(tiny_data, tiny_target, xt):
     def est(*more: str) -> TrainEstimate:
         res = call_stage("train", ["--estimate", "--target", tiny_target, "--json", *more])
