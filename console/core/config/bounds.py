@@ -45,8 +45,9 @@ def _child_key(stack: list[_Level]) -> str:
     return f"{top.key}[{top.index}]"
 
 
-def check(text: str) -> None:
-    """Raise BoundsError naming the line and key of the first thing past a limit."""
+def check(text: str, loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = yaml.SafeLoader) -> None:
+    """Raise BoundsError naming the line and key of the first thing past a limit. `loader`'s
+    parser produces the events (libyaml's where the composer has it)."""
     stack: list[_Level] = []
     sizes: dict[str, int] = {}          # anchor -> values it stands for
     open_anchors: dict[str, int] = {}   # anchor -> count of values when it opened
@@ -68,7 +69,7 @@ def check(text: str) -> None:
     def line(ev: yaml.Event) -> int | None:
         return ev.start_mark.line + 1 if ev.start_mark else None
 
-    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+    for ev in yaml.parse(text, Loader=loader):
         tag = getattr(ev, "tag", None)
         if (isinstance(ev, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent))
                 and tag not in SAFE_TAGS):

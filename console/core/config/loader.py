@@ -16,7 +16,7 @@ import yaml
 
 from console.core.checks.registry import KINDS, default_name, validate
 from console.core.config import commands
-from console.core.config.composer import compose, restore
+from console.core.config.composer import Loader, compose, restore
 from console.core.config.interpolate import InterpolationError, resolve_vars, substitute
 from console.core.config.overlay import overlay_path, read_saved
 from console.core.model.config import (
@@ -80,7 +80,7 @@ class _Reader:
     """Walks composed YAML nodes, turning them into Python values and raising
     ConfigError with the node's line for anything off."""
 
-    def __init__(self, file: Path, loader: yaml.SafeLoader, lookup: Mapping[str, str] | None = None) -> None:
+    def __init__(self, file: Path, loader: Loader, lookup: Mapping[str, str] | None = None) -> None:
         self.file = file
         self.loader = loader
         self.lookup: Mapping[str, str] = lookup or {}
@@ -219,7 +219,7 @@ def load_config(
         loader.dispose()
 
 
-def _build(file: Path, text: str, loader: yaml.SafeLoader, root: yaml.Node,
+def _build(file: Path, text: str, loader: Loader, root: yaml.Node,
            overrides: dict[str, str], validate_check: Callable[[str, Any], str | None],
            saved: Mapping[str, str]) -> Config:
     """In the order a reader needs: the top-level keys, the vars (everything else may refer to
