@@ -5,6 +5,7 @@ The model and the vocabulary load torch, so they are imported when one of their 
 asked for: what reads only a drafter's config (train's --estimate, a pre-flight check, export's
 refusals) answers without starting torch."""
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from pipeline.drafter.config import DrafterConfig, DrafterConfigError
@@ -13,7 +14,8 @@ if TYPE_CHECKING:
     from pipeline.drafter.model import EXPORT_KEYS, Eagle3Drafter, KVCache, TTTCache, load_drafter, save_drafter
     from pipeline.drafter.vocab import DraftVocab
 
-_MODEL_NAMES = {"EXPORT_KEYS", "Eagle3Drafter", "KVCache", "TTTCache", "load_drafter", "save_drafter"}
+_LAZY = {"DraftVocab": "vocab", **dict.fromkeys(
+    ("EXPORT_KEYS", "Eagle3Drafter", "KVCache", "TTTCache", "load_drafter", "save_drafter"), "model")}
 
 __all__ = [
            "EXPORT_KEYS",
@@ -29,12 +31,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "DraftVocab":
-        from pipeline.drafter.vocab import DraftVocab
-
-        return DraftVocab
-    if name in _MODEL_NAMES:
-        from pipeline.drafter import model
-
-        return getattr(model, name)
+    if name in _LAZY:
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
