@@ -60,8 +60,8 @@ s) speed ;;
     ;;
 g)
     target_in || exit 1
-    walk --label g --phase target --set "synth_records=$SYNTH"
-    walk --label g --phase synthesize --until $((${END_S:-550} - SECONDS - 40))s --grace 30
+    walk --label g --phase target --until 200s --set "synth_records=$SYNTH"
+    walk --label g --phase synthesize --until $((${END_S:-550} - SECONDS - 40))s
     (cd "$W/regenerated" && python3 -m tarfile -c "$R/synth.tar.xz" synth-target.jsonl synth-target.stats.json) \
         && split -b 15M "$R/synth.tar.xz" "$OUT/synth.tar.xz."  # parts under the 16 MiB a file that $OUT brings back
     ;;
