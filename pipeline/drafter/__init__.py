@@ -8,14 +8,14 @@ refusals) answers without starting torch."""
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+from pipeline.drafter.config import EXPORT_KEYS, DrafterConfig, DrafterConfigError
 
 if TYPE_CHECKING:
-    from pipeline.drafter.model import EXPORT_KEYS, Eagle3Drafter, KVCache, TTTCache, load_drafter, save_drafter
+    from pipeline.drafter.model import Eagle3Drafter, KVCache, TTTCache, load_drafter, save_drafter
     from pipeline.drafter.vocab import DraftVocab
 
 _LAZY = {"DraftVocab": "vocab", **dict.fromkeys(
-    ("EXPORT_KEYS", "Eagle3Drafter", "KVCache", "TTTCache", "load_drafter", "save_drafter"), "model")}
+    ("Eagle3Drafter", "KVCache", "TTTCache", "load_drafter", "save_drafter"), "model")}
 
 __all__ = [
            "EXPORT_KEYS",

@@ -36,6 +36,27 @@ def _positive_int(cfg: dict, key: str, where: str, bound: int = MAX_VOCAB) -> in
     return v
 
 
+EXPORT_KEYS = (
+    "fc.weight",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+)
+"""SGLang's names for the drafter's tensors, the exported file's every key; here, beside the shapes
+that go with them, where reading a folder's names needs no torch."""
+
+
 @dataclass(frozen=True)
 class DrafterConfig:
     """One Llama decoder layer over [embedding ; hidden] (qkv take 2H), fc: 3*target_hidden -> H,
@@ -148,7 +169,7 @@ class DrafterConfig:
         )
 
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The shape of every exported tensor (model.EXPORT_KEYS) of a drafter of this config:
+        """The shape of every exported tensor (EXPORT_KEYS) of a drafter of this config:
         what its config.json promises model.safetensors holds."""
         h, i, v, vd = self.hidden_size, self.intermediate_size, self.vocab_size, self.draft_vocab_size
         q, kv = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim

@@ -46,27 +46,10 @@ from torch import nn
 
 from pipeline.atomic_io import write_json_atomic
 from pipeline.compiled_ops import CompiledOps
-from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+from pipeline.drafter.config import EXPORT_KEYS, DrafterConfig, DrafterConfigError
 from pipeline.drafter.ttt_attention import EAGER_MERGE, causal_plus_diagonal, flash_supported, score_matrix
 from pipeline.drafter.vocab import DraftVocab
 
-EXPORT_KEYS = (
-    "fc.weight",
-    "midlayer.self_attn.q_proj.weight",
-    "midlayer.self_attn.k_proj.weight",
-    "midlayer.self_attn.v_proj.weight",
-    "midlayer.self_attn.o_proj.weight",
-    "midlayer.input_layernorm.weight",
-    "midlayer.hidden_norm.weight",
-    "midlayer.post_attention_layernorm.weight",
-    "midlayer.mlp.gate_proj.weight",
-    "midlayer.mlp.up_proj.weight",
-    "midlayer.mlp.down_proj.weight",
-    "norm.weight",
-    "lm_head.weight",
-    "d2t",
-    "t2d",
-)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 

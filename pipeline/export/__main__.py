@@ -51,9 +51,9 @@ from pipeline.program_edge import run_stage
 
 
 def _run(opts: Options) -> int:
-    cpu_threads.fit("export", opts.threads)
     if opts.verify is not None:
-        return verify.run(opts.verify, opts.target)
+        return verify.run(opts.verify, opts.target)  # bytes and JSON: no torch, so no threads to fit
+    cpu_threads.fit("export", opts.threads)
     assert opts.checkpoint is not None and opts.target is not None and opts.out is not None  # validate()
     with EventWriter.from_env() as events:
         exported = export(opts.checkpoint, opts.target, opts.out, DTYPES[opts.dtype], events, opts.mode)

@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 from pipeline.checksum import ALGO, file_checksum
+from pipeline.drafter.config import EXPORT_KEYS
 from pipeline.program_edge import BadInput
 from pipeline.target.config import read_config, text_config
 from pipeline.target.weights import FingerprintError, target_fingerprint
@@ -31,8 +32,6 @@ MAX_HEADER_BYTES = 100 << 20
 
 
 def required_keys() -> tuple[str, ...]:
-    from pipeline.drafter.model import EXPORT_KEYS
-
     return tuple(EXPORT_KEYS)
 
 

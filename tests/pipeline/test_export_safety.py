@@ -8,6 +8,8 @@ import errno
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from pipeline import output_guard
 from pipeline.export import __main__ as export
-from pipeline.export import convert, folder
+from pipeline.export import convert, folder, verify
 from pipeline.target.weights import target_fingerprint
 from pipeline.train import checkpoint
 from tests.pipeline.test_export import LAYERS, make_drafter, make_target
@@ -154,6 +156,41 @@ def test_verify_fails_a_drafter_holding_nan(exported, capsys):
     capsys.readouterr()
     assert export.main(["--verify", str(out)]) == 1
     assert "lm_head.weight holds 64 NaN or Inf values" in capsys.readouterr().err
+
+
+def test_verify_counts_the_values_torch_calls_not_finite_in_every_float_dtype(tmp_path):
+    """--verify reads bits, not torch tensors: every NaN (any payload, either sign), Inf and
+    nothing else, in each dtype an export may hold, as torch.isfinite counts them."""
+    special = [float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, 65504.0, 3.0e38, -1.0]
+    tensors = {}
+    for dtype, bits in ((torch.bfloat16, torch.int16), (torch.float16, torch.int16), (torch.float32, torch.int32),
+                        (torch.float64, torch.int64)):
+        info = torch.iinfo(bits)
+        noise = torch.randint(info.min, info.max, (4096,), dtype=bits, generator=torch.Generator().manual_seed(3))
+        tensors[f"noise.{dtype}"] = noise.view(dtype)
+        tensors[f"special.{dtype}"] = torch.tensor(special, dtype=torch.float64).to(dtype)
+        tensors[f"finite.{dtype}"] = torch.linspace(-2, 2, 7, dtype=dtype)
+    tensors["ids"] = torch.arange(5)
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    header, start, _size = folder.safetensors_layout(path)
+    want = sorted(f"{path}: {name} holds {int((~torch.isfinite(t)).sum())} NaN or Inf values; export an earlier "
+                  "checkpoint" for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all())
+    assert len(want) == 8  # noise and the specials of each dtype
+    assert sorted(verify.nonfinite_problems(path, header, start)) == want
+
+
+def test_verify_answers_without_starting_torch(exported):
+    """A config's pre-flight runs it before every evaluation, and the run after every export:
+    starting torch would cost each of them seconds of a core."""
+    out, target = exported
+    code = ("import sys; from pipeline.export.__main__ import main; rc = main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'the check imported torch'; sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, "--verify", str(out), "--target", str(target)],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr
+    assert "all finite, checksums match, for this target" in done.stdout
 
 
 def test_verify_fails_a_byte_changed_after_export(exported, capsys):
