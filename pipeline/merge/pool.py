@@ -119,7 +119,12 @@ def run_chunks(
             proc.terminate()
         for proc in procs:
             proc.join(timeout=10)  # none may still write into the parts folder as it goes
-        pool.shutdown(wait=False, cancel_futures=True)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        # the pool's manager thread is joined here: left running, it raced the interpreter's exit,
+        # which printed an OSError traceback under the stage's last line
+        pool.shutdown(wait=True, cancel_futures=True)
         if isinstance(exc, BrokenProcessPool):
             raise RuntimeError(  # noqa: TRY004 - a failure to report, not a type check
                 "a tokenizer worker died (killed by a memory limit or the OOM killer?); "
