@@ -3,6 +3,7 @@ to fixed times, and a bounded wait for conditions the UI reaches asynchronously.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -121,11 +122,17 @@ def showing(app, kind: type) -> bool:  # type: ignore[no-untyped-def]
 
 
 async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    """Polls `cond` while the app runs. It returns as it did when each poll was a `pilot.pause`:
+    on a first look that holds, or after a pause that drained the screen's queues and painted.
+    A pause a poll (one call per widget of the screen, 20 times a second) was most of a waiting
+    test's CPU; a sleep lets the app work meanwhile, and a pause comes once `cond` looks true."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
-        await pilot.pause(0.05)  # wait-ok: poll interval of a deadline loop
+        await asyncio.sleep(0.05)  # wait-ok: poll interval of a deadline loop
+        if cond():
+            await pilot.pause(0)  # settle as a pause-per-poll did, then look again
     raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
 
 

@@ -130,6 +130,16 @@ class MainScreen(WorkerNotices, MainFeed):
         # phase list measured empty.
         self.call_after_refresh(self._start_pollers)
 
+    def _compositor_refresh(self) -> None:
+        """Under a dialog, Textual 8 marks this screen for a whole repaint each time it draws
+        what changed beneath, and repaints it whole at the next message it handles: every
+        reading then redrew the whole screen and the dialog's tinted copy of it (a dialog over
+        a quiet console cost a third of a core in tests). What changed is already drawn, and
+        the screen repaints whole when the dialog closes (Textual's screen resume)."""
+        super()._compositor_refresh()
+        if self.app.screen is not self:
+            self._repaint_required = False
+
     def _start_pollers(self) -> None:
         for poller in self.pollers.values():
             poller.start()
