@@ -81,6 +81,11 @@ def test_one_alert_per_silence_journaled_and_again_after_it_speaks(tmp_path: Pat
     assert "no progress event and no log line" in journal.read(events={"stalled"})[0]["message"]
 
 
+# A working phase's loop: 10 ms of CPU, then a 40 ms rest. At most a fifth of a core, and on a
+# loaded machine still well above BUSY_SHARE (5 %): a spinning loop took whatever the scheduler
+# gave it, twice over, for the whole test.
+WORKING = "t = time.process_time()\\n    while time.process_time() - t < 0.01: pass\\n    time.sleep(0.04)"  # wait-ok: the phase's own work
+
 FIRST_UNIT_CFG = """\
 name: first
 vars: {work: ./work}
@@ -88,7 +93,7 @@ state_dir: ${work}/state
 phases:
   - id: busy
     stall_after: 1s
-    run: [python3, -c, "import os, time\\nwhile not os.path.exists('work/stop'): sum(range(10000))"]
+    run: [python3, -c, "import os, time\\nwhile not os.path.exists('work/stop'):\\n    """ + WORKING + """"]
   - id: idle
     stall_after: 1s
     run: [python3, -c, "import os, time\\nwhile not os.path.exists('work/stop'): time.sleep(0.05)"]  # wait-ok: the phase's own work
@@ -102,8 +107,9 @@ phases:
         import json, os, time
         with open(os.environ['EAGLE3_EVENTS'], 'a') as f:
             f.write(json.dumps({{'t': {t}, 'kind': 'progress', 'done': 1, 'total': 9}}) + '\\n')
-        while not os.path.exists('work/stop'): {work}
-""" for pid, t, work in (("counted", "time.time()", "sum(range(10000))"),
+        while not os.path.exists('work/stop'):
+            {work}
+""" for pid, t, work in (("counted", "time.time()", WORKING.replace("\\n", "\n        ")),
                         ("ahead", "time.time() + 86400", "time.sleep(0.05)  # wait-ok: the phase's own work")))
 
 
