@@ -16,15 +16,20 @@ TEST_DIST := --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test install bytecode console clean-demo bench
 
-# Compiling the packages' bytecode is most of an install's CPU (a minute of one core): pip does it
-# on one core, compileall on every core. A file only a newer Python compiles (torch ships one) is
-# passed over, as pip passes over it.
+# pip compiles nothing: its compile of all of site-packages was a minute of one core, two thirds of
+# it modules nothing here imports (transformers' model zoo, sympy, pip's vendored packages). What the
+# console and a phase import is compiled here, by importing it where bytecode may be written (a third
+# of that CPU); anything else compiles where it is first imported, and `make test` lets its
+# processes write it.
+WARM := torch transformers transformers.models.auto.modeling_auto transformers.models.auto.tokenization_auto \
+	transformers.models.llama.modeling_llama safetensors.torch tokenizers yaml psutil textual.app \
+	console.cli console.ui.app pytest xdist
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# CPU torch pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q --no-compile "$(TORCH)" -e ".[pipeline,test]"
-	$(BIN)/python -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_path("purelib"), quiet=2, workers=0)'
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c 'import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]' $(WARM)
 	touch $(STAMP)
 	@echo "eagle3 is installed in $(BIN)/; to have it on your PATH in this shell: . $(BIN)/activate"
 
@@ -48,8 +53,8 @@ test: $(STAMP) bytecode
 	$(BIN)/python tests/assertion_cache.py
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	@$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & types=$$!; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(TEST_DIST); suite=$$?; \
+	@env -u PYTHONDONTWRITEBYTECODE $(BIN)/mypy > $(VENV)/mypy.log 2>&1 & types=$$!; \
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(TEST_DIST); suite=$$?; \
 	wait $$types; typed=$$?; echo "mypy:"; cat $(VENV)/mypy.log; [ $$suite -eq 0 ] && [ $$typed -eq 0 ]
 
 bench: $(STAMP)
