@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.drafter.config import DrafterConfig
-from pipeline.export.folder import CONFIG_FILE, WEIGHTS_FILE, required_keys
+from pipeline.drafter.config import EXPORT_KEYS, DrafterConfig
+from pipeline.export.folder import CONFIG_FILE, WEIGHTS_FILE
 from pipeline.jsonfile import read_object
 from pipeline.program_edge import BadInput
 from pipeline.torch_state import load_state_file
@@ -73,14 +73,14 @@ def check_tensors(cfg: DrafterConfig, state: dict, where: str) -> dict:
 
     from pipeline.drafter.model import Eagle3Drafter
 
-    missing = [k for k in required_keys() if k not in state]
+    missing = [k for k in EXPORT_KEYS if k not in state]
     if missing:
         hint = (" (SGLang would keep a randomly initialised lm_head and accept no drafts)"
                 if "lm_head.weight" in missing else "")
         raise BadInput(f"{where}: lacks {', '.join(missing)}{hint}; refusing to export an incomplete drafter")
     expected = Eagle3Drafter(cfg).state_dict()
     out = {}
-    for key in required_keys():
+    for key in EXPORT_KEYS:
         t, want = state[key], expected[key]
         if tuple(t.shape) != tuple(want.shape):
             raise BadInput(f"{where}: {key} has shape {tuple(t.shape)}, the config implies {tuple(want.shape)}")

@@ -10,7 +10,6 @@ import struct
 from pathlib import Path
 
 from pipeline.checksum import ALGO, file_checksum
-from pipeline.drafter.config import EXPORT_KEYS
 from pipeline.program_edge import BadInput
 from pipeline.target.config import read_config, text_config
 from pipeline.target.weights import FingerprintError, target_fingerprint
@@ -29,10 +28,6 @@ SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F
                       "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 MAX_HEADER_BYTES = 100 << 20
-
-
-def required_keys() -> tuple[str, ...]:
-    return tuple(EXPORT_KEYS)
 
 
 def target_text_config(target: Path) -> dict:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from pipeline.checksum import ALGO
-from pipeline.drafter.config import DrafterConfig, DrafterConfigError
+from pipeline.drafter.config import EXPORT_KEYS, DrafterConfig, DrafterConfigError
 from pipeline.export.folder import (
     ARCHITECTURE,
     CONFIG_FILE,
@@ -20,7 +20,6 @@ from pipeline.export.folder import (
     WEIGHTS_FILE,
     file_entry,
     fingerprint_or_none,
-    required_keys,
     safetensors_layout,
     target_text_config,
 )
@@ -148,10 +147,10 @@ def verify_folder(folder: Path, target: Path | None = None) -> list[str]:
         return [str(e)]
     tiling = tiling_problems(weights, header, start, size)
     problems += tiling
-    missing = [k for k in required_keys() if k not in header]
+    missing = [k for k in EXPORT_KEYS if k not in header]
     if missing:
         problems.append(f"{weights}: lacks {', '.join(missing)}")
-    extra = sorted(set(header) - set(required_keys()))
+    extra = sorted(set(header) - set(EXPORT_KEYS))
     if extra:
         problems.append(f"{weights}: names SGLang's loader does not map: {', '.join(extra[:8])}")
     if cfg.get("architectures") != [ARCHITECTURE]:
@@ -198,6 +197,6 @@ def run(folder: Path, target: Path | None) -> int:
     for line in problems:
         print(f"export: {line}", file=sys.stderr)
     if not problems:
-        print(f"export: {folder} is complete: {len(required_keys())} weights, all finite, checksums "
+        print(f"export: {folder} is complete: {len(EXPORT_KEYS)} weights, all finite, checksums "
               f"match{', for this target' if target else ''}; config for SGLang")
     return 1 if problems else 0

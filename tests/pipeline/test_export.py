@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.drafter import DrafterConfig, Eagle3Drafter
+from pipeline.drafter import EXPORT_KEYS, DrafterConfig, Eagle3Drafter
 from pipeline.drafter import vocab as dvocab
 from pipeline.export import __main__ as export
-from pipeline.export import folder, verify
+from pipeline.export import verify
 from pipeline.program_edge import BadInput
 from pipeline.target.config import sglang_layer_ids
 from pipeline.train import checkpoint
@@ -66,7 +66,7 @@ def test_export_writes_the_sglang_folder_with_the_targets_rope_and_capture_ids(t
     from safetensors.torch import load_file
 
     w = load_file(str(out / "model.safetensors"))
-    assert sorted(w) == sorted(folder.required_keys())
+    assert sorted(w) == sorted(EXPORT_KEYS)
     for k, v in drafter.state_dict().items():
         assert torch.equal(w[k], v), k
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folder left

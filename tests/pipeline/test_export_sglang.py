@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.drafter import EXPORT_KEYS
 from pipeline.export import folder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -180,7 +181,7 @@ def test_every_exported_weight_lands_on_a_sglang_parameter_and_none_is_left_rand
     from safetensors.torch import load_file
 
     weights = load_file(str(out / folder.WEIGHTS_FILE))
-    assert set(weights) == set(folder.required_keys())
+    assert set(weights) == set(EXPORT_KEYS)
     params = sglang_params(sglang_files)
     loaded, hot = run_load_weights(sglang_files, params, weights)
 

@@ -132,7 +132,7 @@ async def wait_for(pilot, cond: Callable[[], object], timeout: float = 15.0, wha
             return
         await asyncio.sleep(0.05)  # wait-ok: poll interval of a deadline loop
         if cond():
-            await pilot.pause(0)  # settle as a pause-per-poll did, then look again
+            await pilot.pause(0)  # wait-ok: no wait, a settle once cond looks true, then look again
     raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
 
 
